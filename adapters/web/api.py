@@ -1,0 +1,399 @@
+"""The JSON API: list and show runs, read their flight recorder, decide tickets.
+
+Every route needs ``Authorization: Bearer <token>``. Decisions go through
+`Runtime.decide`, i.e. the same `validate_resume` as every other channel; refusals change
+nothing and are mapped to HTTP the usual way (see `adapters.web._refusals`).
+
+Routes::
+
+    GET  /api/agents
+    GET  /api/runs?status=awaiting,running&limit=50
+    POST /api/runs                              {"agent", "input", "thread_id"?} -> 202
+    GET  /api/runs/{run_id}
+    GET  /api/runs/{run_id}/events[?format=jsonl]
+    POST /api/runs/{run_id}/cancel|pause|resume
+    GET  /api/tickets
+    POST /api/tickets/{ticket_id}/decision      {"decision": "allow"} | {"decision": "deny",
+         "reason"?} | {"answer": {...}} | {"resolution": "result", "result": ...} |
+         {"resolution": "retry"} | {"resolution": "abort", "reason"?}
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from adapters.web._refusals import Refusal, explain
+from adapters.web.auth import TokenAuth
+from runtime import (
+    Abort,
+    Actor,
+    Agent,
+    Allow,
+    Answer,
+    ConfigurationError,
+    Deny,
+    InputData,
+    PendingEntry,
+    Resolve,
+    Retry,
+    RunResult,
+    RunStatus,
+    Runtime,
+    SignoffError,
+)
+from runtime.store.records import RunRecord
+
+Handler = Callable[[web.Request, Actor], Awaitable[web.StreamResponse]]
+
+MAX_LIMIT = 500
+_dumps = functools.partial(json.dumps, default=str)
+
+
+class BadRequest(Exception):
+    """The request body or query is malformed (400)."""
+
+
+def json_response(data: Any, status: int = 200) -> web.Response:
+    """A JSON response (datetimes and enums become strings)."""
+    return web.json_response(data, status=status, dumps=_dumps)
+
+
+def error_response(refusal: Refusal) -> web.Response:
+    """A refusal as a JSON error body."""
+    return json_response(refusal.body(), status=refusal.status)
+
+
+# -- what the API shows ---------------------------------------------------------------
+
+
+def pending_json(entry: PendingEntry) -> dict[str, Any]:
+    """One pending entry: the ticket, the exact call and who may decide it."""
+    ticket = entry.ticket
+    return {
+        "ticket_id": ticket.ticket_id,
+        "kind": entry.status,
+        "run_id": ticket.run_id,
+        "thread_id": ticket.thread_id,
+        "agent": ticket.agent,
+        "tool": entry.call.name,
+        "call_id": entry.call.call_id,
+        "arguments": entry.call.arguments,
+        "execution_key": entry.call.execution_key,
+        "attempts": entry.call.attempts,
+        "prompt": entry.prompt,
+        "schema": entry.schema,
+        "requester": ticket.requester,
+        "approvers": list(ticket.approvers),
+        "four_eyes": ticket.four_eyes,
+        "who_may_decide": ticket.who_may_decide(),
+        "deadline": ticket.deadline.isoformat() if ticket.deadline else None,
+        "created_at": ticket.created_at.isoformat(),
+    }
+
+
+def run_json(result: RunResult) -> dict[str, Any]:
+    """A run as it stands, with its counters and what it waits on."""
+    return {
+        "run_id": result.run_id,
+        "thread_id": result.thread_id,
+        "agent": result.agent,
+        "status": result.status.value,
+        "text": result.text,
+        "error": result.error,
+        "requester": result.requester,
+        "counters": {
+            "turns": result.turns,
+            "prompt_tokens": result.prompt_tokens,
+            "completion_tokens": result.completion_tokens,
+            "total_tokens": result.total_tokens,
+            "usage_incomplete": result.usage_incomplete,
+        },
+        "pending": [pending_json(entry) for entry in result.pending],
+    }
+
+
+def run_summary(run: RunRecord) -> dict[str, Any]:
+    """A run in a listing."""
+    return {
+        "run_id": run.run_id,
+        "thread_id": run.thread_id,
+        "agent": run.agent,
+        "status": run.status.value,
+        "requester": run.requester,
+        "input": run.input,
+        "text": run.final_text,
+        "error": run.error,
+        "turns": run.turns,
+        "created_at": run.created_at.isoformat(),
+        "updated_at": run.updated_at.isoformat(),
+    }
+
+
+def agent_json(agent: Agent) -> dict[str, Any]:
+    """A loaded agent and its tools."""
+    return {
+        "name": agent.name,
+        "description": agent.description,
+        "version": agent.version,
+        "tools": [
+            {"name": tool.name, "description": tool.description} for tool in agent.tools.values()
+        ],
+    }
+
+
+# -- parsing ----------------------------------------------------------------------------
+
+
+async def read_object(request: web.Request) -> dict[str, Any]:
+    """The request body as a JSON object (an empty body is an empty object)."""
+    raw = await request.read()
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except ValueError as exc:
+        raise BadRequest(f"the body is not valid JSON: {exc}") from exc
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    return body
+
+
+def _optional_text(body: dict[str, Any], key: str) -> str | None:
+    value = body.get(key)
+    if value is not None and not isinstance(value, str):
+        raise BadRequest(f"{key!r} must be a string")
+    return value or None
+
+
+def answer_from_json(body: dict[str, Any]) -> Answer:
+    """Turn a decision body into a typed answer.
+
+    Raises:
+        BadRequest: Not exactly one of ``decision``, ``answer``, ``resolution``, or a
+            value of the wrong shape.
+    """
+    given = [key for key in ("decision", "answer", "resolution") if key in body]
+    if len(given) != 1:
+        raise BadRequest('give exactly one of "decision", "answer" or "resolution"')
+    reason = _optional_text(body, "reason")
+    match given[0], body[given[0]]:
+        case "decision", "allow":
+            return Allow()
+        case "decision", "deny":
+            return Deny(reason=reason)
+        case "answer", dict() as data:
+            return InputData(data=data)
+        case "answer", _:
+            raise BadRequest('"answer" must be a JSON object')
+        case "resolution", "result":
+            if "result" not in body:
+                raise BadRequest('a "result" resolution needs the verified "result"')
+            return Resolve(result=body["result"])
+        case "resolution", "retry":
+            return Retry()
+        case "resolution", "abort":
+            return Abort(reason=reason)
+        case "decision", _:
+            raise BadRequest('"decision" must be "allow" or "deny"')
+        case _:
+            raise BadRequest('"resolution" must be "result", "retry" or "abort"')
+
+
+def parse_statuses(raw: str) -> list[RunStatus]:
+    """``awaiting,running`` -> statuses (BadRequest for an unknown one)."""
+    statuses = []
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        try:
+            statuses.append(RunStatus(item))
+        except ValueError:
+            known = ", ".join(s.value for s in RunStatus)
+            raise BadRequest(f"unknown status {item!r} (known: {known})") from None
+    return statuses
+
+
+def parse_limit(raw: str | None, default: int = 50) -> int:
+    """A positive page size up to `MAX_LIMIT`."""
+    if raw is None or raw == "":
+        return default
+    try:
+        limit = int(raw)
+    except ValueError:
+        raise BadRequest("limit must be an integer") from None
+    if not 1 <= limit <= MAX_LIMIT:
+        raise BadRequest(f"limit must be between 1 and {MAX_LIMIT}")
+    return limit
+
+
+async def list_runs(runtime: Runtime, statuses: list[RunStatus], limit: int) -> list[RunRecord]:
+    """Runs, newest first (the console uses this too)."""
+    async with runtime.store.transaction() as tx:
+        return await tx.list_runs(statuses=statuses, limit=limit)
+
+
+def may_control(actor: Actor, result: RunResult) -> bool:
+    """Operators control any run; other people only the runs they started."""
+    return actor.operator or actor.id == result.requester
+
+
+# -- routes ---------------------------------------------------------------------------
+
+
+@web.middleware
+async def _json_http_errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Under ``/api/`` only: aiohttp's own errors (404, 405, 413 ...) as JSON bodies too."""
+    if not request.path.startswith("/api/"):
+        return await handler(request)
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = exc.reason.lower().replace(" ", "_")
+        return error_response(Refusal(exc.status, code, exc.text or exc.reason))
+
+
+def add_api_routes(
+    app: web.Application,
+    runtime: Runtime,
+    auth: TokenAuth,
+    on_change: Callable[[], None],
+) -> None:
+    """Add the ``/api`` routes to `app`.
+
+    Args:
+        app: The application to extend.
+        runtime: The runtime whose runs and tickets are served.
+        auth: The configured bearer tokens.
+        on_change: Called after a run became ready (wakes the worker).
+    """
+
+    def guarded(handler: Handler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        @functools.wraps(handler)
+        async def wrapper(request: web.Request) -> web.StreamResponse:
+            actor = auth.bearer(request)
+            if actor is None:
+                response = error_response(
+                    Refusal(401, "unauthenticated", "a valid bearer token is required")
+                )
+                response.headers["WWW-Authenticate"] = 'Bearer realm="signoff"'
+                return response
+            try:
+                return await handler(request, actor)
+            except BadRequest as exc:
+                return error_response(Refusal(400, "bad_request", str(exc)))
+            except SignoffError as exc:
+                ticket_id = request.match_info.get("ticket_id")
+                return error_response(await explain(runtime, exc, ticket_id))
+
+        return wrapper
+
+    async def agents(request: web.Request, actor: Actor) -> web.StreamResponse:
+        loaded = runtime.agents
+        return json_response({"agents": [agent_json(loaded[name]) for name in sorted(loaded)]})
+
+    async def runs(request: web.Request, actor: Actor) -> web.StreamResponse:
+        statuses = parse_statuses(request.query.get("status", ""))
+        limit = parse_limit(request.query.get("limit"))
+        found = await list_runs(runtime, statuses, limit)
+        return json_response({"runs": [run_summary(run) for run in found]})
+
+    async def start(request: web.Request, actor: Actor) -> web.StreamResponse:
+        body = await read_object(request)
+        agent, text = body.get("agent"), body.get("input")
+        if not isinstance(agent, str) or not agent:
+            raise BadRequest('"agent" (a loaded agent\'s name) is required')
+        if not isinstance(text, str) or not text.strip():
+            raise BadRequest('"input" (the message to the agent) is required')
+        thread_id = _optional_text(body, "thread_id")
+        if agent not in runtime.agents:
+            known = ", ".join(sorted(runtime.agents)) or "none"
+            return error_response(
+                Refusal(422, "unknown_agent", f"no agent {agent!r} is loaded (loaded: {known})")
+            )
+        try:
+            result = await runtime.start(
+                agent,
+                text,
+                requester=actor.id,
+                thread_id=thread_id,
+                origin={"platform": "console"},
+                wait=False,
+            )
+        except ConfigurationError as exc:
+            return error_response(Refusal(422, "unknown_agent", str(exc)))
+        on_change()
+        response = json_response(
+            {**run_json(result), "url": f"/api/runs/{result.run_id}"}, status=202
+        )
+        response.headers["Location"] = f"/api/runs/{result.run_id}"
+        return response
+
+    async def show(request: web.Request, actor: Actor) -> web.StreamResponse:
+        return json_response(run_json(await runtime.get(request.match_info["run_id"])))
+
+    async def events(request: web.Request, actor: Actor) -> web.StreamResponse:
+        run_id = request.match_info["run_id"]
+        fmt = request.query.get("format", "json")
+        if fmt == "jsonl":
+            return web.Response(
+                text=await runtime.export_events(run_id), content_type="application/x-ndjson"
+            )
+        if fmt != "json":
+            raise BadRequest('format must be "json" or "jsonl"')
+        return json_response({"run_id": run_id, "events": await runtime.events(run_id)})
+
+    async def tickets(request: web.Request, actor: Actor) -> web.StreamResponse:
+        limit = parse_limit(request.query.get("limit"), default=100)
+        entries = await runtime.open_tickets(limit=limit)
+        return json_response({"tickets": [pending_json(entry) for entry in entries]})
+
+    async def decide(request: web.Request, actor: Actor) -> web.StreamResponse:
+        ticket_id = request.match_info["ticket_id"]
+        answer = answer_from_json(await read_object(request))
+        result = await runtime.decide(ticket_id, answer, actor)
+        on_change()
+        return json_response(
+            {"ticket_id": ticket_id, "decision": answer.kind, "run": run_json(result)}
+        )
+
+    async def control(request: web.Request, actor: Actor) -> web.StreamResponse:
+        run_id, action = request.match_info["run_id"], request.match_info["action"]
+        body = await read_object(request)
+        current = await runtime.get(run_id)
+        if not may_control(actor, current):
+            return error_response(
+                Refusal(
+                    403,
+                    "unauthorized",
+                    f"only an operator or the requester ({current.requester}) may {action} "
+                    "this run",
+                )
+            )
+        if action == "cancel":
+            result = await runtime.cancel(
+                run_id, actor=actor, reason=_optional_text(body, "reason")
+            )
+        elif action == "pause":
+            result = await runtime.pause(run_id, actor=actor)
+        else:
+            # A paused run with nothing left to decide is driven until it parks or ends.
+            result = await runtime.resume(run_id, actor=actor)
+        on_change()
+        return json_response(run_json(result))
+
+    app.middlewares.append(_json_http_errors)
+    app.router.add_get("/api/agents", guarded(agents))
+    app.router.add_get("/api/runs", guarded(runs))
+    app.router.add_post("/api/runs", guarded(start))
+    app.router.add_get("/api/runs/{run_id}", guarded(show))
+    app.router.add_get("/api/runs/{run_id}/events", guarded(events))
+    app.router.add_post("/api/runs/{run_id}/{action:cancel|pause|resume}", guarded(control))
+    app.router.add_get("/api/tickets", guarded(tickets))
+    app.router.add_post("/api/tickets/{ticket_id}/decision", guarded(decide))

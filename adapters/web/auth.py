@@ -1,0 +1,268 @@
+"""Who is calling: bearer tokens for the JSON API, signed session cookies for the console.
+
+- `TokenAuth` maps configured tokens to `runtime.Actor`\\ s. Every lookup compares the
+  presented token with *every* configured one using `hmac.compare_digest`, so the time
+  taken does not reveal how much of a token matched or which one.
+- `SessionCodec` signs small JSON payloads with HMAC-SHA256. A console session is one
+  such payload in an HttpOnly, SameSite=Lax cookie: the actor, a fingerprint of the token
+  that signed in (so removing the token ends its sessions), a per-session CSRF token and
+  an expiry. Before sign-in the session is anonymous but already carries a CSRF token, so
+  the login form is protected too.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import secrets
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from runtime import Actor
+
+SESSION_COOKIE = "signoff_session"
+CSRF_FIELD = "csrf"
+
+
+@dataclass(frozen=True, slots=True)
+class ApiToken:
+    """One configured token and who it stands for.
+
+    Attributes:
+        token: The secret bearer token.
+        actor_id: The user id decisions are recorded under (e.g. ``U123`` or ``ops:alice``).
+        operator: Operators may decide any ticket (four-eyes still applies to them).
+        name: A display name.
+    """
+
+    token: str
+    actor_id: str
+    operator: bool = False
+    name: str | None = None
+
+    @property
+    def fingerprint(self) -> str:
+        """A one-way digest naming this token in a session cookie (never the token)."""
+        return hashlib.sha256(self.token.encode()).hexdigest()[:32]
+
+    def actor(self, platform: str) -> Actor:
+        """The actor this token authenticates, on `platform` (``api`` or ``console``)."""
+        return Actor(id=self.actor_id, operator=self.operator, platform=platform, name=self.name)
+
+
+class TokenAuth:
+    """Authenticates bearer tokens (constant-time) against a fixed set.
+
+    Args:
+        tokens: The configured tokens; an empty or blank token is refused at once.
+    """
+
+    def __init__(self, tokens: Iterable[ApiToken]) -> None:
+        self._tokens = tuple(tokens)
+        for item in self._tokens:
+            if not item.token.strip():
+                raise ValueError(f"the token of {item.actor_id!r} is empty")
+
+    def lookup(self, token: str) -> ApiToken | None:
+        """The configured token equal to `token`, or None."""
+        return _find(self._tokens, token, lambda item: item.token)
+
+    def by_fingerprint(self, fingerprint: str) -> ApiToken | None:
+        """The configured token with this fingerprint, or None (e.g. it was removed)."""
+        return _find(self._tokens, fingerprint, lambda item: item.fingerprint)
+
+    def actor_for(self, token: str, platform: str = "api") -> Actor | None:
+        """The actor `token` authenticates, or None."""
+        found = self.lookup(token)
+        return found.actor(platform) if found is not None else None
+
+    def bearer(self, request: web.BaseRequest) -> Actor | None:
+        """The actor of the request's ``Authorization: Bearer <token>`` header, or None."""
+        header = request.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return None
+        return self.actor_for(token.strip(), platform="api")
+
+
+def _find(
+    items: tuple[ApiToken, ...], wanted: str, key: Callable[[ApiToken], str]
+) -> ApiToken | None:
+    # Compare against every item without stopping early.
+    presented = wanted.encode()
+    found = None
+    for item in items:
+        if hmac.compare_digest(key(item).encode(), presented) and found is None:
+            found = item
+    return found
+
+
+def csrf_matches(expected: str, presented: str | None) -> bool:
+    """Whether a form's CSRF token equals the session's (constant-time)."""
+    if not presented or not expected:
+        return False
+    return hmac.compare_digest(expected.encode(), presented.encode())
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """A console session as read from its cookie.
+
+    Attributes:
+        csrf: The token every POST form must carry.
+        expires: Unix time after which the cookie is refused.
+        actor_id: The signed-in user, or None before sign-in.
+        token_fp: Fingerprint of the token that signed in.
+    """
+
+    csrf: str
+    expires: float
+    actor_id: str | None = None
+    token_fp: str | None = None
+
+    @property
+    def signed_in(self) -> bool:
+        """Whether someone signed in with this session."""
+        return self.actor_id is not None and self.token_fp is not None
+
+
+class SessionCodec:
+    """Signs and verifies cookie payloads (HMAC-SHA256 over compact JSON).
+
+    Args:
+        secret: The signing key; at least 32 bytes.
+        ttl_seconds: How long a session lasts.
+        secure: Set the cookie's ``Secure`` flag (serve the console over HTTPS).
+        now: Time source in Unix seconds (tests inject one).
+    """
+
+    def __init__(
+        self,
+        secret: bytes,
+        *,
+        ttl_seconds: float = 12 * 3600,
+        secure: bool = False,
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        if len(secret) < 32:
+            raise ValueError("the cookie secret must be at least 32 bytes")
+        self._secret = secret
+        self._ttl = ttl_seconds
+        self._secure = secure
+        self._now = now
+
+    # -- generic signing -------------------------------------------------------------
+    def sign(self, payload: Mapping[str, Any]) -> str:
+        """``base64url(json).base64url(hmac)``."""
+        body = _b64(json.dumps(payload, separators=(",", ":"), sort_keys=True).encode())
+        return f"{body}.{_b64(self._mac(body))}"
+
+    def unsign(self, value: str | None) -> dict[str, Any] | None:
+        """The payload of a value made by `sign`, or None if it was forged or mangled."""
+        if not value or value.count(".") != 1:
+            return None
+        body, mac = value.split(".")
+        try:
+            presented = _unb64(mac)
+        except ValueError:
+            return None
+        if not hmac.compare_digest(self._mac(body), presented):
+            return None
+        try:
+            payload = json.loads(_unb64(body))
+        except ValueError:
+            return None
+        return payload if isinstance(payload, dict) else None
+
+    def _mac(self, body: str) -> bytes:
+        return hmac.new(self._secret, b"signoff-session:" + body.encode(), hashlib.sha256).digest()
+
+    # -- sessions --------------------------------------------------------------------
+    def new_session(self, token: ApiToken | None = None) -> Session:
+        """A fresh session (anonymous without `token`) with a new CSRF token."""
+        return Session(
+            csrf=secrets.token_urlsafe(32),
+            expires=self._now() + self._ttl,
+            actor_id=token.actor_id if token is not None else None,
+            token_fp=token.fingerprint if token is not None else None,
+        )
+
+    def read(self, request: web.BaseRequest) -> Session | None:
+        """The request's valid, unexpired session, or None."""
+        payload = self.unsign(request.cookies.get(SESSION_COOKIE))
+        if payload is None:
+            return None
+        try:
+            session = Session(
+                csrf=str(payload["csrf"]),
+                expires=float(payload["exp"]),
+                actor_id=payload.get("actor"),
+                token_fp=payload.get("tok"),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+        if session.expires <= self._now():
+            return None
+        return session
+
+    def store(self, response: web.StreamResponse, session: Session) -> None:
+        """Set the session cookie on `response`."""
+        value = self.sign(
+            {
+                "actor": session.actor_id,
+                "tok": session.token_fp,
+                "csrf": session.csrf,
+                "exp": session.expires,
+            }
+        )
+        response.set_cookie(
+            SESSION_COOKIE,
+            value,
+            max_age=max(int(session.expires - self._now()), 0),
+            path="/",
+            httponly=True,
+            samesite="Lax",
+            secure=self._secure,
+        )
+
+    def clear(self, response: web.StreamResponse) -> None:
+        """Remove the session cookie."""
+        response.del_cookie(SESSION_COOKIE, path="/")
+
+    def set_flash(self, response: web.StreamResponse, kind: str, text: str) -> None:
+        """Leave a one-time message for the next page (signed, so it cannot be forged)."""
+        response.set_cookie(
+            FLASH_COOKIE,
+            self.sign({"kind": kind, "text": text[:500], "exp": self._now() + 60}),
+            path="/",
+            httponly=True,
+            samesite="Lax",
+            secure=self._secure,
+        )
+
+    def take_flash(self, request: web.BaseRequest) -> tuple[str, str] | None:
+        """The pending one-time message, if any (the caller clears the cookie)."""
+        payload = self.unsign(request.cookies.get(FLASH_COOKIE))
+        if payload is None or float(payload.get("exp", 0)) <= self._now():
+            return None
+        return str(payload.get("kind", "info")), str(payload.get("text", ""))
+
+
+FLASH_COOKIE = "signoff_flash"
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    try:
+        return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    except (ValueError, TypeError) as exc:
+        raise ValueError("not base64url") from exc

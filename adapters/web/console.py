@@ -1,0 +1,559 @@
+"""The operator web console: server-rendered pages over the runtime, behind a token.
+
+Sign-in exchanges a configured token for a signed, HttpOnly session cookie (see
+`adapters.web.auth`). Every POST form carries the session's CSRF token; a POST without
+it, or with another one, gets 403 and changes nothing. Decisions go through
+`Runtime.decide` like every other channel; refusals are shown on the page.
+
+Pages::
+
+    GET  /login   POST /login   POST /logout
+    GET  /                      -> /runs
+    GET  /runs?status=...       runs with status filters
+    GET  /runs/{run_id}         status, answer, pending tickets with forms, timeline
+    POST /runs/{run_id}/cancel|pause|resume
+    GET  /tickets               every open ticket with its forms
+    POST /tickets/{ticket_id}/decide
+    GET  /start   POST /start   start a run of any loaded agent
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import jinja2
+from aiohttp import web
+
+from adapters.web._refusals import explain
+from adapters.web.api import BadRequest, list_runs, may_control, parse_statuses
+from adapters.web.auth import (
+    CSRF_FIELD,
+    FLASH_COOKIE,
+    Session,
+    SessionCodec,
+    TokenAuth,
+    csrf_matches,
+)
+from adapters.web.forms import FormField, FormState, apply_errors, form_fields, read_fields
+from adapters.web.timeline import pretty, timeline
+from runtime import (
+    Abort,
+    Actor,
+    Allow,
+    Answer,
+    ConfigurationError,
+    Deny,
+    InputData,
+    InvalidAnswer,
+    PendingEntry,
+    RemoteInput,
+    Resolve,
+    Retry,
+    RunNotFound,
+    RunStatus,
+    Runtime,
+    SignoffError,
+)
+
+TEMPLATES = Path(__file__).parent / "templates"
+ACTIVE = (RunStatus.QUEUED, RunStatus.RUNNING)
+REFRESH_SECONDS = 2
+STATUS_FILTERS = [s.value for s in RunStatus]
+_HEADERS = {
+    "Cache-Control": "no-store",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Content-Security-Policy": (
+        "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; "
+        "frame-ancestors 'none'; base-uri 'none'"
+    ),
+}
+_DONE_WORDS = {
+    "allow": "Allowed",
+    "deny": "Denied",
+    "input": "Answered",
+    "resolve": "Recorded the verified result of",
+    "retry": "Accepted a retry of",
+    "abort": "Aborted",
+}
+
+Flash = tuple[str, str]
+PageHandler = Callable[[web.Request, Session, Actor], Awaitable[web.StreamResponse]]
+
+
+@dataclass(slots=True)
+class TicketCard:
+    """A pending ticket as the page shows it, with its forms' state."""
+
+    entry: PendingEntry
+    arguments: str
+    fields: list[FormField]
+    state: FormState
+    may_decide: bool
+
+
+@dataclass(slots=True)
+class _Rendered:
+    states: dict[str, FormState] = field(default_factory=dict)
+    flash: Flash | None = None
+    status: int = 200
+
+
+def safe_next(value: Any, default: str = "/runs") -> str:
+    """A local path to return to; anything else (other hosts, ``//x``) becomes `default`."""
+    text = str(value or "")
+    if not text.startswith("/") or text.startswith("//") or "\\" in text:
+        return default
+    return text
+
+
+def redirect(location: str) -> web.Response:
+    """A 303 See Other (a POST answered with a page to GET)."""
+    return web.Response(status=303, headers={"Location": location})
+
+
+def add_console_routes(
+    app: web.Application,
+    runtime: Runtime,
+    auth: TokenAuth,
+    on_change: Callable[[], None],
+    *,
+    cookie_secret: bytes,
+    secure_cookies: bool = False,
+) -> None:
+    """Add the console's pages to `app`.
+
+    Args:
+        app: The application to extend.
+        runtime: The runtime whose runs and tickets are shown.
+        auth: The configured tokens (sign-in exchanges one for a session).
+        on_change: Called after a run became ready (wakes the worker).
+        cookie_secret: Key signing session cookies (32 bytes or more).
+        secure_cookies: Mark cookies ``Secure`` (when served over HTTPS).
+    """
+    console = _Console(runtime, auth, on_change, SessionCodec(cookie_secret, secure=secure_cookies))
+    app.router.add_get("/login", console.login_page)
+    app.router.add_post("/login", console.login)
+    app.router.add_post("/logout", console.logout)
+    app.router.add_get("/", console.signed_in(console.home))
+    app.router.add_get("/runs", console.signed_in(console.runs))
+    app.router.add_get("/runs/{run_id}", console.signed_in(console.run))
+    app.router.add_post(
+        "/runs/{run_id}/{action:cancel|pause|resume}", console.form(console.control)
+    )
+    app.router.add_get("/tickets", console.signed_in(console.tickets))
+    app.router.add_post("/tickets/{ticket_id}/decide", console.form(console.decide))
+    app.router.add_get("/start", console.signed_in(console.start_page))
+    app.router.add_post("/start", console.form(console.start))
+
+
+class _Console:
+    def __init__(
+        self,
+        runtime: Runtime,
+        auth: TokenAuth,
+        on_change: Callable[[], None],
+        codec: SessionCodec,
+    ) -> None:
+        self.runtime = runtime
+        self.auth = auth
+        self.on_change = on_change
+        self.codec = codec
+        self.env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(TEMPLATES),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+
+    # -- sessions and rendering ----------------------------------------------------------
+    def who(self, session: Session | None) -> Actor | None:
+        """The signed-in actor; None if signed out or the token was removed."""
+        if session is None or session.token_fp is None:
+            return None
+        token = self.auth.by_fingerprint(session.token_fp)
+        if token is None or token.actor_id != session.actor_id:
+            return None
+        return token.actor("console")
+
+    def render(
+        self,
+        request: web.Request,
+        template: str,
+        *,
+        session: Session | None,
+        actor: Actor | None,
+        status: int = 200,
+        flash: Flash | None = None,
+        **context: Any,
+    ) -> web.Response:
+        flashes = []
+        stored = self.codec.take_flash(request)
+        if stored is not None:
+            flashes.append(stored)
+        if flash is not None:
+            flashes.append(flash)
+        context.setdefault("refresh", None)
+        html = self.env.get_template(template).render(
+            actor=actor,
+            csrf=session.csrf if session is not None else "",
+            csrf_field=CSRF_FIELD,
+            flashes=flashes,
+            path=request.path_qs,
+            **context,
+        )
+        response = web.Response(text=html, content_type="text/html", status=status)
+        response.headers.update(_HEADERS)
+        if FLASH_COOKIE in request.cookies:
+            response.del_cookie(FLASH_COOKIE, path="/")
+        return response
+
+    def refused(self, request: web.Request, status: int, title: str, message: str) -> web.Response:
+        session = self.codec.read(request)
+        return self.render(
+            request,
+            "error.html",
+            session=session,
+            actor=self.who(session),
+            status=status,
+            title=title,
+            message=message,
+        )
+
+    def signed_in(
+        self, handler: PageHandler
+    ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        """Wrap a GET page: signed-out visitors go to the login page."""
+
+        async def page(request: web.Request) -> web.StreamResponse:
+            session = self.codec.read(request)
+            actor = self.who(session)
+            if session is None or actor is None:
+                return redirect("/login?next=" + quote(request.path_qs, safe=""))
+            return await handler(request, session, actor)
+
+        return page
+
+    def form(self, handler: PageHandler) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        """Wrap a POST: the CSRF token must match the session's, then sign-in is needed."""
+
+        async def post(request: web.Request) -> web.StreamResponse:
+            session = self.codec.read(request)
+            posted = await request.post()
+            if session is None or not csrf_matches(session.csrf, _text(posted.get(CSRF_FIELD))):
+                return self.csrf_refused(request)
+            actor = self.who(session)
+            if actor is None:
+                return redirect("/login")
+            return await handler(request, session, actor)
+
+        return post
+
+    def csrf_refused(self, request: web.Request) -> web.Response:
+        return self.refused(
+            request,
+            403,
+            "Form refused",
+            "The form's security token is missing or wrong, so nothing was changed. "
+            "Reload the page and try again.",
+        )
+
+    def done(self, location: str, text: str, kind: str = "ok") -> web.Response:
+        response = redirect(location)
+        self.codec.set_flash(response, kind, text)
+        return response
+
+    # -- sign-in ---------------------------------------------------------------------
+    async def login_page(self, request: web.Request) -> web.StreamResponse:
+        session = self.codec.read(request)
+        target = safe_next(request.query.get("next"))
+        if self.who(session) is not None:
+            return redirect(target)
+        fresh = session is None
+        session = session or self.codec.new_session()
+        response = self.render(
+            request, "login.html", session=session, actor=None, next=target, error=None
+        )
+        if fresh:
+            self.codec.store(response, session)
+        return response
+
+    async def login(self, request: web.Request) -> web.StreamResponse:
+        session = self.codec.read(request)
+        posted = await request.post()
+        if session is None or not csrf_matches(session.csrf, _text(posted.get(CSRF_FIELD))):
+            return self.csrf_refused(request)
+        target = safe_next(posted.get("next"))
+        token = self.auth.lookup(_text(posted.get("token")).strip())
+        if token is None:
+            return self.render(
+                request,
+                "login.html",
+                session=session,
+                actor=None,
+                status=401,
+                next=target,
+                error="That token is not valid.",
+            )
+        response = redirect(target)
+        # A new session (and CSRF token) on sign-in, so a planted cookie is worthless.
+        self.codec.store(response, self.codec.new_session(token))
+        return response
+
+    async def logout(self, request: web.Request) -> web.StreamResponse:
+        session = self.codec.read(request)
+        posted = await request.post()
+        if session is None or not csrf_matches(session.csrf, _text(posted.get(CSRF_FIELD))):
+            return self.csrf_refused(request)
+        response = redirect("/login")
+        self.codec.clear(response)
+        return response
+
+    # -- pages -----------------------------------------------------------------------
+    async def home(
+        self, request: web.Request, session: Session, actor: Actor
+    ) -> web.StreamResponse:
+        return redirect("/runs")
+
+    async def runs(
+        self, request: web.Request, session: Session, actor: Actor
+    ) -> web.StreamResponse:
+        raw = request.query.get("status", "")
+        try:
+            statuses = parse_statuses(raw)
+        except BadRequest as exc:
+            return self.refused(request, 400, "Unknown status", str(exc))
+        found = await list_runs(self.runtime, statuses, 100)
+        active = any(run.status in ACTIVE for run in found)
+        return self.render(
+            request,
+            "runs.html",
+            session=session,
+            actor=actor,
+            runs=found,
+            filters=STATUS_FILTERS,
+            current=raw,
+            refresh=request.path_qs if active else None,
+        )
+
+    async def run(self, request: web.Request, session: Session, actor: Actor) -> web.StreamResponse:
+        return await self.run_page(request, session, actor, request.match_info["run_id"])
+
+    async def run_page(
+        self,
+        request: web.Request,
+        session: Session,
+        actor: Actor,
+        run_id: str,
+        shown: _Rendered | None = None,
+    ) -> web.Response:
+        shown = shown or _Rendered()
+        try:
+            result = await self.runtime.get(run_id)
+            events = await self.runtime.events(run_id)
+        except RunNotFound:
+            return self.refused(request, 404, "No such run", f"There is no run {run_id!r}.")
+        here = f"/runs/{run_id}"
+        return self.render(
+            request,
+            "run.html",
+            session=session,
+            actor=actor,
+            status=shown.status,
+            flash=shown.flash,
+            run=result,
+            cards=[self.card(entry, actor, shown.states) for entry in result.pending],
+            items=timeline(events),
+            may_control=may_control(actor, result),
+            next=here,
+            refresh=here if result.status in ACTIVE else None,
+        )
+
+    async def tickets(
+        self, request: web.Request, session: Session, actor: Actor
+    ) -> web.StreamResponse:
+        return await self.tickets_page(request, session, actor)
+
+    async def tickets_page(
+        self, request: web.Request, session: Session, actor: Actor, shown: _Rendered | None = None
+    ) -> web.Response:
+        shown = shown or _Rendered()
+        entries = await self.runtime.open_tickets()
+        return self.render(
+            request,
+            "tickets.html",
+            session=session,
+            actor=actor,
+            status=shown.status,
+            flash=shown.flash,
+            cards=[self.card(entry, actor, shown.states) for entry in entries],
+            next="/tickets",
+        )
+
+    def card(self, entry: PendingEntry, actor: Actor, states: dict[str, FormState]) -> TicketCard:
+        return TicketCard(
+            entry=entry,
+            arguments=pretty(entry.call.arguments),
+            fields=form_fields(entry.schema) if entry.status == "input" else [],
+            state=states.get(entry.ticket_id, FormState()),
+            may_decide=entry.ticket.may_decide(actor),
+        )
+
+    async def start_page(
+        self, request: web.Request, session: Session, actor: Actor
+    ) -> web.StreamResponse:
+        return self.render_start(request, session, actor)
+
+    def render_start(
+        self,
+        request: web.Request,
+        session: Session,
+        actor: Actor,
+        *,
+        status: int = 200,
+        error: str | None = None,
+        chosen: str = "",
+        text: str = "",
+    ) -> web.Response:
+        agents = self.runtime.agents
+        return self.render(
+            request,
+            "start.html",
+            session=session,
+            actor=actor,
+            status=status,
+            agents=[agents[name] for name in sorted(agents)],
+            error=error,
+            chosen=chosen,
+            text=text,
+        )
+
+    # -- actions -----------------------------------------------------------------------
+    async def start(
+        self, request: web.Request, session: Session, actor: Actor
+    ) -> web.StreamResponse:
+        posted = await request.post()
+        agent, text = _text(posted.get("agent")), _text(posted.get("input"))
+        problem = None
+        if agent not in self.runtime.agents:
+            problem = "Choose one of the loaded agents."
+        elif not text.strip():
+            problem = "Type what the agent should do."
+        if problem is None:
+            try:
+                result = await self.runtime.start(
+                    agent,
+                    text,
+                    requester=actor.id,
+                    origin={"platform": "console"},
+                    wait=False,
+                )
+            except ConfigurationError as exc:
+                problem = str(exc)
+        if problem is not None:
+            return self.render_start(
+                request, session, actor, status=422, error=problem, chosen=agent, text=text
+            )
+        self.on_change()
+        return self.done(f"/runs/{result.run_id}", f"Started a run of {agent}.")
+
+    async def control(
+        self, request: web.Request, session: Session, actor: Actor
+    ) -> web.StreamResponse:
+        run_id, action = request.match_info["run_id"], request.match_info["action"]
+        here = f"/runs/{run_id}"
+        try:
+            current = await self.runtime.get(run_id)
+            if not may_control(actor, current):
+                flash = ("error", f"Only an operator or {current.requester} may {action} this run.")
+                return await self.run_page(
+                    request, session, actor, run_id, _Rendered(flash=flash, status=403)
+                )
+            if action == "cancel":
+                await self.runtime.cancel(run_id, actor=actor, reason=f"cancelled by {actor.id}")
+            elif action == "pause":
+                await self.runtime.pause(run_id, actor=actor)
+            else:
+                await self.runtime.resume(run_id, actor=actor)
+        except SignoffError as exc:
+            refusal = await explain(self.runtime, exc)
+            if refusal.status == 404:
+                return self.refused(request, 404, "No such run", refusal.message)
+            return await self.run_page(
+                request,
+                session,
+                actor,
+                run_id,
+                _Rendered(flash=("error", refusal.message), status=refusal.status),
+            )
+        self.on_change()
+        past = {"cancel": "Cancelled", "pause": "Paused", "resume": "Resumed"}[action]
+        return self.done(here, f"{past} the run.")
+
+    async def decide(
+        self, request: web.Request, session: Session, actor: Actor
+    ) -> web.StreamResponse:
+        ticket_id = request.match_info["ticket_id"]
+        posted = await request.post()
+        back = safe_next(posted.get("next"), "/tickets")
+        async with self.runtime.store.transaction() as tx:
+            ticket = await tx.get_ticket(ticket_id)
+        if ticket is None:
+            return self.refused(
+                request, 404, "No such ticket", f"There is no ticket {ticket_id!r}."
+            )
+        action = _text(posted.get("action"))
+        state = FormState(values={k: _text(posted.get(k)) for k in ("reason", "result")})
+        fields: list[FormField] = []
+        answer: Answer | None = None
+        reason = _text(posted.get("reason")).strip() or None
+        match action:
+            case "allow":
+                answer = Allow()
+            case "deny":
+                answer = Deny(reason=reason)
+            case "input":
+                schema = ticket.target.schema_ if isinstance(ticket.target, RemoteInput) else None
+                fields = form_fields(schema)
+                data, state = read_fields(fields, posted)
+                answer = None if state.errors else InputData(data=data)
+            case "resolve":
+                try:
+                    answer = Resolve(result=json.loads(_text(posted.get("result"))))
+                except ValueError:
+                    state.errors["result"] = 'Enter the verified result as JSON (e.g. "sent").'
+            case "retry":
+                answer = Retry()
+            case "abort":
+                answer = Abort(reason=reason)
+            case _:
+                return self.refused(request, 400, "Unknown action", f"Unknown action {action!r}.")
+        flash: Flash = ("error", "Please correct the form.")
+        status = 422
+        if answer is not None:
+            try:
+                await self.runtime.decide(ticket_id, answer, actor)
+            except SignoffError as exc:
+                refusal = await explain(self.runtime, exc, ticket_id)
+                if isinstance(exc, InvalidAnswer):
+                    apply_errors(state, exc.errors, fields)
+                flash, status = ("error", refusal.message), refusal.status
+            else:
+                self.on_change()
+                what = getattr(ticket.target, "tool", "the ticket")
+                return self.done(back, f"{_DONE_WORDS.get(action, 'Decided')} {what}.")
+        shown = _Rendered(states={ticket_id: state}, flash=flash, status=status)
+        if back == f"/runs/{ticket.run_id}":
+            return await self.run_page(request, session, actor, ticket.run_id, shown)
+        return await self.tickets_page(request, session, actor, shown)
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""

@@ -1,0 +1,206 @@
+"""HTML forms generated from a ticket's JSON schema, and the typed answers read back.
+
+Only the shapes people type are rendered as inputs: strings, numbers, integers,
+booleans and enums (also behind ``$ref`` / nullable ``anyOf``); anything else becomes a
+JSON text area. What the form sends is converted to JSON types here; whether the data
+fits the schema is decided by the runtime's one validation (`runtime.InvalidAnswer`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+FieldKind = Literal["text", "number", "integer", "checkbox", "select", "json"]
+FIELD_PREFIX = "field."
+
+
+@dataclass(frozen=True, slots=True)
+class FormField:
+    """One input of a generated form.
+
+    Attributes:
+        name: The property name in the answer.
+        label: What the person reads.
+        kind: The input to render.
+        required: Whether the schema requires it.
+        description: Help text.
+        options: For ``select``: the allowed values.
+        default: The schema's default, pre-filled.
+    """
+
+    name: str
+    label: str
+    kind: FieldKind
+    required: bool = False
+    description: str | None = None
+    options: tuple[Any, ...] = ()
+    default: Any = None
+
+    @property
+    def input_name(self) -> str:
+        """The HTML name of the input."""
+        return FIELD_PREFIX + self.name
+
+    def shown(self, value: Any) -> str:
+        """A value as the input shows it."""
+        if value is None:
+            return ""
+        if self.kind == "json":
+            return (
+                value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False)
+            )
+        return str(value)
+
+    def initial(self) -> str:
+        """The pre-filled text (the default, if any)."""
+        return self.shown(self.default)
+
+
+@dataclass(slots=True)
+class FormState:
+    """What a person typed into one ticket's forms, and what was wrong with it.
+
+    Attributes:
+        values: Raw text per field (input forms), ``reason`` and ``result`` (others).
+        errors: Messages per field name.
+        general: Messages not about one field.
+    """
+
+    values: dict[str, str] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    general: list[str] = field(default_factory=list)
+
+
+def _resolve(prop: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
+    """Follow a local ``$ref`` and unwrap ``anyOf [X, null]`` / single ``allOf``."""
+    ref = prop.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        target = defs.get(ref[len("#/$defs/") :], {})
+        merged = {**target, **{k: v for k, v in prop.items() if k != "$ref"}}
+        return _resolve(merged, defs)
+    for key in ("anyOf", "oneOf", "allOf"):
+        variants = prop.get(key)
+        if isinstance(variants, list):
+            real = [v for v in variants if isinstance(v, dict) and v.get("type") != "null"]
+            if len(real) == 1:
+                outer = {k: v for k, v in prop.items() if k != key}
+                return _resolve({**real[0], **outer}, defs)
+    return prop
+
+
+def _kind(prop: dict[str, Any]) -> tuple[FieldKind, tuple[Any, ...]]:
+    if isinstance(prop.get("enum"), list):
+        return "select", tuple(prop["enum"])
+    if "const" in prop:
+        return "select", (prop["const"],)
+    match prop.get("type"):
+        case "string":
+            return "text", ()
+        case "integer":
+            return "integer", ()
+        case "number":
+            return "number", ()
+        case "boolean":
+            return "checkbox", ()
+        case _:
+            return "json", ()
+
+
+def form_fields(schema: dict[str, Any] | None) -> list[FormField]:
+    """The inputs for an object schema's properties, in the schema's order."""
+    if not schema:
+        return []
+    defs = schema.get("$defs") or {}
+    required = set(schema.get("required") or [])
+    fields = []
+    for name, raw in (schema.get("properties") or {}).items():
+        prop = _resolve(raw if isinstance(raw, dict) else {}, defs)
+        kind, options = _kind(prop)
+        label = prop.get("title") or name.replace("_", " ").capitalize()
+        fields.append(
+            FormField(
+                name=name,
+                label=str(label),
+                kind=kind,
+                required=name in required,
+                description=prop.get("description"),
+                options=options,
+                default=prop.get("default"),
+            )
+        )
+    return fields
+
+
+def read_fields(fields: list[FormField], form: Any) -> tuple[dict[str, Any], FormState]:
+    """Convert submitted text into JSON values; conversion problems go into the state.
+
+    Args:
+        fields: The form's inputs.
+        form: The posted form (a multidict).
+
+    Returns:
+        The answer data and the form state (raw values plus any errors).
+    """
+    data: dict[str, Any] = {}
+    state = FormState()
+    for item in fields:
+        raw = form.get(item.input_name)
+        if item.kind == "checkbox":
+            data[item.name] = raw is not None
+            state.values[item.name] = "true" if raw is not None else ""
+            continue
+        text = str(raw) if raw is not None else ""
+        state.values[item.name] = text
+        if not text.strip():
+            if item.required:
+                state.errors[item.name] = "This field is required."
+            continue
+        try:
+            data[item.name] = _convert(item, text)
+        except ValueError as exc:
+            state.errors[item.name] = str(exc)
+    return data, state
+
+
+def _convert(item: FormField, text: str) -> Any:
+    match item.kind:
+        case "text":
+            return text
+        case "integer":
+            try:
+                return int(text.strip())
+            except ValueError:
+                raise ValueError("Enter a whole number.") from None
+        case "number":
+            try:
+                return float(text.strip())
+            except ValueError:
+                raise ValueError("Enter a number.") from None
+        case "select":
+            for option in item.options:
+                if str(option) == text:
+                    return option
+            raise ValueError("Choose one of the options.")
+        case "json":
+            try:
+                return json.loads(text)
+            except ValueError:
+                raise ValueError("Enter valid JSON.") from None
+        case "checkbox":
+            return True
+    raise ValueError(f"unsupported field kind {item.kind}")
+
+
+def apply_errors(state: FormState, errors: list[dict[str, Any]], fields: list[FormField]) -> None:
+    """Place the runtime's validation errors next to the fields they are about."""
+    names = {item.name for item in fields}
+    for error in errors:
+        path = str(error.get("path") or "")
+        head = path.split("/", 1)[0]
+        message = str(error.get("message") or "invalid")
+        if head in names:
+            state.errors.setdefault(head, message)
+        else:
+            state.general.append(message)

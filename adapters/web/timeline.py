@@ -1,0 +1,187 @@
+"""A run's flight recorder as lines a person reads (the console's timeline)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+MAX_SHOWN = 4000
+
+
+def pretty(value: Any, limit: int = MAX_SHOWN) -> str:
+    """Indented JSON (strings as they are), cut safely at `limit` characters."""
+    text = (
+        value
+        if isinstance(value, str)
+        else json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    )
+    if len(text) > limit:
+        return text[:limit] + f"\n… ({len(text) - limit} more characters)"
+    return text
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineItem:
+    """One event of the timeline.
+
+    Attributes:
+        at: ISO time.
+        kind: The event kind (``model_call``, ``ticket_decided`` ...).
+        title: One line saying what happened.
+        actor: Who acted, if a person did.
+        details: ``(label, text)`` blocks shown under the title.
+        tone: ``info``, ``ok``, ``warn``, ``bad`` or ``muted`` (colour only).
+    """
+
+    at: str
+    kind: str
+    title: str
+    actor: str | None = None
+    details: list[tuple[str, str]] = field(default_factory=list)
+    tone: str = "info"
+
+
+Described = tuple[str, list[tuple[str, Any]], str]
+
+
+def _d(data: dict[str, Any], key: str, default: Any = "?") -> Any:
+    value = data.get(key)
+    return default if value is None else value
+
+
+def _model_call(d: dict[str, Any], actor: str | None) -> Described:
+    title = (
+        f"Model call, turn {_d(d, 'turn')} ({_d(d, 'model')}): "
+        f"{_d(d, 'prompt_tokens', 0)} prompt + {_d(d, 'completion_tokens', 0)} completion tokens"
+    )
+    details: list[tuple[str, Any]] = []
+    if d.get("text"):
+        details.append(("said", d["text"]))
+    if d.get("tool_calls"):
+        details.append(("asked for", ", ".join(map(str, d["tool_calls"]))))
+    return title, details, "info"
+
+
+def _ticket_opened(d: dict[str, Any], actor: str | None) -> Described:
+    target = d.get("target") or {}
+    what = target.get("tool") or target.get("kind", "a decision")
+    title = f"Waiting for a decision on {what}; who may decide: {_d(d, 'who_may_decide')}"
+    if d.get("deadline"):
+        title += f"; deadline {d['deadline']}"
+    details: list[tuple[str, Any]] = [("ticket", _d(d, "ticket_id"))]
+    if target.get("prompt"):
+        details.append(("asks", target["prompt"]))
+    if "args" in target:
+        details.append(("arguments", target["args"]))
+    return title, details, "warn"
+
+
+def _ticket_decided(d: dict[str, Any], actor: str | None) -> Described:
+    who = d.get("actor_name") or d.get("actor") or actor or "?"
+    decision = _d(d, "decision")
+    title = (
+        f"{str(decision).capitalize()}: {_d(d, 'tool', 'ticket')} by {who} "
+        f"via {_d(d, 'platform')} at {_d(d, 'decided_at')}"
+    )
+    details: list[tuple[str, Any]] = []
+    if d.get("reason"):
+        details.append(("reason", d["reason"]))
+    tone = "bad" if decision in ("deny", "abort") else "ok"
+    return title, details, tone
+
+
+_SIMPLE: dict[str, Callable[[dict[str, Any], str | None], Described]] = {
+    "run_started": lambda d, a: (
+        f"Run of {_d(d, 'agent')} started by {a or 'someone'}",
+        [("input", _d(d, "input", ""))],
+        "info",
+    ),
+    "run_claimed": lambda d, a: (f"Picked up by worker {_d(d, 'worker')}", [], "muted"),
+    "model_call": _model_call,
+    "model_interrupted": lambda d, a: (
+        f"Model call interrupted; attempt {_d(d, 'attempt')} of turn {_d(d, 'turn')}",
+        [],
+        "warn",
+    ),
+    "tool_proposed": lambda d, a: (
+        f"Tool call {_d(d, 'tool')} proposed (permission: {_d(d, 'permission')})",
+        [("arguments", d.get("args", {}))],
+        "info",
+    ),
+    "ticket_opened": _ticket_opened,
+    "ticket_decided": _ticket_decided,
+    "tool_dispatched": lambda d, a: (
+        f"Tool {_d(d, 'tool')} running (attempt {_d(d, 'attempt')})",
+        [],
+        "muted",
+    ),
+    "tool_completed": lambda d, a: (
+        f"Tool {_d(d, 'tool')} completed",
+        [("result", d.get("result"))],
+        "ok",
+    ),
+    "tool_failed": lambda d, a: (
+        f"Tool {_d(d, 'tool')} failed",
+        [("error", d.get("error"))],
+        "bad",
+    ),
+    "tool_denied": lambda d, a: (f"Tool {_d(d, 'tool')} denied: {_d(d, 'reason')}", [], "bad"),
+    "input_requested": lambda d, a: (
+        f"Tool {_d(d, 'tool')} asks for input",
+        [("prompt", _d(d, "prompt", ""))],
+        "warn",
+    ),
+    "tool_uncertain": lambda d, a: (
+        f"Outcome of {_d(d, 'tool')} unknown after {_d(d, 'attempts')} attempt(s); "
+        "a person must resolve it",
+        [],
+        "bad",
+    ),
+    "tool_replayed": lambda d, a: (
+        f"Tool {_d(d, 'tool')} replayed ({_d(d, 'policy')})",
+        [],
+        "warn",
+    ),
+    "ticket_expired": lambda d, a: (
+        f"Ticket {_d(d, 'ticket_id')} expired; action: {_d(d, 'action')}",
+        [],
+        "bad",
+    ),
+    "ticket_voided": lambda d, a: (f"Ticket {_d(d, 'ticket_id')} voided", [], "muted"),
+    "run_awaiting": lambda d, a: ("Waiting for people", [], "warn"),
+    "run_ready": lambda d, a: ("All decisions are in; ready to continue", [], "info"),
+    "run_done": lambda d, a: ("Done", [("answer", _d(d, "text", ""))], "ok"),
+    "run_failed": lambda d, a: ("Failed", [("error", _d(d, "error", ""))], "bad"),
+    "run_paused": lambda d, a: ("Paused", [], "warn"),
+    "run_resumed": lambda d, a: ("Resumed", [], "info"),
+    "run_cancelled": lambda d, a: (f"Cancelled: {_d(d, 'reason', '')}", [], "bad"),
+    "pause_requested": lambda d, a: ("Pause requested", [], "warn"),
+    "cancel_requested": lambda d, a: ("Cancel requested", [], "warn"),
+}
+
+
+def timeline(events: list[dict[str, Any]]) -> list[TimelineItem]:
+    """Turn flight-recorder events (as `runtime.Runtime.events` gives them) into items."""
+    items = []
+    for event in events:
+        data = event.get("data") or {}
+        kind = str(event.get("kind"))
+        actor = event.get("actor")
+        describe = _SIMPLE.get(kind)
+        if describe is None:
+            title, raw_details, tone = kind.replace("_", " ").capitalize(), [("data", data)], "info"
+        else:
+            title, raw_details, tone = describe(data, actor)
+        items.append(
+            TimelineItem(
+                at=str(event.get("at", "")),
+                kind=kind,
+                title=title,
+                actor=actor,
+                details=[(label, pretty(value)) for label, value in raw_details if value != ""],
+                tone=tone,
+            )
+        )
+    return items

@@ -1,0 +1,36 @@
+"""Webhook-triggered runs: ``POST /hooks/{name}`` and signed completion callbacks.
+
+- `signing`: the HMAC-SHA256 header scheme (pure functions);
+- `config`: `HookConfig`, one hook's secret, agent, input template and destinations;
+- `routes`: `add_hook_routes`, the aiohttp route that starts runs;
+- `callback`: `CallbackNotifier` and `HookAwareNotifier`, completion callbacks via the
+  outbox.
+"""
+
+from adapters.webhook.callback import CallbackNotifier, HookAwareNotifier
+from adapters.webhook.config import HookConfig, TemplateError
+from adapters.webhook.routes import add_hook_routes
+from adapters.webhook.signing import (
+    BadSignature,
+    MissingSignature,
+    SignatureError,
+    StaleTimestamp,
+    sign,
+    signed_headers,
+    verify,
+)
+
+__all__ = [
+    "BadSignature",
+    "CallbackNotifier",
+    "HookAwareNotifier",
+    "HookConfig",
+    "MissingSignature",
+    "SignatureError",
+    "StaleTimestamp",
+    "TemplateError",
+    "add_hook_routes",
+    "sign",
+    "signed_headers",
+    "verify",
+]

@@ -1,0 +1,214 @@
+"""Signed completion callbacks for webhook-started runs, delivered through the outbox.
+
+When a run finishes the runtime writes a ``run_finished`` outbox item whose
+``destination`` is the run's origin; for a hook run that origin holds ``hook`` and, when
+the hook has a callback, ``callback_url``. `CallbackNotifier` POSTs::
+
+    {"run_id": ..., "status": "done" | "failed" | "cancelled", "text": ..., "error": ...,
+     "hook": ...}
+
+to the URL *configured on the hook now* (the stored URL only says that a callback was
+wanted), refusing any host not in the hook's ``callback_hosts``. The request is signed
+with the hook's secret exactly like incoming requests (`adapters.webhook.signing`) and
+carries ``Idempotency-Key: <outbox id>``, stable across retries, so a receiver can drop
+a duplicate. Outcomes: 2xx delivered; 408, 429, 5xx, timeouts and connection errors are
+retried with backoff (``Retry-After`` honoured); redirects and other 4xx are permanent
+(the outbox marks the item failed and records ``notification_failed`` on the run).
+
+Design choice: one outbox item, one effect
+------------------------------------------
+An outbox item is retried as a whole. If one ``run_finished`` item had to produce both a
+chat post and a callback, a failure of the second would repeat the first on every retry.
+`HookAwareNotifier` therefore sends a ``run_finished`` item of a hook run that has a
+callback **only** to the callback. For hooks whose approvals go to the console (the
+default) nothing is lost: the console reads the database and posts nothing. For hooks
+whose approvals go to Slack or Discord, the chat channel gets the approval cards and
+their in-place updates, but no separate "run finished" message. The clean fix is in the
+runtime: write a second outbox item (kind ``run_callback``) for every finished run whose
+origin has a ``callback_url``, so each item has exactly one effect.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import aiohttp
+
+from adapters.webhook.config import HookConfig
+from adapters.webhook.signing import signed_headers
+from runtime import Clock, SystemClock
+from runtime.outbox import DeliveryError, Notifier
+from runtime.store.records import OutboxRecord
+
+log = logging.getLogger("signoff.webhook.callback")
+
+RUN_FINISHED = "run_finished"
+USER_AGENT = "signoff-webhook/1"
+_MAX_RETRY_AFTER = 24 * 3600.0
+_TRANSIENT_STATUSES = frozenset({408, 425, 429})
+
+SessionFactory = Callable[[], aiohttp.ClientSession]
+
+
+def _default_session() -> aiohttp.ClientSession:
+    # trust_env=False: a callback goes to the configured host, never through a proxy
+    # picked up from the environment.
+    return aiohttp.ClientSession(trust_env=False)
+
+
+def wants_callback(item: OutboxRecord) -> bool:
+    """True for a ``run_finished`` item of a hook run that asked for a callback."""
+    destination = item.destination
+    return (
+        item.kind == RUN_FINISHED
+        and bool(destination.get("hook"))
+        and bool(destination.get("callback_url"))
+    )
+
+
+def callback_payload(item: OutboxRecord) -> dict[str, Any]:
+    """The JSON body of a completion callback for `item`."""
+    payload = item.payload
+    # A cancelled run's reason is its error, as `runtime.RunResult.error` reports it.
+    error = payload.get("error")
+    if error is None and payload.get("status") == "cancelled":
+        error = payload.get("reason")
+    return {
+        "run_id": payload.get("run_id", item.run_id),
+        "status": payload.get("status"),
+        "text": payload.get("text"),
+        "error": error,
+        "hook": item.destination.get("hook"),
+    }
+
+
+def _retry_after(value: str | None, now: datetime) -> float | None:
+    if not value:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return min(float(text), _MAX_RETRY_AFTER)
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return min(max((when - now).total_seconds(), 0.0), _MAX_RETRY_AFTER)
+
+
+class CallbackNotifier:
+    """Delivers completion callbacks of hook runs (a `runtime.outbox.Notifier`).
+
+    Args:
+        hooks: The hook configurations by name; the URL, allowed hosts, secret and
+            timeout are read from here at delivery time.
+        session_factory: Makes the aiohttp client session for one delivery; the
+            notifier closes it afterwards. Default: a plain session ignoring proxy
+            environment variables.
+        clock: The time source for signature timestamps and ``Retry-After`` dates.
+    """
+
+    def __init__(
+        self,
+        hooks: Mapping[str, HookConfig],
+        session_factory: SessionFactory | None = None,
+        *,
+        clock: Clock | None = None,
+    ) -> None:
+        self._hooks = hooks
+        self._session_factory = session_factory or _default_session
+        self._clock = clock or SystemClock()
+
+    def _target(self, item: OutboxRecord) -> tuple[HookConfig, str]:
+        name = item.destination.get("hook")
+        if item.kind != RUN_FINISHED or not name:
+            raise DeliveryError(
+                f"outbox item {item.outbox_id} ({item.kind}) is not a hook run's completion",
+                permanent=True,
+            )
+        hook = self._hooks.get(str(name))
+        if hook is None:
+            raise DeliveryError(f"hook {name!r} is no longer configured", permanent=True)
+        url = hook.callback_url
+        if not url:
+            raise DeliveryError(f"hook {name!r} no longer has a callback_url", permanent=True)
+        if not hook.allows_callback_to(url):
+            raise DeliveryError(
+                f"hook {name!r}: callback host of {url!r} is not in callback_hosts",
+                permanent=True,
+            )
+        return hook, url
+
+    async def deliver(self, item: OutboxRecord) -> dict[str, Any] | None:
+        """POST the signed callback for `item`.
+
+        Returns:
+            ``{"callback_url": ..., "status": <HTTP status>}`` once the receiver accepted.
+
+        Raises:
+            DeliveryError: Permanent for a refused URL, a redirect or a 4xx answer;
+                transient (with ``retry_after`` when given) for 408/425/429/5xx and
+                network failures.
+        """
+        hook, url = self._target(item)
+        body = json.dumps(callback_payload(item), separators=(",", ":")).encode("utf-8")
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": USER_AGENT,
+            "Idempotency-Key": item.outbox_id,
+            **signed_headers(hook.secret, body, self._clock.now().timestamp()),
+        }
+        timeout = aiohttp.ClientTimeout(total=hook.callback_timeout_seconds)
+        try:
+            async with (
+                self._session_factory() as session,
+                session.post(
+                    url, data=body, headers=headers, timeout=timeout, allow_redirects=False
+                ) as response,
+            ):
+                status = response.status
+                retry_after = response.headers.get("Retry-After")
+                # Read (and drop) a little of the answer so the connection can be reused.
+                await response.content.read(4096)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise DeliveryError(
+                f"callback to {url} failed: {type(exc).__name__}: {exc}".rstrip(": ")
+            ) from exc
+        if 200 <= status < 300:
+            log.info("callback for run %s delivered to %s", item.run_id, url)
+            return {"callback_url": url, "status": status}
+        message = f"callback to {url} answered HTTP {status}"
+        if status >= 500 or status in _TRANSIENT_STATUSES:
+            raise DeliveryError(message, retry_after=_retry_after(retry_after, self._clock.now()))
+        if 300 <= status < 400:
+            message += " (redirects are not followed)"
+        raise DeliveryError(message, permanent=True)
+
+
+class HookAwareNotifier:
+    """Sends hook runs' completion items to their callback, everything else on.
+
+    A ``run_finished`` item of a hook run with a ``callback_url`` goes **only** to
+    `callbacks`; every other item goes to `platform_notifier` (typically a
+    `runtime.outbox.RoutingNotifier`). See the module docstring for why.
+
+    Args:
+        platform_notifier: Delivers chat and console notifications.
+        callbacks: Delivers completion callbacks.
+    """
+
+    def __init__(self, platform_notifier: Notifier, callbacks: CallbackNotifier) -> None:
+        self._platform = platform_notifier
+        self._callbacks = callbacks
+
+    async def deliver(self, item: OutboxRecord) -> dict[str, Any] | None:
+        """Deliver `item` to its callback or its platform."""
+        if wants_callback(item):
+            return await self._callbacks.deliver(item)
+        return await self._platform.deliver(item)

@@ -1,0 +1,1223 @@
+"""The ``signoff`` command line (also ``python -m bot``).
+
+Every command builds what it needs from the settings (`bot.settings`) when it runs, and
+every error the runtime raises on purpose becomes one line on stderr and a documented exit
+code (`EXIT_CODES`), never a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import json
+import logging
+import re
+import sys
+import tempfile
+import traceback
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from bot.settings import Settings, load_settings
+from bot.wiring import build_runtime, load_agents, open_store
+from runtime import (
+    Actor,
+    Agent,
+    ConfigurationError,
+    Expired,
+    InvalidAnswer,
+    NotAwaiting,
+    PendingEntry,
+    Permission,
+    ResolutionError,
+    RunNotFound,
+    RunResult,
+    RunStatus,
+    Runtime,
+    SignoffError,
+    StaleTicket,
+    StorageError,
+    TicketStatus,
+    Unauthorized,
+    UnknownExecutionKey,
+)
+
+# --- exit codes --------------------------------------------------------------------------
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1
+EXIT_USAGE = 2
+EXIT_CONFIG = 3
+EXIT_NOT_FOUND = 4
+EXIT_NOT_AWAITING = 5
+EXIT_EXPIRED = 6
+EXIT_UNAUTHORIZED = 7
+EXIT_STALE = 8
+EXIT_BAD_ANSWER = 9
+EXIT_STORAGE = 10
+EXIT_INTERRUPTED = 130
+
+EXIT_CODES: dict[int, str] = {
+    EXIT_OK: "success",
+    EXIT_INTERNAL: "unexpected internal error (a bug: please report it)",
+    EXIT_USAGE: "bad command line: unknown option, missing argument, invalid JSON",
+    EXIT_CONFIG: "configuration error: an invalid SIGNOFF_* setting or SIGNOFF_APP",
+    EXIT_NOT_FOUND: "no such run, ticket or execution key",
+    EXIT_NOT_AWAITING: "nothing to decide: the ticket was already decided, voided or the run "
+    "cannot do that now",
+    EXIT_EXPIRED: "the ticket's decision deadline has passed",
+    EXIT_UNAUTHORIZED: "the acting user may not decide this ticket",
+    EXIT_STALE: "the agent or its tools changed since the run parked",
+    EXIT_BAD_ANSWER: "the answer does not fit the ticket (or fails its input schema)",
+    EXIT_STORAGE: "the database failed",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C, or no answer at a prompt)",
+}
+
+# Most specific first: the first matching class decides the code and the label.
+_ERROR_MAP: tuple[tuple[type[BaseException], int, str], ...] = (
+    (InvalidAnswer, EXIT_BAD_ANSWER, "invalid answer"),
+    (ResolutionError, EXIT_BAD_ANSWER, "answer does not fit"),
+    (UnknownExecutionKey, EXIT_NOT_FOUND, "not found"),
+    (RunNotFound, EXIT_NOT_FOUND, "not found"),
+    (NotAwaiting, EXIT_NOT_AWAITING, "conflict"),
+    (Expired, EXIT_EXPIRED, "expired"),
+    (Unauthorized, EXIT_UNAUTHORIZED, "not allowed"),
+    (StaleTicket, EXIT_STALE, "stale ticket"),
+    (ConfigurationError, EXIT_CONFIG, "configuration"),
+    (StorageError, EXIT_STORAGE, "database"),
+    (SignoffError, EXIT_INTERNAL, "error"),
+)
+
+_HINTS: dict[type[BaseException], str] = {
+    StaleTicket: "the run parked under another agent definition; check SIGNOFF_APP",
+}
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(_CONTROL.sub(" ", text).split())
+
+
+def _clip(text: str, width: int) -> str:
+    clean = _one_line(text)
+    return clean if len(clean) <= width else clean[: max(width - 1, 0)] + "…"
+
+
+def _fail(label: str, message: str, code: int) -> int:
+    click.echo(f"signoff: {label}: {_one_line(message)}", err=True)
+    return code
+
+
+# --- shared state and options ------------------------------------------------------------
+
+
+@dataclass
+class _State:
+    """What the root command hands to its subcommands."""
+
+    config: Path | None
+    loaded: Settings | None = field(default=None, init=False)
+
+    def settings(self, database_url: str | None = None) -> Settings:
+        settings = load_settings(
+            self.config,
+            overrides={"database_url": database_url},
+            override_names={"database_url": "--database-url"},
+        )
+        if self.loaded is None:
+            logging.basicConfig(
+                level=settings.log_level,
+                stream=sys.stderr,
+                format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+            )
+        self.loaded = settings
+        return settings
+
+
+def _state() -> _State:
+    state = click.get_current_context().find_object(_State)
+    assert state is not None
+    return state
+
+
+def _login() -> str:
+    try:
+        return getpass.getuser() or "unknown"
+    except Exception:  # no login name in some containers
+        return "unknown"
+
+
+def _actor_id(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and not value.strip():
+        raise click.BadParameter("the user id cannot be empty")
+    return value.strip() if value else value
+
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def database_option(fn: _F) -> _F:
+    """``--database-url``: the store to work on (default: SIGNOFF_DATABASE_URL)."""
+    return click.option(
+        "--database-url",
+        metavar="URL",
+        help="Database to work on (default: SIGNOFF_DATABASE_URL, else "
+        "sqlite+aiosqlite:///signoff.db in the working directory).",
+    )(fn)
+
+
+def actor_options(fn: _F) -> _F:
+    """``--as USER`` and ``--operator/--no-operator``: who acts."""
+    fn = click.option(
+        "--operator/--no-operator",
+        default=True,
+        show_default=True,
+        help="Act with operator authority (may decide any ticket, except where four-eyes "
+        "forbids the requester). --no-operator checks the ticket's approvers as a chat "
+        "click would.",
+    )(fn)
+    return click.option(
+        "--as",
+        "as_user",
+        metavar="USER",
+        callback=_actor_id,
+        help="The acting user id, recorded in the flight recorder "
+        "(default: operator:<your login name>).",
+    )(fn)
+
+
+def resume_option(fn: _F) -> _F:
+    """``--resume/--no-resume``."""
+    return click.option(
+        "--resume/--no-resume",
+        default=True,
+        show_default=True,
+        help="Continue the run in this process when this was its last open decision. "
+        "--no-resume leaves it queued for `signoff resume` or a worker.",
+    )(fn)
+
+
+def _actor(as_user: str | None, operator: bool) -> Actor:
+    login = _login()
+    return Actor(id=as_user or f"operator:{login}", operator=operator, platform="cli", name=login)
+
+
+def _parse_json(value: str, option: str) -> Any:
+    text = sys.stdin.read() if value == "-" else value
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        hint = ""
+        if option == "--result":
+            hint = "; to record text, quote it as JSON, e.g. --result '\"refund re_42 issued\"'"
+        raise click.BadParameter(
+            f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}){hint}",
+            param_hint=f"'{option}'",
+        ) from None
+
+
+@asynccontextmanager
+async def _runtime(database_url: str | None) -> AsyncIterator[Runtime]:
+    settings = _state().settings(database_url)
+    runtime, store = await build_runtime(settings)
+    try:
+        yield runtime
+    finally:
+        await store.close()
+
+
+def _run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+# --- output ------------------------------------------------------------------------------
+
+
+def _time(value: datetime | str | None) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _until(deadline: datetime | None) -> str:
+    if deadline is None:
+        return "none"
+    left = int((deadline - datetime.now(UTC)).total_seconds())
+    if left <= 0:
+        return f"{_time(deadline)} (passed)"
+    hours, rest = divmod(left, 3600)
+    minutes = rest // 60
+    span = f"{hours}h{minutes:02d}m" if hours else f"{max(minutes, 1)}m"
+    return f"{_time(deadline)} (in {span})"
+
+
+def _shorten(value: Any, limit: int = 400) -> Any:
+    """Long strings inside a JSON value cut to `limit` characters, for display."""
+    if isinstance(value, str) and len(value) > limit:
+        return value[:limit] + f"… (+{len(value) - limit} chars)"
+    if isinstance(value, dict):
+        return {k: _shorten(v, limit) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shorten(v, limit) for v in value]
+    return value
+
+
+def _pretty(value: Any) -> str:
+    # json.dumps escapes control characters, so model-made text cannot drive the terminal.
+    return json.dumps(_shorten(value), indent=2, ensure_ascii=False, default=str)
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(_shorten(value, 120), ensure_ascii=False, default=str)
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for index, cell in enumerate(row):
+            widths[index] = max(widths[index], len(cell))
+    for row in (headers, *rows):
+        cells = [cell.ljust(widths[i]) for i, cell in enumerate(row)]
+        click.echo("  ".join(cells).rstrip())
+
+
+def _who(entry: PendingEntry) -> str:
+    return f"{entry.ticket.who_may_decide()}; operators may too"
+
+
+def _print_pending(entry: PendingEntry, indent: str = "  ") -> None:
+    label_width = 16
+
+    def line(label: str, value: str) -> None:
+        lines = value.splitlines() or [""]
+        click.echo(f"{indent}{(label + ':').ljust(label_width)}{lines[0]}")
+        for rest in lines[1:]:
+            click.echo(f"{indent}{' ' * label_width}{rest}")
+
+    line("Ticket", entry.ticket_id)
+    line("Waiting for", entry.status)
+    line("Agent", entry.ticket.agent)
+    line("Tool", entry.call.name)
+    line("Arguments", _pretty(entry.call.arguments))
+    if entry.status == "approval" and entry.prompt:
+        line("Model's reason", _one_line(entry.prompt))
+    if entry.status == "input":
+        line("Question", _one_line(entry.prompt or ""))
+        line("Answer schema", _pretty(entry.schema or {}))
+    if entry.status == "uncertain":
+        line(
+            "Uncertain",
+            f"dispatched {entry.call.attempts} time(s), outcome never recorded",
+        )
+    line("Execution key", entry.execution_key)
+    line("Requested by", entry.ticket.requester or "-")
+    line("Who may decide", _who(entry))
+    line("Deadline", _until(entry.ticket.deadline))
+
+
+def _next_step(entry: PendingEntry) -> str:
+    match entry.status:
+        case "approval":
+            return (
+                f"signoff approve {entry.ticket_id}  |  signoff deny {entry.ticket_id} --reason ..."
+            )
+        case "input":
+            return f"signoff answer {entry.ticket_id} --data '{{...}}'"
+        case _:
+            return f"signoff resolve {entry.ticket_id} --result JSON | --retry | --abort"
+
+
+def _print_run(result: RunResult) -> None:
+    run = result.run_id
+    match result.status:
+        case RunStatus.DONE:
+            click.echo(f"run {run} is done: {_one_line(result.text or '')}")
+        case RunStatus.AWAITING:
+            count = len(result.pending)
+            click.echo(f"run {run} is awaiting {count} decision{'s' if count != 1 else ''}:")
+            for entry in result.pending:
+                click.echo("")
+                _print_pending(entry)
+                click.echo(f"  {'Decide with:'.ljust(16)}{_next_step(entry)}")
+        case RunStatus.QUEUED:
+            click.echo(
+                f"run {run} is ready to continue: `signoff resume {run}` (or a worker) runs it"
+            )
+        case RunStatus.RUNNING:
+            click.echo(f"run {run} is running in another process")
+        case RunStatus.PAUSED:
+            click.echo(f"run {run} is paused: `signoff resume {run}` continues it")
+        case RunStatus.FAILED:
+            click.echo(f"run {run} failed: {_one_line(result.error or 'unknown error')}")
+        case RunStatus.CANCELLED:
+            click.echo(f"run {run} is cancelled")
+
+
+def _event_line(event: dict[str, Any]) -> str:
+    data = event.get("data") or {}
+    parts = [f"by={event['actor']}"] if event.get("actor") else []
+    for key, value in data.items():
+        if value is None or value == {} or value == [] or key == "actor":
+            continue
+        shown = value if isinstance(value, str) else _compact(value)
+        parts.append(f"{key}={_clip(str(shown), 80)}")
+    at = datetime.fromisoformat(event["at"]).astimezone(UTC).strftime("%H:%M:%S.%f")[:-3]
+    detail = _clip(" ".join(parts), 150)
+    return f"  {event['seq']:>3}  {at}  {event['kind']:<17} {detail}"
+
+
+def _print_events(events: Sequence[dict[str, Any]]) -> None:
+    day = (
+        datetime.fromisoformat(events[0]["at"]).astimezone(UTC).strftime("%Y-%m-%d")
+        if events
+        else "-"
+    )
+    click.echo(f"Flight recorder ({len(events)} events, times UTC on {day}):")
+    for event in events:
+        click.echo(_event_line(event).rstrip())
+
+
+def _permission(agent: Agent, name: str) -> tuple[str, str]:
+    """The tool's permission, and a note describing a rule."""
+    tool = agent.tools[name]
+    if isinstance(tool.permission, Permission):
+        return tool.permission.value, ""
+    rule = tool.permission
+    doc = (getattr(rule, "__doc__", None) or "").strip().splitlines()
+    label = getattr(rule, "__name__", "rule")
+    return "rule", f"{label}: {doc[0]}" if doc else label
+
+
+def _span(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    parts = [f"{v}{u}" for v, u in ((days, "d"), (hours, "h"), (minutes, "m"), (secs, "s")) if v]
+    return "".join(parts) or "0s"
+
+
+# --- the commands --------------------------------------------------------------------------
+
+_EPILOG = "\b\nExit codes:\n" + "\n".join(f"  {code:<4}{text}" for code, text in EXIT_CODES.items())
+
+
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog=_EPILOG,
+)
+@click.option(
+    "--config",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="SIGNOFF_CONFIG",
+    metavar="PATH",
+    help="TOML file with settings (keys like database_url, port); SIGNOFF_* environment "
+    "variables override it. Also read from SIGNOFF_CONFIG.",
+)
+@click.pass_context
+def cli(ctx: click.Context, config: Path | None) -> None:
+    """Run AI agents whose risky tool calls wait for a person's sign-off.
+
+    Runs that need a decision park in the database behind resume tickets; these
+    commands show and decide them. Settings come from SIGNOFF_* environment variables
+    (see the README), e.g. SIGNOFF_DATABASE_URL and SIGNOFF_APP.
+
+    \b
+    Examples:
+      signoff demo                      # a scripted agent end to end, in the terminal
+      signoff tickets                   # what waits for a decision
+      signoff approve tk_3f9a... --as U024BE7LH
+      signoff runs show run_8c1d... --events
+    """
+    ctx.obj = _State(config)
+
+
+@cli.command()
+@click.option(
+    "--database",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="PATH",
+    help="SQLite file to keep the demo run in (default: a temporary file, deleted after).",
+)
+@click.option(
+    "--yes",
+    "--no-input",
+    "yes",
+    is_flag=True,
+    help="Approve every request without asking (for scripts and CI).",
+)
+@click.option(
+    "--message",
+    default=None,
+    metavar="TEXT",
+    help="What the customer asks (default: a double charge of 249.00 on order A1001, "
+    "which needs approval; order A1002 is small enough to be refunded at once).",
+)
+def demo(database: Path | None, yes: bool, message: str | None) -> None:
+    """Run the refunds example end to end in the terminal.
+
+    The agent (a scripted model, no network) looks an order up and proposes a refund.
+    Refunds over 100 need a person: the run parks in a SQLite database, the pending call
+    is shown, and you decide from the keyboard: y allows it, n denies it, r denies it
+    with a reason the model gets to see. The run then continues and the flight recorder
+    is printed.
+
+    \b
+    Examples:
+      signoff demo
+      signoff demo --yes --database demo.db
+      signoff demo --message "Order A1002 was charged twice"
+    """
+    from examples import refunds
+
+    state = _state()
+    with tempfile.TemporaryDirectory(prefix="signoff-demo-") as tmp:
+        path = (database or Path(tmp) / "demo.db").expanduser().resolve()
+        settings = state.settings(f"sqlite+aiosqlite:///{path}")
+        agent = refunds.build_agent()
+        text = message or refunds.DEMO_INPUT
+        _run(_demo(settings, agent, text, yes=yes, kept=path if database else None))
+
+
+async def _demo(
+    settings: Settings, agent: Agent, text: str, *, yes: bool, kept: Path | None
+) -> None:
+    login = _login()
+    me = Actor(id=f"cli:{login}", platform="cli", name=login)
+    runtime, store = await build_runtime(settings, agents=[agent])
+    try:
+        click.echo(f"Agent {agent.name!r} on a scripted model (no network).")
+        click.echo(f"Database: {kept or 'a temporary SQLite file'}")
+        click.echo(f"\n{me.id} asks: {text}\n")
+        result = await runtime.start(agent.name, text, requester=me.id)
+        if not result.pending:
+            click.echo("No call needed a decision (refunds of 100 or less run at once).")
+        while result.status is RunStatus.AWAITING and result.pending:
+            entry = result.pending[0]
+            click.echo(f"Run {result.run_id} parked; it waits for a decision:\n")
+            _print_pending(entry)
+            click.echo("")
+            result = await _decide_at_keyboard(runtime, entry, me, yes)
+        click.echo("")
+        if result.status is RunStatus.DONE:
+            click.echo(f"Answer: {_one_line(result.text or '')}")
+        click.echo(
+            f"Run {result.run_id}: {result.status} · {result.turns} model calls · "
+            f"{result.total_tokens} tokens\n"
+        )
+        _print_events(await runtime.events(result.run_id))
+        if kept is not None:
+            click.echo(
+                f"\nLook again: signoff runs show {result.run_id} --events "
+                f"--database-url sqlite+aiosqlite:///{kept}"
+            )
+    finally:
+        await store.close()
+
+
+def _ask(question: str) -> str:
+    try:
+        return _one_line(str(click.prompt(question, prompt_suffix=" ")))
+    except click.Abort:
+        if not sys.stdin.isatty():
+            raise click.UsageError(
+                "no answer on standard input; pass --yes to approve without asking"
+            ) from None
+        raise
+
+
+async def _decide_at_keyboard(
+    runtime: Runtime, entry: PendingEntry, me: Actor, yes: bool
+) -> RunResult:
+    if entry.status != "approval":
+        raise click.UsageError(
+            f"the demo only decides approvals; answer {entry.ticket_id} with `signoff`"
+        )
+    if yes:
+        click.echo("Allow? [y/n/r=deny with reason] y (--yes)")
+        choice = "y"
+    else:
+        choice = _ask("Allow? [y/n/r=deny with reason]").lower()
+        while choice not in ("y", "yes", "n", "no", "r"):
+            click.echo("Please answer y (allow), n (deny) or r (deny with a reason).")
+            choice = _ask("Allow? [y/n/r=deny with reason]").lower()
+    if choice in ("y", "yes"):
+        click.echo(f"Allowed by {me.id}; the tool runs now.")
+        return await runtime.approve(entry, actor=me, resume=True)
+    reason = None
+    if choice == "r":
+        while not reason:
+            reason = _ask("Reason (the model sees it):")
+    click.echo(f"Denied by {me.id}; the tool does not run, the model is told.")
+    return await runtime.decline(entry, actor=me, reason=reason, resume=True)
+
+
+# --- runs -----------------------------------------------------------------------------------
+
+
+@cli.group()
+def runs() -> None:
+    """List runs and show one in detail.
+
+    \b
+    Examples:
+      signoff runs list --status awaiting
+      signoff runs show run_8c1d... --events
+    """
+
+
+@runs.command("list")
+@click.option(
+    "--status",
+    "statuses",
+    multiple=True,
+    type=click.Choice([s.value for s in RunStatus]),
+    help="Only runs in this status (repeat for several).",
+)
+@click.option(
+    "--limit", default=20, show_default=True, type=click.IntRange(1, 10_000), help="At most N."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@database_option
+def runs_list(
+    statuses: tuple[str, ...], limit: int, as_json: bool, database_url: str | None
+) -> None:
+    """List runs, newest first, with how many decisions each waits on.
+
+    \b
+    Examples:
+      signoff runs list
+      signoff runs list --status awaiting --status paused --limit 50
+    """
+
+    async def body() -> list[dict[str, Any]]:
+        async with _runtime(database_url) as runtime:
+            rows = []
+            async with runtime.store.transaction() as tx:
+                found = await tx.list_runs(statuses=[RunStatus(s) for s in statuses], limit=limit)
+                for run in found:
+                    open_tickets = await tx.tickets_for_run(run.run_id, status=TicketStatus.OPEN)
+                    pending = sum(1 for t in open_tickets if t.call_id is not None)
+                    rows.append(
+                        {
+                            "run_id": run.run_id,
+                            "status": run.status.value,
+                            "agent": run.agent,
+                            "requester": run.requester,
+                            "thread_id": run.thread_id,
+                            "pending": pending,
+                            "turns": run.turns,
+                            "tokens": run.prompt_tokens + run.completion_tokens,
+                            "created_at": run.created_at.isoformat(),
+                            "updated_at": run.updated_at.isoformat(),
+                            "input": run.input,
+                            "text": run.final_text,
+                            "error": run.error,
+                        }
+                    )
+            return rows
+
+    rows = _run(body())
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, ensure_ascii=False))
+        return
+    if not rows:
+        click.echo("no runs")
+        return
+    _table(
+        ["RUN", "STATUS", "AGENT", "REQUESTER", "PENDING", "TURNS", "UPDATED", "INPUT"],
+        [
+            [
+                r["run_id"],
+                r["status"],
+                _clip(r["agent"], 20),
+                _clip(r["requester"] or "-", 24),
+                str(r["pending"]),
+                str(r["turns"]),
+                _time(r["updated_at"]),
+                _clip(r["input"], 50),
+            ]
+            for r in rows
+        ],
+    )
+
+
+@runs.command("show")
+@click.argument("run_id")
+@click.option("--events", "with_events", is_flag=True, help="Also print the flight recorder.")
+@click.option(
+    "--jsonl",
+    is_flag=True,
+    help="Print only the flight recorder, as JSON lines (secret arguments masked).",
+)
+@database_option
+def runs_show(run_id: str, with_events: bool, jsonl: bool, database_url: str | None) -> None:
+    """Show one run: status, answer, usage, its tool calls and what it waits on.
+
+    \b
+    Examples:
+      signoff runs show run_8c1d...
+      signoff runs show run_8c1d... --events
+      signoff runs show run_8c1d... --jsonl > run.jsonl
+    """
+
+    async def body() -> None:
+        async with _runtime(database_url) as runtime:
+            if jsonl:
+                click.echo(await runtime.export_events(run_id), nl=False)
+                return
+            result = await runtime.get(run_id)
+            async with runtime.store.transaction() as tx:
+                record = await tx.get_run(run_id)
+                calls = await tx.calls_for_run(run_id)
+            events = await runtime.events(run_id) if with_events else []
+            agent = runtime.agents.get(result.agent)
+        assert record is not None
+        fields = [
+            ("run", result.run_id),
+            ("status", result.status.value),
+            ("agent", result.agent),
+            ("thread", result.thread_id),
+            ("requester", result.requester or "-"),
+            ("started", _time(record.created_at)),
+            ("updated", _time(record.updated_at)),
+            ("input", _one_line(record.input)),
+        ]
+        if result.text is not None:
+            fields.append(("answer", _one_line(result.text)))
+        if result.error is not None:
+            fields.append(("error", _one_line(result.error)))
+        usage = (
+            f"{result.turns} model calls, {result.total_tokens} tokens "
+            f"({result.prompt_tokens} prompt + {result.completion_tokens} completion)"
+        )
+        if result.usage_incomplete:
+            usage += "; incomplete: an interrupted model call may have been charged"
+        fields.append(("usage", usage))
+        for label, value in fields:
+            click.echo(f"{label:<10} {value}")
+        if calls:
+            click.echo("\nTool calls:")
+            rows = []
+            for call in calls:
+                args = call.args
+                if agent is not None and call.tool in agent.tools:
+                    args = agent.tools[call.tool].masked(args)
+                outcome = call.result if call.result is not None else call.error
+                rows.append(
+                    [
+                        f"{call.batch}.{call.seq + 1}",
+                        call.tool,
+                        call.state.value,
+                        str(call.attempts),
+                        call.execution_key,
+                        _clip(_compact(args), 50),
+                        _clip(_compact(outcome) if outcome is not None else "-", 50),
+                    ]
+                )
+            _table(["#", "TOOL", "STATE", "TRIES", "EXECUTION KEY", "ARGUMENTS", "RESULT"], rows)
+        if result.pending:
+            click.echo("")
+            _print_run(result)
+        if with_events:
+            click.echo("")
+            _print_events(events)
+
+    _run(body())
+
+
+# --- tickets and decisions ------------------------------------------------------------------
+
+
+@cli.command(short_help="List open tickets.")
+@click.option(
+    "--limit", default=100, show_default=True, type=click.IntRange(1, 10_000), help="At most N."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@database_option
+def tickets(limit: int, as_json: bool, database_url: str | None) -> None:
+    """List open tickets (pending approvals, input requests, uncertain calls), oldest first.
+
+    Decide one with `signoff approve`, `deny`, `answer` or `resolve`, naming the ticket id
+    or the call's execution key.
+
+    \b
+    Examples:
+      signoff tickets
+      signoff tickets --json | jq '.[].ticket_id'
+    """
+
+    async def body() -> list[PendingEntry]:
+        async with _runtime(database_url) as runtime:
+            found: list[PendingEntry] = await runtime.open_tickets(limit=limit)
+            return found
+
+    entries: list[PendingEntry] = _run(body())
+    if as_json:
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "ticket_id": e.ticket_id,
+                        "status": e.status,
+                        "run_id": e.ticket.run_id,
+                        "thread_id": e.ticket.thread_id,
+                        "agent": e.ticket.agent,
+                        "tool": e.call.name,
+                        "arguments": e.call.arguments,
+                        "execution_key": e.execution_key,
+                        "prompt": e.prompt,
+                        "schema": e.schema,
+                        "requester": e.ticket.requester,
+                        "who_may_decide": e.ticket.who_may_decide(),
+                        "four_eyes": e.ticket.four_eyes,
+                        "deadline": e.ticket.deadline.isoformat() if e.ticket.deadline else None,
+                        "created_at": e.ticket.created_at.isoformat(),
+                    }
+                    for e in entries
+                ],
+                indent=2,
+                ensure_ascii=False,
+                default=str,
+            )
+        )
+        return
+    if not entries:
+        click.echo("no open tickets")
+        return
+    _table(
+        ["TICKET", "WAITS FOR", "RUN", "AGENT", "TOOL", "ARGUMENTS", "WHO MAY DECIDE", "DEADLINE"],
+        [
+            [
+                e.ticket_id,
+                e.status,
+                e.ticket.run_id,
+                _clip(e.ticket.agent, 20),
+                _clip(e.call.name, 24),
+                _clip(_compact(e.call.arguments), 48),
+                _clip(e.ticket.who_may_decide(), 36),
+                _time(e.ticket.deadline) if e.ticket.deadline else "-",
+            ]
+            for e in entries
+        ],
+    )
+
+
+def _decided(verb: str, ref: str, actor: Actor, result: RunResult) -> None:
+    click.echo(f"{verb} {ref} as {actor.id}")
+    _print_run(result)
+
+
+@cli.command()
+@click.argument("ticket")
+@actor_options
+@resume_option
+@database_option
+def approve(
+    ticket: str, as_user: str | None, operator: bool, resume: bool, database_url: str | None
+) -> None:
+    """Allow a pending tool call; the tool runs when the run continues.
+
+    TICKET is a ticket id or the call's execution key, as `signoff tickets` shows them.
+    The run continues right here when this was its last open decision.
+
+    \b
+    Examples:
+      signoff approve tk_3f9a...
+      signoff approve xk_77b0... --as U024BE7LH --no-operator
+      signoff approve tk_3f9a... --no-resume
+    """
+    actor = _actor(as_user, operator)
+
+    async def body() -> RunResult:
+        async with _runtime(database_url) as runtime:
+            done: RunResult = await runtime.approve(ticket, actor=actor, resume=resume)
+            return done
+
+    _decided("approved", ticket, actor, _run(body()))
+
+
+@cli.command()
+@click.argument("ticket")
+@click.option("--reason", metavar="TEXT", help="Why; the model sees it with the denial.")
+@actor_options
+@resume_option
+@database_option
+def deny(
+    ticket: str,
+    reason: str | None,
+    as_user: str | None,
+    operator: bool,
+    resume: bool,
+    database_url: str | None,
+) -> None:
+    """Deny a pending tool call (or input request); the tool never runs.
+
+    The model gets a blocked result ("Permission denied: REASON") and the run goes on.
+    TICKET is a ticket id or the call's execution key.
+
+    \b
+    Examples:
+      signoff deny tk_3f9a... --reason "refunds over 200 need a manager"
+    """
+    actor = _actor(as_user, operator)
+
+    async def body() -> RunResult:
+        async with _runtime(database_url) as runtime:
+            done: RunResult = await runtime.decline(
+                ticket, actor=actor, reason=reason, resume=resume
+            )
+            return done
+
+    _decided("denied", ticket, actor, _run(body()))
+
+
+@cli.command(short_help="Answer a typed-input request.")
+@click.argument("ticket")
+@click.option(
+    "--data",
+    required=True,
+    metavar="JSON",
+    help="The answer as a JSON object ('-' reads it from standard input).",
+)
+@actor_options
+@resume_option
+@database_option
+def answer(
+    ticket: str,
+    data: str,
+    as_user: str | None,
+    operator: bool,
+    resume: bool,
+    database_url: str | None,
+) -> None:
+    """Answer a typed-input request; the data is checked against the requested schema.
+
+    `signoff tickets --json` shows each input request's JSON schema. The tool is called
+    again with the answer when the run continues.
+
+    \b
+    Examples:
+      signoff answer tk_5e21... --data '{"previous_version": "2.4.0",
+                                         "strategy": "redeploy_previous"}'
+      echo '{"previous_version": "2.4.0", "strategy": "redeploy_previous"}' \\
+        | signoff answer tk_5e21... --data -
+    """
+    value = _parse_json(data, "--data")
+    if not isinstance(value, dict):
+        raise click.BadParameter(
+            f'must be a JSON object like \'{{"field": "value"}}\', not {type(value).__name__}',
+            param_hint="'--data'",
+        )
+    actor = _actor(as_user, operator)
+
+    async def body() -> RunResult:
+        async with _runtime(database_url) as runtime:
+            done: RunResult = await runtime.answer(ticket, value, actor=actor, resume=resume)
+            return done
+
+    _decided("answered", ticket, actor, _run(body()))
+
+
+@cli.command(short_help="Resolve an uncertain call.")
+@click.argument("ticket")
+@click.option("--result", "result_json", metavar="JSON", help="Record this verified result.")
+@click.option("--retry", is_flag=True, help="Run the tool again (it may then run twice).")
+@click.option("--abort", is_flag=True, help="Give up on the call; the model is told.")
+@click.option("--reason", metavar="TEXT", help="With --abort: why (the model sees it).")
+@actor_options
+@resume_option
+@database_option
+def resolve(
+    ticket: str,
+    result_json: str | None,
+    retry: bool,
+    abort: bool,
+    reason: str | None,
+    as_user: str | None,
+    operator: bool,
+    resume: bool,
+    database_url: str | None,
+) -> None:
+    """Resolve an uncertain call: one that started but whose outcome was never recorded.
+
+    Check the outside world first (did the page go out? was the deploy rolled out?),
+    then choose exactly one: --result JSON records what really happened without running
+    the tool again, --retry runs it again, --abort gives up.
+
+    \b
+    Examples:
+      signoff resolve tk_9d4e... --result '{"page_id": "pg_1", "status": "sent"}'
+      signoff resolve tk_9d4e... --retry
+      signoff resolve tk_9d4e... --abort --reason "paged by phone instead"
+    """
+    chosen = [result_json is not None, retry, abort]
+    if sum(chosen) != 1:
+        raise click.UsageError("choose exactly one of --result JSON, --retry, --abort")
+    if reason is not None and not abort:
+        raise click.UsageError("--reason goes with --abort")
+    value = _parse_json(result_json, "--result") if result_json is not None else None
+    actor = _actor(as_user, operator)
+
+    async def body() -> RunResult:
+        async with _runtime(database_url) as runtime:
+            done: RunResult
+            if result_json is not None:
+                done = await runtime.resolve_tool(ticket, result=value, actor=actor, resume=resume)
+            elif retry:
+                done = await runtime.resolve_tool(ticket, retry=True, actor=actor, resume=resume)
+            else:
+                done = await runtime.resolve_tool(
+                    ticket, abort=True, reason=reason, actor=actor, resume=resume
+                )
+            return done
+
+    _decided("resolved", ticket, actor, _run(body()))
+
+
+# --- run control --------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("run_or_thread")
+@actor_options
+@database_option
+def resume(
+    run_or_thread: str, as_user: str | None, operator: bool, database_url: str | None
+) -> None:
+    """Continue a run whose decisions are all in, or a paused run.
+
+    RUN_OR_THREAD is a run id, or a thread id (its latest run). A run still waiting on
+    open tickets stays as it is and its pending decisions are shown.
+
+    \b
+    Examples:
+      signoff resume run_8c1d...
+    """
+    actor = _actor(as_user, operator)
+
+    async def body() -> RunResult:
+        async with _runtime(database_url) as runtime:
+            done: RunResult = await runtime.resume(run_or_thread, actor=actor)
+            return done
+
+    _print_run(_run(body()))
+
+
+@cli.command(short_help="Pause a run.")
+@click.argument("run_id")
+@actor_options
+@database_option
+def pause(run_id: str, as_user: str | None, operator: bool, database_url: str | None) -> None:
+    """Pause a run: it takes no new steps; a tool already running settles first.
+
+    `signoff resume RUN` continues it.
+
+    \b
+    Examples:
+      signoff pause run_8c1d...
+    """
+    actor = _actor(as_user, operator)
+
+    async def body() -> RunResult:
+        async with _runtime(database_url) as runtime:
+            done: RunResult = await runtime.pause(run_id, actor=actor)
+            return done
+
+    result = _run(body())
+    if result.status is RunStatus.RUNNING:
+        click.echo(f"pause requested: run {run_id} pauses after its current step")
+    else:
+        _print_run(result)
+
+
+@cli.command()
+@click.argument("run_id")
+@click.option("--reason", metavar="TEXT", help="Why, for the flight recorder.")
+@actor_options
+@database_option
+def cancel(
+    run_id: str,
+    reason: str | None,
+    as_user: str | None,
+    operator: bool,
+    database_url: str | None,
+) -> None:
+    """Cancel a run and void its open tickets. Completed tool calls are not undone.
+
+    \b
+    Examples:
+      signoff cancel run_8c1d... --reason "customer withdrew the request"
+    """
+    actor = _actor(as_user, operator)
+
+    async def body() -> RunResult:
+        async with _runtime(database_url) as runtime:
+            done: RunResult = await runtime.cancel(run_id, actor=actor, reason=reason)
+            return done
+
+    result = _run(body())
+    if result.status is RunStatus.RUNNING:
+        click.echo(f"cancel requested: run {run_id} stops after its current step")
+    else:
+        _print_run(result)
+
+
+@cli.command(short_help="Continue ready and abandoned runs.")
+@click.option(
+    "--limit", default=1000, show_default=True, type=click.IntRange(1), help="At most N runs."
+)
+@database_option
+def recover(limit: int, database_url: str | None) -> None:
+    """Expire overdue tickets, then continue every run that is ready or was abandoned.
+
+    Runs are picked up when they are queued (all decisions in) or their worker's lease
+    expired (the process died). Calls that were dispatched without a recorded result
+    follow their replay policy: safe and idempotent ones run again (idempotent with the
+    same execution key); manual ones become uncertain and wait for `signoff resolve`.
+
+    \b
+    Examples:
+      signoff recover
+    """
+
+    async def body() -> tuple[list[str], list[RunResult]]:
+        async with _runtime(database_url) as runtime:
+            expired = await runtime.expire_overdue(limit=limit)
+            results = await runtime.recover(limit=limit)
+            return expired, results
+
+    expired, results = _run(body())
+    for ticket_id in expired:
+        click.echo(f"expired ticket {ticket_id}: its decision deadline passed")
+    if not results:
+        click.echo("nothing to recover")
+    for result in results:
+        _print_run(result)
+
+
+@cli.command()
+@database_option
+def migrate(database_url: str | None) -> None:
+    """Create or upgrade the database schema to the newest migration.
+
+    Every command does this on its own before touching the database; run it explicitly
+    to prepare a database ahead of a deploy.
+
+    \b
+    Examples:
+      signoff migrate
+      signoff migrate --database-url sqlite+aiosqlite:////var/lib/signoff/signoff.db
+    """
+    settings = _state().settings(database_url)
+
+    async def body() -> bool:
+        store = open_store(settings)
+        try:
+            current = await store.migrations_current()
+            if not current:
+                await store.migrate()
+            return current
+        finally:
+            await store.close()
+
+    was_current = _run(body())
+    where = _redacted(settings.database_url)
+    if was_current:
+        click.echo(f"{where} is already at the newest schema")
+    else:
+        click.echo(f"migrated {where} to the newest schema")
+
+
+def _redacted(url: str) -> str:
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return "the database"
+
+
+@cli.command(short_help="List loaded agents and their tools.")
+def agents() -> None:
+    """List the agents SIGNOFF_APP loads, with each tool's permission and replay policy.
+
+    \b
+    Examples:
+      signoff agents
+      SIGNOFF_APP=myapp.agents:build signoff agents
+    """
+    settings = _state().settings()
+    loaded = load_agents(settings)
+    click.echo(f"{len(loaded)} agent{'s' if len(loaded) != 1 else ''} from {settings.app}")
+    for agent in loaded:
+        click.echo("")
+        click.echo(f"{agent.name} (version {agent.version}, model {agent.model.name})")
+        if agent.description:
+            click.echo(f"  {agent.description}")
+        rows = []
+        for name in sorted(agent.tools):
+            tool = agent.tools[name]
+            permission, rule = _permission(agent, name)
+            notes = [rule] if rule else []
+            approvers = agent.approvers_for(tool)
+            if approvers:
+                notes.append("approvers " + ", ".join(approvers))
+            if agent.four_eyes_for(tool):
+                notes.append("four-eyes")
+            deadline = agent.deadline_for(tool)
+            if deadline is not None:
+                notes.append(f"deadline {_span(deadline.total_seconds())}")
+            if tool.secret:
+                notes.append("secret " + ", ".join(sorted(tool.secret)))
+            rows.append([f"  {name}", permission, tool.replay_policy, "; ".join(notes)])
+        _table(["  TOOL", "PERMISSION", "REPLAY", "NOTES"], rows)
+
+
+# --- entry point ----------------------------------------------------------------------------
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Run the command line with `argv` and return its exit code (see `EXIT_CODES`)."""
+    try:
+        outcome = cli.main(
+            args=list(argv) if argv is not None else None,
+            prog_name="signoff",
+            standalone_mode=False,
+        )
+    except click.UsageError as exc:
+        where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+        return _fail("usage", exc.format_message() + where, EXIT_USAGE)
+    except click.ClickException as exc:
+        return _fail("error", exc.format_message(), exc.exit_code)
+    except (click.Abort, KeyboardInterrupt):
+        return _fail("interrupted", "stopped before finishing", EXIT_INTERRUPTED)
+    except SignoffError as exc:
+        for kind, code, label in _ERROR_MAP:
+            if isinstance(exc, kind):
+                hint = _HINTS.get(kind)
+                return _fail(label, f"{exc} ({hint})" if hint else str(exc), code)
+        return _fail("error", str(exc), EXIT_INTERNAL)  # pragma: no cover - SignoffError is last
+    except BrokenPipeError:
+        return EXIT_OK
+    except Exception as exc:
+        if logging.getLogger().isEnabledFor(logging.DEBUG):
+            traceback.print_exc()
+            hint = ""
+        else:
+            hint = " (set SIGNOFF_LOG_LEVEL=DEBUG for a traceback)"
+        return _fail("internal error", f"{type(exc).__name__}: {exc}{hint}", EXIT_INTERNAL)
+    return outcome if isinstance(outcome, int) else EXIT_OK
+
+
+def main() -> None:
+    """The ``signoff`` console script."""
+    sys.exit(run())

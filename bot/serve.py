@@ -1,0 +1,147 @@
+"""`signoff serve`: one asyncio process with the HTTP server and the background loops.
+
+The process holds nothing per parked run: workers claim ready runs from the database,
+drive them until they park or end, and let go. A restart (or another replica) picks up
+whatever is ready, and recovers runs whose worker died once their lease expires.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import signal
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from bot.health import Metrics, add_health_routes
+from bot.settings import Settings
+from runtime import Runtime
+from runtime.outbox import Notifier, NullNotifier, RoutingNotifier
+from runtime.store.base import Store
+from runtime.worker import Worker, deadline_loop, outbox_loop
+
+log = logging.getLogger("signoff.serve")
+
+
+@dataclass
+class Service:
+    """A running `signoff serve`: the web server, workers and loops of one process."""
+
+    settings: Settings
+    runtime: Runtime
+    store: Store
+    metrics: Metrics
+    worker: Worker
+    app: web.Application
+    url: str = ""
+    operator_token: str = ""
+    _stop: asyncio.Event = field(default_factory=asyncio.Event)
+    _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
+    _runner: web.AppRunner | None = None
+
+    async def start(self) -> str:
+        """Bind the HTTP server, start the loops; return the server's base URL."""
+        self._runner = web.AppRunner(self.app, handle_signals=False, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.settings.bind_host, self.settings.port)
+        await site.start()
+        port = self.settings.port
+        server = site._server  # aiohttp does not expose the bound port otherwise
+        if server is not None and getattr(server, "sockets", None):
+            port = server.sockets[0].getsockname()[1]
+        host = self.settings.bind_host
+        shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+        self.url = f"http://{shown}:{port}"
+        notifier = self._notifier()
+        self._tasks = [
+            asyncio.create_task(self.worker.run(self._stop), name="worker"),
+            asyncio.create_task(outbox_loop(self.runtime, notifier, self._stop), name="outbox"),
+            asyncio.create_task(deadline_loop(self.runtime, self._stop), name="deadlines"),
+        ]
+        self.worker.wake()
+        return self.url
+
+    def _notifier(self) -> Notifier:
+        routes: dict[str, Notifier] = {"console": NullNotifier()}
+        extra = self.app.get(NOTIFIERS_KEY) or {}
+        routes.update(extra)
+        return RoutingNotifier(routes)
+
+    async def stop(self, grace_seconds: float | None = None) -> None:
+        """Stop taking work, let running tools settle, then close everything.
+
+        Parked runs stay parked; runs cut off after the grace period are recovered by
+        the next process according to their tools' replay policies.
+        """
+        grace = self.settings.shutdown_grace_seconds if grace_seconds is None else grace_seconds
+        self._stop.set()
+        if self._runner is not None:
+            await self._runner.shutdown()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(task, timeout=2.0)
+        await self.worker.drain(grace)
+        if self._runner is not None:
+            await self._runner.cleanup()
+        await self.store.close()
+
+
+NOTIFIERS_KEY: web.AppKey[dict[str, Notifier]] = web.AppKey("signoff_notifiers", dict)
+
+
+async def build_service(settings: Settings) -> Service:
+    """Build every part of the serving process from settings (nothing runs yet)."""
+    from bot.wiring import build_app, build_runtime
+
+    metrics = Metrics()
+    runtime, store = await build_runtime(settings, checkpoint=metrics.observe)
+    worker = Worker(runtime, concurrency=settings.workers)
+    operator_token = (
+        settings.operator_token.get_secret_value()
+        if settings.operator_token is not None
+        else secrets.token_urlsafe(18)
+    )
+    app = build_app(settings, runtime, worker, operator_token)
+    add_health_routes(app, runtime, metrics)
+    return Service(
+        settings=settings,
+        runtime=runtime,
+        store=store,
+        metrics=metrics,
+        worker=worker,
+        app=app,
+        operator_token=operator_token,
+    )
+
+
+async def serve(settings: Settings) -> None:
+    """Run until SIGTERM or SIGINT, then shut down gracefully."""
+    service = await build_service(settings)
+    url = await service.start()
+    agents = ", ".join(sorted(service.runtime.agents)) or "none"
+    log.warning("signoff is serving at %s (agents: %s)", url, agents, extra={"url": url})
+    if settings.operator_token is None:
+        log.warning(
+            "console sign-in token for this process: %s (set SIGNOFF_OPERATOR_TOKEN to fix it)",
+            service.operator_token,
+        )
+    print(f"signoff serving at {url}", flush=True)
+    print(f"  console: {url}/login", flush=True)
+    if settings.operator_token is None:
+        print(f"  sign-in token: {service.operator_token}", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        log.warning(
+            "shutting down: no new work; running tools get %ss", settings.shutdown_grace_seconds
+        )
+        await service.stop()
+        log.warning("signoff stopped")

@@ -1,0 +1,224 @@
+"""Settings of the signoff process, from ``SIGNOFF_*`` environment variables and a TOML file.
+
+Precedence, highest first:
+
+1. values passed in code (the CLI's ``--database-url`` option uses this),
+2. environment variables ``SIGNOFF_<NAME>`` (case-insensitive),
+3. the TOML file given with ``--config PATH`` (keys are the names without the prefix,
+   e.g. ``database_url = "sqlite+aiosqlite:///var/lib/signoff/signoff.db"``),
+4. the defaults below.
+
+Invalid values stop the process with a `runtime.ConfigurationError` whose message names
+the setting, e.g. ``SIGNOFF_PORT: Input should be a valid integer``.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+from runtime import ConfigurationError
+
+ENV_PREFIX = "SIGNOFF_"
+DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///signoff.db"
+"""A SQLite file named ``signoff.db`` in the current working directory."""
+DEFAULT_APP = "examples:demo_agents"
+"""The bundled example agents (refunds, deploys, oncall)."""
+
+# Settings whose values never appear in error messages (a URL may carry a password).
+_SENSITIVE = frozenset({"database_url"})
+
+# The TOML values of the `load_settings` call in progress; read by `_FileSource`.
+_file_values: ContextVar[Mapping[str, Any] | None] = ContextVar("signoff_file_values", default=None)
+
+
+class Settings(BaseSettings):
+    """Everything a signoff process can be configured with.
+
+    Attributes:
+        database_url: SQLAlchemy URL of the store. The default is a SQLite file
+            ``signoff.db`` relative to the working directory; ``sqlite://`` URLs get the
+            aiosqlite driver automatically.
+        app: ``package.module:attr`` naming the agents to load: a list or tuple of
+            `runtime.Agent`, or a zero-argument callable returning one.
+        sqlite_busy_timeout_ms: How long a SQLite connection waits for another
+            process's write lock before failing.
+        sqlite_synchronous: ``full`` (every commit survives a power loss) or ``normal``.
+        lease_seconds: How long a worker's claim on a run lasts without a heartbeat;
+            after that another process may recover the run.
+        bind_host: Interface the HTTP server binds to.
+        port: TCP port of the HTTP server (0 picks a free one).
+        log_level: ``DEBUG``, ``INFO``, ``WARNING``, ``ERROR`` or ``CRITICAL``.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        case_sensitive=False,
+        extra="forbid",
+        validate_default=True,
+    )
+
+    database_url: str = DEFAULT_DATABASE_URL
+    app: str = DEFAULT_APP
+    sqlite_busy_timeout_ms: int = Field(default=750, ge=0, le=600_000)
+    sqlite_synchronous: Literal["full", "normal"] = "full"
+    lease_seconds: float = Field(default=30.0, gt=0)
+    bind_host: str = Field(default="127.0.0.1", min_length=1)
+    port: int = Field(default=8080, ge=0, le=65535)
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "WARNING"
+
+    @field_validator("database_url")
+    @classmethod
+    def _looks_like_url(cls, value: str) -> str:
+        if "://" not in value:
+            raise ValueError(
+                "expected a database URL such as sqlite+aiosqlite:///signoff.db "
+                "(for a file: sqlite+aiosqlite:///relative/path.db or "
+                "sqlite+aiosqlite:////absolute/path.db)"
+            )
+        return value
+
+    @field_validator("app")
+    @classmethod
+    def _looks_like_app(cls, value: str) -> str:
+        module, sep, attr = value.partition(":")
+        if not sep or not module.strip() or not attr.strip():
+            raise ValueError("expected package.module:attr, e.g. examples:demo_agents")
+        return value.strip()
+
+    @field_validator("sqlite_synchronous", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.strip().upper() if isinstance(value, str) else value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Code beats the environment, the environment beats the TOML file.
+        return (init_settings, env_settings, _FileSource(settings_cls))
+
+
+class _FileSource(PydanticBaseSettingsSource):
+    """The TOML file's values (already read and checked by `load_settings`)."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return (_file_values.get() or {}).get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(_file_values.get() or {})
+
+
+def env_name(field: str) -> str:
+    """The environment variable of a setting, e.g. ``port`` -> ``SIGNOFF_PORT``."""
+    return f"{ENV_PREFIX}{field.upper()}"
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """Read a TOML settings file; keys are setting names without the ``SIGNOFF_`` prefix.
+
+    A ``[signoff]`` table is accepted too, for files shared with other tools.
+
+    Raises:
+        ConfigurationError: The file is missing, is not TOML, or names unknown settings.
+    """
+    try:
+        with path.open("rb") as handle:
+            raw = tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigurationError(f"config file {path} does not exist") from None
+    except OSError as exc:
+        raise ConfigurationError(f"config file {path} cannot be read: {exc.strerror}") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigurationError(f"config file {path} is not valid TOML: {exc}") from exc
+    table = raw.get("signoff", raw) if isinstance(raw.get("signoff"), dict) else raw
+    values: dict[str, Any] = {}
+    known = set(Settings.model_fields)
+    for key, value in table.items():
+        name = key.lower()
+        if name.startswith(ENV_PREFIX.lower()):
+            name = name[len(ENV_PREFIX) :]
+        if name not in known:
+            choices = ", ".join(sorted(known))
+            raise ConfigurationError(
+                f"config file {path}: unknown setting {key!r} (known: {choices})"
+            )
+        values[name] = value
+    return values
+
+
+def load_settings(
+    config_file: Path | str | None = None,
+    *,
+    overrides: Mapping[str, Any] | None = None,
+    override_names: Mapping[str, str] | None = None,
+) -> Settings:
+    """Build the settings from code, the environment and an optional TOML file.
+
+    Args:
+        config_file: A TOML file with defaults for this deployment.
+        overrides: Values that beat every other source (``None`` values are ignored).
+        override_names: How to name an override in error messages (e.g. the CLI option
+            ``--database-url``); defaults to its environment variable.
+
+    Raises:
+        ConfigurationError: A value is invalid; the message names the setting and where
+            it came from.
+    """
+    path = Path(config_file) if config_file is not None else None
+    from_file = read_config_file(path) if path is not None else {}
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    token = _file_values.set(from_file)
+    try:
+        return Settings(**given)
+    except ValidationError as exc:
+        raise ConfigurationError(
+            _describe(exc, given, from_file, path, override_names or {})
+        ) from None
+    finally:
+        _file_values.reset(token)
+
+
+def _describe(
+    exc: ValidationError,
+    given: Mapping[str, Any],
+    from_file: Mapping[str, Any],
+    path: Path | None,
+    override_names: Mapping[str, str],
+) -> str:
+    environ = {k.upper() for k in os.environ}
+    problems = []
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else "settings"
+        name = env_name(field)
+        if field in given:
+            name = override_names.get(field, name)
+        elif name not in environ and field in from_file and path is not None:
+            name = f"{field} in {path}"
+        message = str(error["msg"]).removeprefix("Value error, ")
+        if field not in _SENSITIVE and "input" in error:
+            message += f" (got {error['input']!r})"
+        problems.append(f"{name}: {message}")
+    return "; ".join(problems)

@@ -1,0 +1,179 @@
+"""Build the concrete objects of a signoff process from its `Settings`.
+
+Nothing here runs at import time; every function is called by the CLI (or a test).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from bot.settings import Settings
+from runtime import Agent, ConfigurationError, Runtime, SignoffError
+from runtime.store.sql import SQLStore
+
+if TYPE_CHECKING:
+    # Not re-exported by `runtime`: any callable taking (point, info) fits.
+    from runtime._support import Checkpoint
+
+
+def load_agents(settings: Settings) -> list[Agent]:
+    """Import the agents named by ``SIGNOFF_APP`` (``package.module:attr``).
+
+    ``attr`` may be dotted (``module:holder.agents``). It must be a list or tuple of
+    `runtime.Agent` (a single agent is accepted too), or a zero-argument callable
+    returning one. The working directory is importable, like ``python -m`` would have it.
+
+    Raises:
+        ConfigurationError: The module cannot be imported, the attribute is missing, or
+            it does not give agents with unique names.
+    """
+    spec = settings.app
+    module_name, _, attr_path = spec.partition(":")
+    module_name, attr_path = module_name.strip(), attr_path.strip()
+    where = f"SIGNOFF_APP={spec}"
+    if not module_name or not attr_path:
+        raise ConfigurationError(f"{where}: expected package.module:attr")
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            raise ConfigurationError(
+                f"{where}: cannot import module {module_name!r} (no module named {exc.name!r})"
+            ) from exc
+        raise ConfigurationError(f"{where}: importing {module_name!r} failed: {exc}") from exc
+    except Exception as exc:
+        raise ConfigurationError(
+            f"{where}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    target: Any = module
+    for part in attr_path.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise ConfigurationError(
+                f"{where}: module {module_name!r} has no attribute {attr_path!r}"
+            ) from None
+    if callable(target) and not isinstance(target, Agent):
+        try:
+            target = target()
+        except TypeError as exc:
+            raise ConfigurationError(
+                f"{where}: calling {attr_path} failed (it must take no arguments): {exc}"
+            ) from exc
+        except SignoffError:
+            raise
+        except Exception as exc:
+            raise ConfigurationError(
+                f"{where}: calling {attr_path} failed: {type(exc).__name__}: {exc}"
+            ) from exc
+    return _agents_from(target, where)
+
+
+def _agents_from(value: Any, where: str) -> list[Agent]:
+    if isinstance(value, Agent):
+        return [value]
+    if not isinstance(value, list | tuple):
+        raise ConfigurationError(
+            f"{where}: expected a list or tuple of runtime.Agent (or a callable returning "
+            f"one), got {type(value).__name__}"
+        )
+    agents: list[Agent] = []
+    seen: set[str] = set()
+    for index, item in enumerate(value):
+        if not isinstance(item, Agent):
+            raise ConfigurationError(
+                f"{where}: item {index} is a {type(item).__name__}, not a runtime.Agent"
+            )
+        if item.name in seen:
+            raise ConfigurationError(f"{where}: two agents are named {item.name!r}")
+        seen.add(item.name)
+        agents.append(item)
+    if not agents:
+        raise ConfigurationError(f"{where}: gave no agents")
+    return agents
+
+
+def open_store(settings: Settings) -> SQLStore:
+    """Open (but do not migrate) the SQL store named by ``SIGNOFF_DATABASE_URL``.
+
+    Raises:
+        ConfigurationError: The URL cannot be used (malformed, or its driver is missing).
+    """
+    try:
+        return SQLStore.from_url(
+            settings.database_url,
+            busy_timeout_ms=settings.sqlite_busy_timeout_ms,
+            synchronous=settings.sqlite_synchronous,
+        )
+    except SignoffError:
+        raise
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"SIGNOFF_DATABASE_URL: the database driver is not installed ({exc}); "
+            "for PostgreSQL install signoff[postgres]"
+        ) from exc
+    except Exception as exc:  # SQLAlchemy's URL and dialect errors
+        raise ConfigurationError(f"SIGNOFF_DATABASE_URL: {exc}") from exc
+
+
+async def migrated_store(settings: Settings) -> SQLStore:
+    """Open the store and bring its schema to the newest migration.
+
+    Raises:
+        ConfigurationError: The URL cannot be used.
+        StorageError: The database cannot be reached or migrated.
+    """
+    store = open_store(settings)
+    try:
+        await store.migrate()
+    except BaseException:
+        await store.close()
+        raise
+    return store
+
+
+async def build_runtime(
+    settings: Settings,
+    agents: Sequence[Agent] | None = None,
+    *,
+    checkpoint: Checkpoint | None = None,
+) -> tuple[Runtime, SQLStore]:
+    """Build a `Runtime` over a migrated SQL store.
+
+    Args:
+        settings: The process settings.
+        agents: The agents to run; by default those named by ``SIGNOFF_APP``.
+        checkpoint: Observer of the runtime's named execution points (metrics, tests).
+
+    Returns:
+        The runtime and its store; close the store when done.
+
+    Raises:
+        ConfigurationError: Bad ``SIGNOFF_APP`` or ``SIGNOFF_DATABASE_URL``.
+        StorageError: The database cannot be reached or migrated.
+    """
+    chosen = list(agents) if agents is not None else load_agents(settings)
+    store = await migrated_store(settings)
+    try:
+        runtime = Runtime(
+            store, chosen, lease_seconds=settings.lease_seconds, checkpoint=checkpoint
+        )
+    except BaseException:
+        await store.close()
+        raise
+    return runtime, store
+
+
+__all__ = [
+    "build_runtime",
+    "load_agents",
+    "migrated_store",
+    "open_store",
+]

@@ -1,0 +1,27 @@
+"""Example agents to copy: refunds, deploys and on-call, each on a scripted model.
+
+`demo_agents` is the default ``SIGNOFF_APP`` (``examples:demo_agents``), so a fresh
+install has something to run. The models are `runtime.ScriptedModel` instances replaying
+canned OpenAI-shaped replies: no network, no API key.
+
+- `examples.refunds`: a permission rule over the arguments, an idempotent tool that uses
+  the execution key.
+- `examples.deploys`: typed input (`runtime.InputRequest`), four-eyes approvals, a
+  decision deadline.
+- `examples.oncall`: an ``ask`` tool with the ``manual`` replay policy (uncertain after a
+  crash).
+"""
+
+from __future__ import annotations
+
+from runtime import Agent
+
+
+def demo_agents() -> list[Agent]:
+    """Fresh instances of the three example agents."""
+    from examples import deploys, oncall, refunds
+
+    return [refunds.build_agent(), deploys.build_agent(), oncall.build_agent()]
+
+
+__all__ = ["demo_agents"]

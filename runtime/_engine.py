@@ -1,0 +1,596 @@
+"""Driving one claimed run: model turns, tool batches, parking, recovery.
+
+A driver holds the run's lease (a fence number). Every write it makes goes through
+`update_run(..., fence=...)`, so a worker whose lease was taken over cannot write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+from runtime._support import (
+    Deps,
+    ResultMiddlewareInput,
+    content_of,
+    move,
+    notify,
+    open_ticket,
+    permission_target,
+    record,
+    to_jsonable,
+)
+from runtime.agent import Agent
+from runtime.context import ToolContext, _enter, _leave
+from runtime.errors import LeaseLost
+from runtime.model import ModelRequest, ModelResponse
+from runtime.states import CallState, RunStatus, TicketStatus, check_run_move
+from runtime.store.base import Transaction
+from runtime.store.records import CallRecord, RunRecord
+from runtime.tickets import Actor, Pause, RemoteInput, Uncertain
+from runtime.tools import ArgumentError, InputRequest, Permission, ReplayPolicy
+
+
+def blocked_text(reason: str | None) -> str:
+    """What the model sees for a denied call."""
+    return f"Permission denied: {reason}" if reason else "Permission denied"
+
+
+class Driver:
+    """Runs one claimed run until it parks, pauses, finishes or loses its lease."""
+
+    def __init__(self, deps: Deps, run: RunRecord) -> None:
+        self.deps = deps
+        self.run = run
+        self.fence = run.fence
+        agent = deps.agents.get(run.agent)
+        self.agent: Agent | None = agent
+
+    # -- helpers -------------------------------------------------------------------
+    def _now(self) -> Any:
+        return self.deps.clock.now()
+
+    async def _save(self, tx: Transaction) -> None:
+        self.run.updated_at = self._now()
+        await tx.update_run(self.run, fence=self.fence)
+
+    def _release(self, status: RunStatus) -> None:
+        check_run_move(self.run.status, status)
+        self.run.status = status
+        self.run.lease_owner = None
+        self.run.lease_expires_at = None
+
+    async def _heartbeat(self) -> None:
+        period = max(self.deps.lease_seconds / 3, 0.05)
+        while True:
+            await asyncio.sleep(period)
+            until = self._now() + timedelta(seconds=self.deps.lease_seconds)
+            async with self.deps.store.transaction() as tx:
+                held = await tx.renew_lease(self.run.run_id, fence=self.fence, until=until)
+            if not held:
+                return
+
+    # -- entry -----------------------------------------------------------------------
+    async def drive(self) -> None:
+        """Run until the run parks or finishes. Raises `LeaseLost` if taken over."""
+        beat = asyncio.create_task(self._heartbeat())
+        try:
+            if self.agent is None:
+                await self._fail(f"agent {self.run.agent!r} is not loaded")
+                return
+            await self._loop(self.agent)
+        finally:
+            beat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beat
+
+    async def _loop(self, agent: Agent) -> None:
+        recovered = False
+        while True:
+            if self._batch_open():
+                calls = await self._batch_calls()
+                if not recovered:
+                    calls = await self._recover_dispatched(agent, calls)
+                recovered = True
+                for index, call in enumerate(calls):
+                    if call.state is not CallState.APPROVED:
+                        continue
+                    if await self._stop_requested(agent):
+                        return
+                    calls[index] = await self._dispatch(agent, call)
+                if any(not c.state.settled for c in calls):
+                    if await self._park():
+                        return
+                    continue  # decided while the batch ran: read the calls again
+                self._fold_batch(calls)
+            recovered = True
+            if await self._stop_requested(agent):
+                return
+            if self.run.turns >= agent.max_turns:
+                await self._fail(f"the agent used all {agent.max_turns} turns without finishing")
+                return
+            if not await self._model_turn(agent):
+                return
+
+    def _batch_open(self) -> bool:
+        if not self.run.messages:
+            return False
+        last = self.run.messages[-1]
+        return last.get("role") == "assistant" and bool(last.get("tool_calls"))
+
+    async def _batch_calls(self) -> list[CallRecord]:
+        async with self.deps.store.transaction() as tx:
+            return await tx.calls_for_run(self.run.run_id, batch=self.run.batch)
+
+    # -- recovery ------------------------------------------------------------------------
+    async def _recover_dispatched(self, agent: Agent, calls: list[CallRecord]) -> list[CallRecord]:
+        """Apply replay policies to calls that were dispatched but never recorded."""
+        orphaned = [c for c in calls if c.state is CallState.DISPATCHED]
+        if not orphaned:
+            return calls
+        now = self._now()
+        async with self.deps.store.transaction() as tx:
+            for call in orphaned:
+                if call.replay_policy == ReplayPolicy.MANUAL:
+                    move(call, CallState.UNCERTAIN)
+                    call.updated_at = now
+                    await tx.update_call(call)
+                    await record(
+                        tx,
+                        self.run.run_id,
+                        now,
+                        "tool_uncertain",
+                        call_id=call.call_id,
+                        tool=call.tool,
+                        attempts=call.attempts,
+                        execution_key=call.execution_key,
+                    )
+                    target = Uncertain(
+                        call_id=call.call_id,
+                        tool=call.tool,
+                        args=call.args,
+                        execution_key=call.execution_key,
+                    )
+                    await open_ticket(
+                        self.deps,
+                        tx,
+                        self.run,
+                        agent,
+                        target,
+                        agent.tools.get(call.tool),
+                        "uncertain",
+                    )
+                else:
+                    move(call, CallState.APPROVED)
+                    call.updated_at = now
+                    await tx.update_call(call)
+                    await record(
+                        tx,
+                        self.run.run_id,
+                        now,
+                        "tool_replayed",
+                        call_id=call.call_id,
+                        tool=call.tool,
+                        policy=call.replay_policy,
+                        execution_key=call.execution_key,
+                        attempts=call.attempts,
+                    )
+            await self._save(tx)
+        return calls
+
+    # -- tools ------------------------------------------------------------------------
+    async def _dispatch(self, agent: Agent, call: CallRecord) -> CallRecord:
+        """Commit the dispatch intent, run the tool, commit its raw result."""
+        now = self._now()
+        move(call, CallState.DISPATCHED)
+        call.attempts += 1
+        call.updated_at = now
+        async with self.deps.store.transaction() as tx:
+            await tx.update_call(call)
+            await record(
+                tx,
+                self.run.run_id,
+                now,
+                "tool_dispatched",
+                call_id=call.call_id,
+                tool=call.tool,
+                attempt=call.attempts,
+                execution_key=call.execution_key,
+            )
+            await self._save(tx)
+        self.deps.reach("dispatch_committed", call_id=call.call_id, tool=call.tool)
+
+        tool = agent.tools.get(call.tool)
+        outcome: Any
+        failed: str | None = None
+        if tool is None:
+            failed = f"tool {call.tool!r} is not available any more"
+        else:
+            actor = Actor.model_validate(call.decided_by) if call.decided_by else None
+            context = ToolContext(
+                run_id=self.run.run_id,
+                thread_id=self.run.thread_id,
+                agent=agent.name,
+                call_id=call.call_id,
+                execution_key=call.execution_key,
+                attempt=call.attempts,
+                answer=call.answer,
+                actor=actor,
+                requester=self.run.requester,
+            )
+            token = _enter(context)
+            try:
+                outcome = await tool.invoke(call.args)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a tool's failure is the model's to see
+                failed = f"{type(exc).__name__}: {exc}"
+            finally:
+                _leave(token)
+        self.deps.reach("tool_returned", call_id=call.call_id, tool=call.tool)
+        if failed is not None:
+            self.deps.reach("tool_failed", call_id=call.call_id, tool=call.tool)
+
+        now = self._now()
+        call.updated_at = now
+        async with self.deps.store.transaction() as tx:
+            if failed is not None:
+                move(call, CallState.FAILED)
+                call.error = failed
+                call.result = f"Error: {failed}"
+                await tx.update_call(call)
+                await record(
+                    tx,
+                    self.run.run_id,
+                    now,
+                    "tool_failed",
+                    call_id=call.call_id,
+                    tool=call.tool,
+                    error=failed,
+                )
+            elif isinstance(outcome, InputRequest):
+                move(call, CallState.AWAITING_INPUT)
+                await tx.update_call(call)
+                await record(
+                    tx,
+                    self.run.run_id,
+                    now,
+                    "input_requested",
+                    call_id=call.call_id,
+                    tool=call.tool,
+                    prompt=outcome.prompt,
+                )
+                target = RemoteInput(
+                    call_id=call.call_id,
+                    tool=call.tool,
+                    prompt=outcome.prompt,
+                    schema=outcome.json_schema(),
+                )
+                await open_ticket(self.deps, tx, self.run, agent, target, tool, "input_requested")
+            else:
+                move(call, CallState.COMPLETED)
+                call.result = to_jsonable(outcome)
+                await tx.update_call(call)
+                await record(
+                    tx,
+                    self.run.run_id,
+                    now,
+                    "tool_completed",
+                    call_id=call.call_id,
+                    tool=call.tool,
+                    result=call.result,
+                )
+            await self._save(tx)
+        self.deps.reach("result_committed", call_id=call.call_id, tool=call.tool)
+        return call
+
+    def _fold_batch(self, calls: list[CallRecord]) -> None:
+        """Append the settled batch's results to the transcript, in call order."""
+        for call in calls:
+            content = content_of(call.result)
+            for middleware in self.deps.result_middleware:
+                content = str(middleware(ResultMiddlewareInput(call=call, content=content)))
+            self.run.messages.append(
+                {"role": "tool", "tool_call_id": call.model_call_id, "content": content}
+            )
+
+    # -- model --------------------------------------------------------------------------
+    async def _model_turn(self, agent: Agent) -> bool:
+        """One model call; returns False when the run parked or ended."""
+        if self.run.model_in_flight:
+            # A previous worker called the model and died before recording the reply:
+            # the provider may have charged for it.
+            self.run.usage_incomplete = True
+        self.run.model_attempt += 1
+        self.run.model_in_flight = True
+        now = self._now()
+        async with self.deps.store.transaction() as tx:
+            if self.run.model_attempt > 1:
+                await record(
+                    tx,
+                    self.run.run_id,
+                    now,
+                    "model_interrupted",
+                    turn=self.run.turns + 1,
+                    attempt=self.run.model_attempt,
+                )
+            await self._save(tx)
+        return await self._call_model(agent)
+
+    async def _call_model(self, agent: Agent) -> bool:
+        request = ModelRequest(
+            model=agent.model.name,
+            messages=[{"role": "system", "content": agent.instructions}, *self.run.messages],
+            tools=[t.spec() for t in agent.tools.values()],
+            attempt=self.run.model_attempt,
+        )
+        try:
+            response = await agent.model.complete(request)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            await self._fail(f"model call failed: {type(exc).__name__}: {exc}")
+            return False
+        return await self._apply_response(agent, response)
+
+    async def _apply_response(self, agent: Agent, response: ModelResponse) -> bool:
+        now = self._now()
+        run = self.run
+        run.turns += 1
+        run.prompt_tokens += response.usage.prompt_tokens
+        run.completion_tokens += response.usage.completion_tokens
+        run.model_in_flight = False
+        attempt = run.model_attempt
+        run.model_attempt = 0
+        run.messages.append(response.as_message())
+        async with self.deps.store.transaction() as tx:
+            await record(
+                tx,
+                run.run_id,
+                now,
+                "model_call",
+                turn=run.turns,
+                attempt=attempt,
+                model=agent.model.name,
+                prompt_tokens=response.usage.prompt_tokens,
+                completion_tokens=response.usage.completion_tokens,
+                tool_calls=[c.name for c in response.tool_calls],
+                text=response.text,
+            )
+            if not response.tool_calls:
+                run.final_text = response.text or ""
+                self._release(RunStatus.DONE)
+                await record(tx, run.run_id, now, "run_done", text=run.final_text)
+                await notify(
+                    self.deps,
+                    tx,
+                    run,
+                    "run_finished",
+                    {"status": "done", "text": run.final_text, "thread_id": run.thread_id},
+                )
+                await self._save(tx)
+                self.deps.reach("model_call_committed", run_id=run.run_id)
+                return False
+            run.batch += 1
+            waits = False
+            runnable = False
+            for seq, request in enumerate(response.tool_calls):
+                call = await self._propose(
+                    tx, agent, seq, request.id, request.name, request.arguments, response.text
+                )
+                waits = waits or (not call.state.settled and call.state is not CallState.APPROVED)
+                runnable = runnable or call.state is CallState.APPROVED
+            if waits and not runnable:
+                self._release(RunStatus.AWAITING)
+                await record(tx, run.run_id, now, "run_awaiting")
+            await self._save(tx)
+        self.deps.reach("model_call_committed", run_id=run.run_id)
+        return not (waits and not runnable)
+
+    async def _propose(
+        self,
+        tx: Transaction,
+        agent: Agent,
+        seq: int,
+        model_call_id: str,
+        name: str,
+        raw_arguments: str,
+        stated_reason: str | None,
+    ) -> CallRecord:
+        now = self._now()
+        call = CallRecord(
+            call_id=self.deps.ids.new_id("call"),
+            run_id=self.run.run_id,
+            batch=self.run.batch,
+            seq=seq,
+            model_call_id=model_call_id,
+            tool=name,
+            args={},
+            state=CallState.PROPOSED,
+            replay_policy=ReplayPolicy.MANUAL.value,
+            execution_key=self.deps.ids.new_id("xk"),
+            created_at=now,
+            updated_at=now,
+        )
+        tool = agent.tools.get(name)
+        problem: str | None = None
+        permission = Permission.DENY
+        if tool is None:
+            problem = f"Error: there is no tool named {name!r}"
+        else:
+            call.replay_policy = tool.replay_policy
+            try:
+                raw = json.loads(raw_arguments or "{}")
+                if not isinstance(raw, dict):
+                    raise ArgumentError(f"arguments for {name} must be a JSON object")
+                call.args = tool.parse_arguments(raw)
+                permission = tool.permission_for(call.args)
+            except json.JSONDecodeError as exc:
+                problem = f"Error: arguments for {name} are not valid JSON: {exc}"
+                call.args = {"_raw": raw_arguments}
+            except ArgumentError as exc:
+                problem = f"Error: {exc}"
+                call.args = raw if isinstance(raw, dict) else {"_raw": raw_arguments}
+        shown = tool.masked(call.args) if tool is not None else call.args
+        if problem is not None:
+            move(call, CallState.FAILED)
+            call.result = problem
+            call.error = problem
+            await tx.insert_call(call)
+            await record(
+                tx,
+                self.run.run_id,
+                now,
+                "tool_failed",
+                call_id=call.call_id,
+                tool=name,
+                error=problem,
+            )
+            return call
+        await tx.insert_call(call)
+        await record(
+            tx,
+            self.run.run_id,
+            now,
+            "tool_proposed",
+            call_id=call.call_id,
+            tool=name,
+            args=shown,
+            permission=permission.value,
+            execution_key=call.execution_key,
+        )
+        if permission is Permission.ALLOW:
+            move(call, CallState.APPROVED)
+        elif permission is Permission.DENY:
+            move(call, CallState.DENIED)
+            call.result = blocked_text("this tool is not allowed")
+            await record(
+                tx,
+                self.run.run_id,
+                now,
+                "tool_denied",
+                call_id=call.call_id,
+                tool=name,
+                reason="permission deny",
+            )
+        else:
+            move(call, CallState.AWAITING_DECISION)
+            assert tool is not None
+            await open_ticket(
+                self.deps,
+                tx,
+                self.run,
+                agent,
+                permission_target(call, stated_reason),
+                tool,
+                "approval_requested",
+            )
+        await tx.update_call(call)
+        return call
+
+    # -- endings -----------------------------------------------------------------------
+    async def _park(self) -> bool:
+        """Park the run if a ticket is still open; False if none is (decided meanwhile).
+
+        The run row is locked before the tickets are read, as the decision path does, so
+        a decision committed while this batch ran is never missed.
+        """
+        now = self._now()
+        async with self.deps.store.transaction() as tx:
+            await tx.get_run(self.run.run_id, for_update=True)
+            if not await tx.tickets_for_run(self.run.run_id, status=TicketStatus.OPEN):
+                return False
+            self._release(RunStatus.AWAITING)
+            await record(tx, self.run.run_id, now, "run_awaiting")
+            await self._save(tx)
+        return True
+
+    async def _fail(self, error: str) -> None:
+        now = self._now()
+        self.run.error = error
+        self.run.model_in_flight = False
+        self._release(RunStatus.FAILED)
+        async with self.deps.store.transaction() as tx:
+            await record(tx, self.run.run_id, now, "run_failed", error=error)
+            await notify(
+                self.deps,
+                tx,
+                self.run,
+                "run_finished",
+                {"status": "failed", "error": error, "thread_id": self.run.thread_id},
+            )
+            await self._save(tx)
+
+    async def _stop_requested(self, agent: Agent) -> bool:
+        """Honour a pause or cancel request at a step boundary."""
+        async with self.deps.store.transaction() as tx:
+            fresh = await tx.get_run(self.run.run_id)
+        if fresh is None:
+            raise LeaseLost(f"run {self.run.run_id} disappeared")
+        if fresh.fence != self.fence:
+            raise LeaseLost(f"run {self.run.run_id}: lease taken over")
+        if fresh.cancel_requested:
+            async with self.deps.store.transaction() as tx:
+                await cancel_in(self.deps, tx, self.run, actor=None, reason="cancel requested")
+                await tx.set_run_flags(self.run.run_id, cancel=False, pause=False)
+                await self._save(tx)
+            return True
+        if fresh.pause_requested:
+            now = self._now()
+            self._release(RunStatus.PAUSED)
+            async with self.deps.store.transaction() as tx:
+                await tx.set_run_flags(self.run.run_id, pause=False)
+                await open_ticket(self.deps, tx, self.run, agent, Pause(), None, "run_paused")
+                await record(tx, self.run.run_id, now, "run_paused")
+                await self._save(tx)
+            return True
+        return False
+
+
+async def cancel_in(
+    deps: Deps, tx: Transaction, run: RunRecord, *, actor: str | None, reason: str | None
+) -> None:
+    """Cancel `run` inside `tx`: void open tickets, cancel calls that have not run.
+
+    The caller saves `run` afterwards. Completed effects are not rolled back.
+    """
+    now = deps.clock.now()
+    for ticket in await tx.tickets_for_run(run.run_id, status=TicketStatus.OPEN):
+        await tx.close_ticket(ticket.ticket_id, status=TicketStatus.VOIDED, at=now)
+        await record(tx, run.run_id, now, "ticket_voided", by=actor, ticket_id=ticket.ticket_id)
+        await notify(
+            deps,
+            tx,
+            run,
+            "ticket_voided",
+            {"ticket_id": ticket.ticket_id, "reason": reason},
+            ticket_id=ticket.ticket_id,
+        )
+    for call in await tx.calls_for_run(run.run_id, batch=run.batch):
+        if call.state in (
+            CallState.PROPOSED,
+            CallState.AWAITING_DECISION,
+            CallState.APPROVED,
+            CallState.AWAITING_INPUT,
+            CallState.UNCERTAIN,
+        ):
+            await tx.update_call(
+                replace(call, state=CallState.CANCELLED, updated_at=now, result="Cancelled")
+            )
+    run.status = RunStatus.CANCELLED
+    run.lease_owner = None
+    run.lease_expires_at = None
+    run.model_in_flight = False
+    run.error = reason
+    await record(tx, run.run_id, now, "run_cancelled", by=actor, reason=reason)
+    await notify(
+        deps,
+        tx,
+        run,
+        "run_finished",
+        {"status": "cancelled", "reason": reason, "thread_id": run.thread_id},
+    )

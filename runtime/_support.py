@@ -1,0 +1,202 @@
+"""Helpers shared by the engine and the decision path: events, outbox rows, tickets."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Protocol
+
+from pydantic import BaseModel
+
+from runtime.agent import Agent
+from runtime.clock import Clock, IdSource
+from runtime.states import CallState, check_call_move
+from runtime.store.base import Store, Transaction
+from runtime.store.records import CallRecord, EventRecord, OutboxRecord, RunRecord
+from runtime.tickets import AwaitTarget, RemoteInput, ResumeTicket, ToolPermission
+from runtime.tools import Tool
+
+
+class Checkpoint(Protocol):
+    """Called at named points of execution (crash tests kill the process there).
+
+    Points: ``dispatch_committed``, ``tool_returned`` (before its result is committed),
+    ``result_committed``, ``model_call_committed``, ``decision_committed``.
+    """
+
+    def __call__(self, point: str, info: dict[str, Any]) -> None:
+        """Observe a point."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ResultMiddlewareInput:
+    """What result middleware sees: the recorded raw result of one settled call."""
+
+    call: CallRecord
+    content: str
+
+
+ResultMiddleware = Any  # Callable[[ResultMiddlewareInput], str]
+
+
+@dataclass
+class Deps:
+    """What the engine and the decision path share."""
+
+    store: Store
+    clock: Clock
+    ids: IdSource
+    agents: dict[str, Agent]
+    worker_id: str
+    lease_seconds: float
+    checkpoint: Checkpoint | None = None
+    result_middleware: list[ResultMiddleware] = field(default_factory=list)
+
+    def reach(self, point: str, **info: Any) -> None:
+        """Report a named execution point."""
+        if self.checkpoint is not None:
+            self.checkpoint(point, info)
+
+
+def move(call: CallRecord, new: CallState) -> None:
+    """Move `call` to `new`, enforcing the call state machine."""
+    check_call_move(call.state, new)
+    call.state = new
+
+
+def to_jsonable(value: Any) -> Any:
+    """Turn a tool's return value into something JSON can store."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return value
+
+
+def content_of(value: Any) -> str:
+    """The text a model sees for a recorded result."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, default=str)
+
+
+async def record(
+    tx: Transaction,
+    run_id: str,
+    at: datetime,
+    kind: str,
+    by: str | None = None,
+    **data: Any,
+) -> None:
+    """Append one flight-recorder event; `by` is the acting user, if any."""
+    await tx.append_event(EventRecord(run_id=run_id, at=at, kind=kind, data=data, actor=by))
+
+
+async def notify(
+    deps: Deps,
+    tx: Transaction,
+    run: RunRecord,
+    kind: str,
+    payload: dict[str, Any],
+    ticket_id: str | None = None,
+) -> None:
+    """Queue a platform notification in the current transaction.
+
+    A finished run whose origin asks for a completion callback gets a second item,
+    ``run_callback``, addressed to platform ``callback``: each item is delivered and
+    retried on its own, so a retry never repeats the other delivery.
+    """
+    now = deps.clock.now()
+    body = {"run_id": run.run_id, "agent": run.agent, **payload}
+    targets = [(kind, dict(run.origin))]
+    if kind == "run_finished" and run.origin.get("callback_url"):
+        targets.append(("run_callback", {**run.origin, "platform": "callback"}))
+    for item_kind, destination in targets:
+        await tx.add_outbox(
+            OutboxRecord(
+                outbox_id=deps.ids.new_id("ob"),
+                run_id=run.run_id,
+                kind=item_kind,
+                payload=body,
+                destination=destination,
+                created_at=now,
+                next_attempt_at=now,
+                ticket_id=ticket_id,
+            )
+        )
+
+
+def display_args(agent: Agent | None, tool_name: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Arguments as a person may see them (secret ones masked)."""
+    if agent is None or tool_name not in agent.tools:
+        return args
+    return agent.tools[tool_name].masked(args)
+
+
+async def open_ticket(
+    deps: Deps,
+    tx: Transaction,
+    run: RunRecord,
+    agent: Agent,
+    target: AwaitTarget,
+    tool: Tool | None,
+    kind: str,
+    *,
+    approvers: tuple[str, ...] | None = None,
+    deadline: timedelta | None = None,
+) -> ResumeTicket:
+    """Persist an open ticket for `target`, with its event and its notification.
+
+    `approvers` and `deadline` override the tool's (for escalation). Uncertain and pause
+    tickets never expire: there is no safe default for them.
+    """
+    now = deps.clock.now()
+    expires = isinstance(target, ToolPermission | RemoteInput)
+    limit = deadline or (agent.deadline_for(tool) if tool is not None and expires else None)
+    if approvers is None:
+        approvers = agent.approvers_for(tool) if tool is not None else ()
+    ticket = ResumeTicket(
+        ticket_id=deps.ids.new_id("tk"),
+        correlation=deps.ids.token(),
+        run_id=run.run_id,
+        thread_id=run.thread_id,
+        agent=agent.name,
+        agent_version=agent.version,
+        catalog_fingerprint=agent.catalog_fingerprint,
+        target=target,
+        requester=run.requester,
+        approvers=approvers,
+        four_eyes=agent.four_eyes_for(tool) if tool is not None else False,
+        deadline=now + limit if limit is not None else None,
+        created_at=now,
+    )
+    await tx.insert_ticket(ticket)
+    described = ticket_payload(ticket, agent)
+    await record(tx, run.run_id, now, "ticket_opened", **described)
+    await notify(deps, tx, run, kind, described, ticket_id=ticket.ticket_id)
+    return ticket
+
+
+def ticket_payload(ticket: ResumeTicket, agent: Agent | None) -> dict[str, Any]:
+    """A ticket as notifications and the flight recorder describe it."""
+    target = ticket.target.model_dump(mode="json", by_alias=True)
+    if "args" in target:
+        target["args"] = display_args(agent, target.get("tool", ""), target["args"])
+    return {
+        "ticket_id": ticket.ticket_id,
+        "target": target,
+        "requester": ticket.requester,
+        "approvers": list(ticket.approvers),
+        "four_eyes": ticket.four_eyes,
+        "who_may_decide": ticket.who_may_decide(),
+        "deadline": ticket.deadline.isoformat() if ticket.deadline else None,
+    }
+
+
+def permission_target(call: CallRecord, reason: str | None) -> ToolPermission:
+    """The permission target for a call that must be approved."""
+    return ToolPermission(call_id=call.call_id, tool=call.tool, args=call.args, reason=reason)

@@ -1,0 +1,149 @@
+"""Agents: instructions, a model and a catalog of tools."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
+from datetime import timedelta
+from typing import Any
+
+from runtime.errors import ConfigurationError
+from runtime.model import Model
+from runtime.tools import (
+    ExpiryAction,
+    OnExpiry,
+    Permission,
+    PermissionRule,
+    ReplayPolicy,
+    Tool,
+    coerce_expiry,
+    tool,
+)
+
+
+class Agent:
+    """An agent the runtime can run.
+
+    Args:
+        name: Unique name; runs refer to the agent by it.
+        instructions: The system prompt.
+        model: The chat model.
+        tools: Tools built with `runtime.tool`; more can be added with `Agent.tool`.
+        version: Bump it when a change must invalidate parked tickets.
+        approvers: Default approvers for the agent's `ask` tools.
+        four_eyes: Default four-eyes rule for the agent's `ask` tools.
+        deadline: Default decision deadline for the agent's tickets.
+        on_expiry: Default expiry action: ``deny``, ``cancel`` or `Escalate`.
+        max_turns: Model calls allowed per run before it fails.
+        description: One line for humans (console, CLI).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        instructions: str,
+        model: Model,
+        tools: Iterable[Tool] = (),
+        *,
+        version: str = "1",
+        approvers: Sequence[str] = (),
+        four_eyes: bool = False,
+        deadline: timedelta | None = None,
+        on_expiry: OnExpiry | str = ExpiryAction.DENY,
+        max_turns: int = 20,
+        description: str = "",
+    ) -> None:
+        if not name:
+            raise ConfigurationError("an agent needs a name")
+        if max_turns < 1:
+            raise ConfigurationError(f"agent {name!r}: max_turns must be at least 1")
+        self.name = name
+        self.instructions = instructions
+        self.model = model
+        self.version = version
+        self.approvers = tuple(approvers)
+        self.four_eyes = four_eyes
+        self.deadline = deadline
+        self.on_expiry: OnExpiry = coerce_expiry(on_expiry) or ExpiryAction.DENY
+        self.max_turns = max_turns
+        self.description = description
+        self.tools: dict[str, Tool] = {}
+        for item in tools:
+            self.add_tool(item)
+
+    def add_tool(self, item: Tool) -> Tool:
+        """Add a tool to the catalog.
+
+        Raises:
+            ConfigurationError: If a tool with that name already exists.
+        """
+        if not isinstance(item, Tool):
+            raise ConfigurationError(f"agent {self.name!r}: {item!r} is not a Tool")
+        if item.name in self.tools:
+            raise ConfigurationError(f"agent {self.name!r} already has a tool {item.name!r}")
+        self.tools[item.name] = item
+        return item
+
+    def tool(
+        self,
+        fn: Any = None,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        permission: Permission | str | PermissionRule = Permission.ALLOW,
+        replay_policy: ReplayPolicy | str = ReplayPolicy.MANUAL,
+        approvers: Sequence[str] | None = None,
+        four_eyes: bool | None = None,
+        deadline: timedelta | float | None = None,
+        secret: Sequence[str] = (),
+        on_expiry: OnExpiry | str | None = None,
+    ) -> Any:
+        """Register a tool on this agent; the same options as `runtime.tool`."""
+
+        def register(func: Any) -> Tool:
+            built: Tool = tool(
+                func,
+                name=name,
+                description=description,
+                permission=permission,
+                replay_policy=replay_policy,
+                approvers=approvers,
+                four_eyes=four_eyes,
+                deadline=deadline,
+                secret=secret,
+                on_expiry=on_expiry,
+            )
+            return self.add_tool(built)
+
+        if fn is not None:
+            return register(fn)
+        return register
+
+    @property
+    def catalog_fingerprint(self) -> str:
+        """A hash of every tool's name, schema, permission and replay policy."""
+        parts = [self.tools[n].fingerprint_parts() for n in sorted(self.tools)]
+        blob = json.dumps(parts, sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()[:32]
+
+    def approvers_for(self, item: Tool) -> tuple[str, ...]:
+        """Approvers of `item`: its own list, or the agent's default."""
+        return item.approvers if item.approvers is not None else self.approvers
+
+    def four_eyes_for(self, item: Tool) -> bool:
+        """Four-eyes rule of `item`: its own, or the agent's default."""
+        return item.four_eyes if item.four_eyes is not None else self.four_eyes
+
+    def deadline_for(self, item: Tool) -> timedelta | None:
+        """Decision deadline of `item`: its own, or the agent's default."""
+        return item.deadline if item.deadline is not None else self.deadline
+
+    def on_expiry_for(self, item: Tool | None) -> OnExpiry:
+        """Expiry action of `item`: its own, or the agent's default."""
+        if item is not None and item.on_expiry is not None:
+            return item.on_expiry
+        return self.on_expiry
+
+    def __repr__(self) -> str:
+        return f"Agent({self.name!r}, tools={sorted(self.tools)})"

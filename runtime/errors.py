@@ -1,0 +1,122 @@
+"""Errors raised by the runtime.
+
+One root, split by who must act::
+
+    SignoffError
+    ├── ConfigurationError          the developer: a bad agent, tool or setting
+    ├── ResumeError                 the caller: a decision that cannot be applied
+    │   ├── NotAwaiting             no open ticket (already decided, voided or unknown)
+    │   │   └── UnknownTicket       no ticket with that id exists at all
+    │   ├── Expired                 the ticket's deadline has passed
+    │   ├── Unauthorized            the actor may not decide this ticket
+    │   ├── StaleTicket             the agent or its tool catalog changed since parking
+    │   ├── UnknownExecutionKey     no pending call with that execution key or ticket id
+    │   └── ResolutionError         the answer does not fit what the ticket waits for
+    │       └── InvalidAnswer       typed input that fails the requested schema
+    ├── IdempotencyConflict         the caller: a reused idempotency key with another body
+    ├── RunError                    the run itself
+    │   ├── RunNotFound
+    │   ├── IllegalTransition       a state machine was asked for a move it does not allow
+    │   └── LeaseLost               a worker's claim was taken over; its writes are refused
+    └── StorageError                the database failed; the outcome of the write is unknown
+
+Every `ResumeError` leaves the ticket and the run exactly as they were.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SignoffError(Exception):
+    """Root of every error the runtime raises on purpose."""
+
+
+class ConfigurationError(SignoffError):
+    """An agent, tool or setting is invalid; the developer must fix it."""
+
+
+class ResumeError(SignoffError):
+    """A resume command was refused. Nothing was changed."""
+
+    code = "resume_refused"
+
+
+class NotAwaiting(ResumeError):
+    """The ticket is not open: it was already decided, expired, voided, or never existed."""
+
+    code = "not_awaiting"
+
+
+class UnknownTicket(NotAwaiting):
+    """No ticket with the given id exists at all."""
+
+    code = "unknown_ticket"
+
+
+class Expired(ResumeError):
+    """The ticket's decision deadline has passed."""
+
+    code = "expired"
+
+
+class Unauthorized(ResumeError):
+    """The actor is not allowed to decide this ticket."""
+
+    code = "unauthorized"
+
+
+class StaleTicket(ResumeError):
+    """The agent version or tool catalog changed since the run parked."""
+
+    code = "stale_ticket"
+
+
+class UnknownExecutionKey(ResumeError):
+    """No pending call of this runtime has the given execution key or ticket id."""
+
+    code = "unknown_execution_key"
+
+
+class ResolutionError(ResumeError):
+    """The answer does not fit the ticket's target or the call's state."""
+
+    code = "resolution_error"
+
+
+class InvalidAnswer(ResolutionError):
+    """Typed input failed validation against the requested schema.
+
+    Attributes:
+        errors: One entry per problem, each with a JSON ``path`` and a ``message``.
+    """
+
+    code = "invalid_answer"
+
+    def __init__(self, message: str, errors: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.errors: list[dict[str, Any]] = errors or []
+
+
+class IdempotencyConflict(SignoffError):
+    """An idempotency key was reused with a different request body."""
+
+
+class RunError(SignoffError):
+    """A problem with a run itself."""
+
+
+class RunNotFound(RunError):
+    """No run has the given id."""
+
+
+class IllegalTransition(RunError):
+    """A state machine was asked for a move its transition table does not allow."""
+
+
+class LeaseLost(RunError):
+    """This worker no longer holds the run's lease; its write was refused."""
+
+
+class StorageError(SignoffError):
+    """The database failed. The outcome of the write is unknown, not proof of failure."""

@@ -1,0 +1,879 @@
+"""The `Runtime`: start runs, decide tickets, resume, pause, cancel and recover."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Callable, Iterable, Sequence
+from datetime import timedelta
+from typing import Any
+
+from runtime._engine import Driver, blocked_text, cancel_in
+from runtime._support import (
+    Checkpoint,
+    Deps,
+    ResultMiddlewareInput,
+    display_args,
+    move,
+    notify,
+    open_ticket,
+    record,
+    to_jsonable,
+)
+from runtime.agent import Agent
+from runtime.clock import Clock, IdSource, RandomIds, SystemClock
+from runtime.errors import (
+    ConfigurationError,
+    IdempotencyConflict,
+    LeaseLost,
+    NotAwaiting,
+    ResolutionError,
+    RunNotFound,
+    UnknownExecutionKey,
+    UnknownTicket,
+)
+from runtime.results import PendingEntry, RunResult, pending_entry, run_result
+from runtime.states import CallState, RunStatus, TicketStatus
+from runtime.store.base import DuplicateKey, Store, Transaction
+from runtime.store.records import CallRecord, IdempotencyRecord, RunRecord
+from runtime.tickets import (
+    Abort,
+    Actor,
+    Allow,
+    Answer,
+    Continue,
+    Deny,
+    InputData,
+    Pause,
+    RemoteInput,
+    Resolve,
+    ResumeCommand,
+    ResumeTicket,
+    Retry,
+    ToolPermission,
+    Uncertain,
+    validate_resume,
+)
+from runtime.tools import Escalate, ExpiryAction
+
+_MISSING: Any = object()
+
+TicketRef = PendingEntry | ResumeTicket | str
+"""A pending entry, a ticket, a ticket id or an execution key."""
+
+
+def _seq(entry: PendingEntry, calls: dict[str, CallRecord]) -> int:
+    call = calls.get(entry.call.call_id)
+    return call.seq if call is not None else -1
+
+
+class Runtime:
+    """Starts runs and applies decisions; every state change is committed to the store.
+
+    Args:
+        store: Where runs, calls, tickets, events and notifications live.
+        agents: The agents this runtime can run (more with `register`).
+        clock: The time source (default: the system clock).
+        ids: The id source (default: random ids).
+        worker_id: Names this process in leases (default: host and pid).
+        lease_seconds: How long a claim lasts without a heartbeat.
+        checkpoint: Observer of named execution points (crash tests use it).
+        result_middleware: Callables turning a recorded raw result into what the model
+            sees; they run after the raw result is committed.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        agents: Iterable[Agent] = (),
+        *,
+        clock: Clock | None = None,
+        ids: IdSource | None = None,
+        worker_id: str | None = None,
+        lease_seconds: float = 30.0,
+        checkpoint: Checkpoint | None = None,
+        result_middleware: Sequence[Callable[[ResultMiddlewareInput], str]] = (),
+    ) -> None:
+        if lease_seconds <= 0:
+            raise ConfigurationError("lease_seconds must be positive")
+        self._deps = Deps(
+            store=store,
+            clock=clock or SystemClock(),
+            ids=ids or RandomIds(),
+            agents={},
+            worker_id=worker_id or f"{socket.gethostname()}:{os.getpid()}",
+            lease_seconds=lease_seconds,
+            checkpoint=checkpoint,
+            result_middleware=list(result_middleware),
+        )
+        for agent in agents:
+            self.register(agent)
+
+    # -- configuration -------------------------------------------------------------
+    @property
+    def store(self) -> Store:
+        """The store."""
+        return self._deps.store
+
+    @property
+    def clock(self) -> Clock:
+        """The clock."""
+        return self._deps.clock
+
+    @property
+    def agents(self) -> dict[str, Agent]:
+        """Registered agents by name."""
+        return dict(self._deps.agents)
+
+    def register(self, agent: Agent) -> Agent:
+        """Make `agent` runnable.
+
+        Raises:
+            ConfigurationError: If another agent already has its name.
+        """
+        existing = self._deps.agents.get(agent.name)
+        if existing is not None and existing is not agent:
+            raise ConfigurationError(f"an agent named {agent.name!r} is already registered")
+        self._deps.agents[agent.name] = agent
+        return agent
+
+    def _agent(self, name: str | Agent) -> Agent:
+        if isinstance(name, Agent):
+            return self.register(name)
+        try:
+            return self._deps.agents[name]
+        except KeyError:
+            known = ", ".join(sorted(self._deps.agents)) or "none"
+            raise ConfigurationError(f"no agent named {name!r} (loaded: {known})") from None
+
+    # -- starting ------------------------------------------------------------------
+    async def start(
+        self,
+        agent: str | Agent,
+        input: str,
+        *,
+        requester: str | None = None,
+        thread_id: str | None = None,
+        origin: dict[str, Any] | None = None,
+        wait: bool = True,
+        idempotency: tuple[str, str, str] | None = None,
+    ) -> RunResult:
+        """Start a run of `agent` on `input`.
+
+        Args:
+            agent: The agent or its name.
+            input: The user's message.
+            requester: The user starting the run; by default only they may decide.
+            thread_id: Continue a conversation: the run sees the thread's earlier runs.
+            origin: Where notifications go (platform, channel, thread ...), copied onto
+                every outbox row.
+            wait: Execute now until the run parks or ends (True), or only queue it for a
+                worker (False).
+            idempotency: ``(scope, key, fingerprint)``: a key already used in `scope`
+                returns the run it started and starts nothing; with another fingerprint
+                (request body hash) it raises `IdempotencyConflict`.
+
+        Returns:
+            The run as it stands: ``awaiting`` with ``pending`` entries, ``done`` with
+            ``text``, ``failed``, or ``queued`` when not waiting.
+        """
+        chosen = self._agent(agent)
+        deps = self._deps
+        now = deps.clock.now()
+        thread = thread_id or deps.ids.new_id("th")
+        history: list[dict[str, Any]] = []
+        if thread_id is not None:
+            async with deps.store.transaction() as tx:
+                earlier = await tx.list_runs(thread_id=thread_id, limit=50)
+            for previous in reversed(earlier):
+                if previous.status is RunStatus.DONE:
+                    history.append({"role": "user", "content": previous.input})
+                    history.append({"role": "assistant", "content": previous.final_text})
+        run = RunRecord(
+            run_id=deps.ids.new_id("run"),
+            thread_id=thread,
+            agent=chosen.name,
+            agent_version=chosen.version,
+            status=RunStatus.QUEUED,
+            input=input,
+            requester=requester,
+            created_at=now,
+            updated_at=now,
+            origin=dict(origin or {}),
+            messages=[*history, {"role": "user", "content": input}],
+        )
+        if wait:
+            # Insert the run already claimed by this worker, so starting costs one commit.
+            run.status = RunStatus.RUNNING
+            run.fence = 1
+            run.lease_owner = deps.worker_id
+            run.lease_expires_at = now + timedelta(seconds=deps.lease_seconds)
+        for attempt in (1, 2):
+            try:
+                earlier_id = await self._insert_run(run, idempotency)
+                break
+            except DuplicateKey:
+                # A concurrent request with the same key won the insert; read its run.
+                if attempt == 2:
+                    raise
+        if earlier_id is not None:
+            return await self.get(earlier_id)
+        if wait:
+            await self._drive_claimed(run)
+        return await self.get(run.run_id)
+
+    async def _insert_run(
+        self, run: RunRecord, idempotency: tuple[str, str, str] | None
+    ) -> str | None:
+        requester = run.requester
+        async with self._deps.store.transaction() as tx:
+            if idempotency is not None:
+                earlier_id = await self._use_key(tx, idempotency, run.run_id)
+                if earlier_id is not None:
+                    return earlier_id
+            await tx.insert_run(run)
+            await record(
+                tx,
+                run.run_id,
+                run.created_at,
+                "run_started",
+                by=requester,
+                agent=run.agent,
+                input=run.input,
+                thread_id=run.thread_id,
+                origin=run.origin,
+            )
+        return None
+
+    async def _use_key(
+        self, tx: Transaction, idempotency: tuple[str, str, str], run_id: str
+    ) -> str | None:
+        scope, key, fingerprint = idempotency
+        earlier = await tx.get_idempotency(scope, key)
+        if earlier is None:
+            await tx.insert_idempotency(
+                IdempotencyRecord(scope, key, fingerprint, run_id, self._deps.clock.now())
+            )
+            return None
+        if earlier.fingerprint != fingerprint:
+            raise IdempotencyConflict(
+                f"idempotency key {key!r} was already used with a different request body"
+            )
+        return earlier.run_id
+
+    # -- reading ---------------------------------------------------------------------
+    async def get(self, run_id: str) -> RunResult:
+        """The run's current state and what it waits on.
+
+        Raises:
+            RunNotFound: No such run.
+        """
+        async with self._deps.store.transaction() as tx:
+            return await self._get_in(tx, run_id)
+
+    async def _get_in(self, tx: Transaction, run_id: str) -> RunResult:
+        run = await tx.get_run(run_id)
+        if run is None:
+            raise RunNotFound(f"no run {run_id!r}")
+        return run_result(run, await self._pending(tx, run))
+
+    async def _pending(self, tx: Transaction, run: RunRecord) -> tuple[PendingEntry, ...]:
+        if run.status.finished:
+            return ()
+        tickets = await tx.tickets_for_run(run.run_id, status=TicketStatus.OPEN)
+        if not any(t.call_id for t in tickets):
+            return ()
+        calls = {c.call_id: c for c in await tx.calls_for_run(run.run_id, batch=run.batch)}
+        agent = self._deps.agents.get(run.agent)
+        entries = []
+        for ticket in tickets:
+            call = calls.get(ticket.call_id or "")
+            if call is None and ticket.call_id is not None:
+                call = await tx.get_call(ticket.call_id)
+            if call is None:
+                continue
+            entries.append(pending_entry(ticket, call, display_args(agent, call.tool, call.args)))
+        entries.sort(key=lambda e: (e.ticket.created_at, e.call.call_id in calls, _seq(e, calls)))
+        return tuple(entries)
+
+    async def list_runs(
+        self,
+        *,
+        statuses: Sequence[RunStatus | str] = (),
+        thread_id: str | None = None,
+        limit: int = 100,
+    ) -> list[RunResult]:
+        """Runs, newest first, optionally filtered by status or thread (no pending lists)."""
+        wanted = [RunStatus(s) for s in statuses]
+        async with self._deps.store.transaction() as tx:
+            found = await tx.list_runs(statuses=wanted, thread_id=thread_id, limit=limit)
+        return [run_result(run, ()) for run in found]
+
+    async def events(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's flight recorder as plain dicts, oldest first."""
+        async with self._deps.store.transaction() as tx:
+            if await tx.get_run(run_id) is None:
+                raise RunNotFound(f"no run {run_id!r}")
+            found = await tx.events(run_id)
+        return [
+            {
+                "seq": e.seq,
+                "at": e.at.isoformat(),
+                "run_id": e.run_id,
+                "kind": e.kind,
+                "actor": e.actor,
+                "data": e.data,
+            }
+            for e in found
+        ]
+
+    async def export_events(self, run_id: str) -> str:
+        """The run's flight recorder as JSON lines."""
+        return "".join(json.dumps(e, default=str) + "\n" for e in await self.events(run_id))
+
+    async def open_tickets(self, limit: int = 100) -> list[PendingEntry]:
+        """Every open tool-call ticket across runs, oldest first."""
+        async with self._deps.store.transaction() as tx:
+            tickets = await tx.open_tickets(limit=limit)
+            entries = []
+            for ticket in tickets:
+                if ticket.call_id is None:
+                    continue
+                call = await tx.get_call(ticket.call_id)
+                if call is None:
+                    continue
+                agent = self._deps.agents.get(ticket.agent)
+                entries.append(
+                    pending_entry(ticket, call, display_args(agent, call.tool, call.args))
+                )
+        return entries
+
+    # -- decisions -------------------------------------------------------------------
+    async def approve(
+        self, pending: TicketRef, *, actor: Actor | str | None = None, resume: bool = False
+    ) -> RunResult:
+        """Allow a pending tool call.
+
+        Args:
+            pending: A pending entry, ticket, ticket id or execution key.
+            actor: Who decides (default: the run's requester, for trusted host code).
+            resume: Continue the run now if this was the last open decision.
+        """
+        return await self._decide_ref(pending, Allow(), actor, resume)
+
+    async def decline(
+        self,
+        pending: TicketRef,
+        *,
+        actor: Actor | str | None = None,
+        reason: str | None = None,
+        resume: bool = False,
+    ) -> RunResult:
+        """Deny a pending tool call (or input request); the model sees a blocked result."""
+        return await self._decide_ref(pending, Deny(reason=reason), actor, resume)
+
+    async def answer(
+        self,
+        pending: TicketRef,
+        data: dict[str, Any],
+        *,
+        actor: Actor | str | None = None,
+        resume: bool = False,
+    ) -> RunResult:
+        """Answer a typed-input request; `data` is validated against its schema."""
+        return await self._decide_ref(pending, InputData(data=data), actor, resume)
+
+    async def resolve_tool(
+        self,
+        pending: TicketRef,
+        *,
+        result: Any = _MISSING,
+        retry: bool = False,
+        abort: bool = False,
+        reason: str | None = None,
+        actor: Actor | str | None = None,
+        resume: bool = False,
+    ) -> RunResult:
+        """Resolve an uncertain call: record its verified `result`, `retry` it, or `abort`.
+
+        Raises:
+            ResolutionError: Unless exactly one of result, retry and abort is given.
+        """
+        chosen = [result is not _MISSING, retry, abort]
+        if sum(chosen) != 1:
+            raise ResolutionError("choose exactly one of result=..., retry=True, abort=True")
+        answer: Answer
+        if result is not _MISSING:
+            answer = Resolve(result=to_jsonable(result))
+        elif retry:
+            answer = Retry()
+        else:
+            answer = Abort(reason=reason)
+        return await self._decide_ref(pending, answer, actor, resume)
+
+    async def _decide_ref(
+        self, pending: TicketRef, answer: Answer, actor: Actor | str | None, resume: bool
+    ) -> RunResult:
+        ticket = await self._find_ticket(pending)
+        who = self._actor(actor, ticket)
+        command = ResumeCommand.from_ticket(ticket, answer, who, self._deps.clock.now())
+        return await self.submit(command, resume=resume)
+
+    def _actor(self, actor: Actor | str | None, ticket: ResumeTicket) -> Actor:
+        if isinstance(actor, Actor):
+            return actor
+        if isinstance(actor, str):
+            return Actor(id=actor)
+        return Actor(id=ticket.requester or "system", platform="api")
+
+    async def _find_ticket(self, pending: TicketRef) -> ResumeTicket:
+        if isinstance(pending, PendingEntry):
+            return pending.ticket
+        if isinstance(pending, ResumeTicket):
+            return pending
+        async with self._deps.store.transaction() as tx:
+            ticket = await tx.get_ticket(pending)
+            if ticket is not None:
+                return ticket
+            call = await tx.call_by_execution_key(pending)
+            if call is None:
+                raise UnknownExecutionKey(f"no pending call or ticket {pending!r}")
+            open_ticket = await tx.open_ticket_for_call(call.call_id)
+            if open_ticket is None:
+                raise NotAwaiting(
+                    f"call {call.call_id} ({call.tool}) is {call.state}, not awaiting a decision"
+                )
+            return open_ticket
+
+    async def decide(
+        self,
+        ticket_id: str,
+        answer: Answer,
+        actor: Actor,
+        *,
+        correlation: str | None = None,
+        resume: bool = False,
+    ) -> RunResult:
+        """Decide a ticket by id, as a chat or HTTP edge does.
+
+        Args:
+            ticket_id: The ticket the click or request names.
+            answer: The typed answer.
+            actor: The authenticated user.
+            correlation: The token the click carried; checked against the ticket.
+            resume: Continue the run now if this was its last open decision.
+        """
+        async with self._deps.store.transaction() as tx:
+            ticket = await tx.get_ticket(ticket_id)
+        if ticket is None:
+            raise UnknownTicket(f"no ticket {ticket_id!r} exists")
+        command = ResumeCommand.from_ticket(ticket, answer, actor, self._deps.clock.now())
+        if correlation is not None:
+            command = command.model_copy(update={"correlation": correlation})
+        return await self.submit(command, resume=resume)
+
+    async def submit(self, command: ResumeCommand, *, resume: bool = False) -> RunResult:
+        """Validate and apply one resume command. The single ingress of every decision.
+
+        The ticket is closed with a compare-and-set in the same transaction that applies
+        the decision, so of two concurrent commands on one ticket exactly one wins; the
+        other gets `NotAwaiting`. A refused command changes nothing.
+        """
+        deps = self._deps
+        async with deps.store.transaction() as tx:
+            run = await tx.get_run(command.run_id, for_update=True)
+            ticket = await tx.get_ticket(command.ticket_id)
+            agent = deps.agents.get(ticket.agent) if ticket is not None else None
+            validate_resume(
+                command,
+                ticket,
+                agent_version=agent.version if agent is not None else None,
+                catalog_fingerprint=agent.catalog_fingerprint if agent is not None else None,
+            )
+            assert ticket is not None and run is not None
+            if not await tx.close_ticket(
+                ticket.ticket_id,
+                status=TicketStatus.DECIDED,
+                at=command.at,
+                decision=command.answer,
+                decided_by=command.actor.id,
+            ):
+                raise NotAwaiting(f"ticket {ticket.ticket_id} was decided concurrently")
+            await self._apply(tx, run, ticket, command)
+            remaining = await tx.tickets_for_run(run.run_id, status=TicketStatus.OPEN)
+            if not remaining and run.status is RunStatus.AWAITING:
+                run.status = RunStatus.QUEUED
+                run.updated_at = command.at
+                await tx.update_run(run)
+                await record(tx, run.run_id, command.at, "run_ready", by=command.actor.id)
+        deps.reach(
+            "decision_committed",
+            ticket_id=command.ticket_id,
+            decision=command.answer.kind,
+            latency_seconds=(command.at - ticket.created_at).total_seconds(),
+        )
+        if resume and not remaining:
+            return await self.resume(command.run_id, actor=command.actor)
+        return await self.get(command.run_id)
+
+    async def _apply(
+        self, tx: Transaction, run: RunRecord, ticket: ResumeTicket, command: ResumeCommand
+    ) -> None:
+        answer = command.answer
+        actor = command.actor
+        target = ticket.target
+        agent = self._deps.agents.get(ticket.agent)
+        described: dict[str, Any] = {
+            "ticket_id": ticket.ticket_id,
+            "decision": answer.kind,
+            "actor": actor.id,
+            "actor_name": actor.name,
+            "platform": actor.platform,
+            "decided_at": command.at.isoformat(),
+        }
+        reason = getattr(answer, "reason", None)
+        if reason:
+            described["reason"] = reason
+        if isinstance(target, ToolPermission | RemoteInput | Uncertain):
+            call = await tx.get_call(target.call_id)
+            if call is None:
+                raise ResolutionError(f"ticket {ticket.ticket_id} names an unknown call")
+            described["tool"] = call.tool
+            described["args"] = display_args(agent, call.tool, call.args)
+            call.decided_by = actor.model_dump(mode="json")
+            call.updated_at = command.at
+            call.reason = reason
+            match answer:
+                case Allow():
+                    self._expect(call.state, CallState.AWAITING_DECISION, ticket)
+                    move(call, CallState.APPROVED)
+                case Deny():
+                    self._expect(
+                        call.state, (CallState.AWAITING_DECISION, CallState.AWAITING_INPUT), ticket
+                    )
+                    move(call, CallState.DENIED)
+                    call.result = blocked_text(reason)
+                case InputData():
+                    self._expect(call.state, CallState.AWAITING_INPUT, ticket)
+                    move(call, CallState.APPROVED)
+                    call.answer = answer.data
+                case Resolve():
+                    self._expect(call.state, CallState.UNCERTAIN, ticket)
+                    move(call, CallState.RESOLVED)
+                    call.result = answer.result
+                case Retry():
+                    self._expect(call.state, CallState.UNCERTAIN, ticket)
+                    move(call, CallState.APPROVED)
+                case Abort():
+                    self._expect(call.state, CallState.UNCERTAIN, ticket)
+                    move(call, CallState.RESOLVED)
+                    call.error = "aborted"
+                    call.result = f"Aborted: {reason}" if reason else "Aborted by an operator"
+                case _:
+                    raise ResolutionError(f"a {answer.kind} answer does not fit a tool call")
+            await tx.update_call(call)
+        await record(tx, run.run_id, command.at, "ticket_decided", by=actor.id, **described)
+        await notify(self._deps, tx, run, "decided", described, ticket_id=ticket.ticket_id)
+
+    @staticmethod
+    def _expect(
+        state: CallState, allowed: CallState | tuple[CallState, ...], ticket: ResumeTicket
+    ) -> None:
+        options = allowed if isinstance(allowed, tuple) else (allowed,)
+        if state not in options:
+            raise ResolutionError(
+                f"ticket {ticket.ticket_id}: the call is {state}, which this answer does not fit"
+            )
+
+    # -- continuing ------------------------------------------------------------------
+    async def resume(
+        self, run_or_thread_id: str, *, actor: Actor | str | None = None, wait: bool = True
+    ) -> RunResult:
+        """Continue a run whose decisions are all in, or a paused run.
+
+        Accepts a run id or a thread id (its latest run). A run still waiting on open
+        tickets is returned as it is, with its pending entries.
+
+        Args:
+            run_or_thread_id: The run, or a thread whose latest run to continue.
+            actor: Who resumes (recorded; lifts a pause).
+            wait: Drive the run here until it parks or ends (True), or only make it ready
+                for a worker (False).
+        """
+        run = await self._find_run(run_or_thread_id)
+        if run.status is RunStatus.PAUSED:
+            run = await self._unpause(run, actor)
+        if wait and run.status in (RunStatus.QUEUED, RunStatus.RUNNING):
+            await self.drive(run.run_id)
+        return await self.get(run.run_id)
+
+    async def _find_run(self, run_or_thread_id: str) -> RunRecord:
+        async with self._deps.store.transaction() as tx:
+            run = await tx.get_run(run_or_thread_id)
+            if run is None:
+                latest = await tx.list_runs(thread_id=run_or_thread_id, limit=1)
+                run = latest[0] if latest else None
+        if run is None:
+            raise RunNotFound(f"no run or thread {run_or_thread_id!r}")
+        return run
+
+    async def _unpause(self, run: RunRecord, actor: Actor | str | None) -> RunRecord:
+        deps = self._deps
+        async with deps.store.transaction() as tx:
+            tickets = await tx.tickets_for_run(run.run_id, status=TicketStatus.OPEN)
+            pause = next((t for t in tickets if isinstance(t.target, Pause)), None)
+        if pause is not None:
+            who = (
+                actor
+                if isinstance(actor, Actor)
+                else Actor(id=actor or run.requester or "system", platform="api")
+            )
+            command = ResumeCommand.from_ticket(pause, Continue(), who, deps.clock.now())
+            await self.submit(command)
+        now = deps.clock.now()
+        async with deps.store.transaction() as tx:
+            current = await tx.get_run(run.run_id, for_update=True)
+            assert current is not None
+            if current.status is RunStatus.PAUSED:
+                still_open = await tx.tickets_for_run(run.run_id, status=TicketStatus.OPEN)
+                current.status = RunStatus.AWAITING if still_open else RunStatus.QUEUED
+                current.updated_at = now
+                current.fence += 1
+                await tx.update_run(current)
+                await record(
+                    tx,
+                    run.run_id,
+                    now,
+                    "run_resumed",
+                    by=actor.id if isinstance(actor, Actor) else actor,
+                )
+            return current
+
+    async def pause(self, run_id: str, *, actor: Actor | str | None = None) -> RunResult:
+        """Ask a run to pause: no new steps; a running tool settles first."""
+        deps = self._deps
+        now = deps.clock.now()
+        who = actor.id if isinstance(actor, Actor) else actor
+        async with deps.store.transaction() as tx:
+            run = await tx.get_run(run_id, for_update=True)
+            if run is None:
+                raise RunNotFound(f"no run {run_id!r}")
+            if run.status.finished or run.status is RunStatus.PAUSED:
+                raise NotAwaiting(f"run {run_id} is {run.status}; it cannot be paused")
+            if run.status is RunStatus.RUNNING and not self._lease_expired(run):
+                await tx.set_run_flags(run_id, pause=True)
+                await record(tx, run_id, now, "pause_requested", by=who)
+            else:
+                run.status = RunStatus.PAUSED
+                run.lease_owner = None
+                run.lease_expires_at = None
+                run.fence += 1
+                run.updated_at = now
+                agent = deps.agents.get(run.agent)
+                if agent is not None:
+                    await open_ticket(deps, tx, run, agent, Pause(), None, "run_paused")
+                await record(tx, run_id, now, "run_paused", by=who)
+                await tx.update_run(run)
+        return await self.get(run_id)
+
+    async def cancel(
+        self, run_id: str, *, actor: Actor | str | None = None, reason: str | None = None
+    ) -> RunResult:
+        """Cancel a run. Cooperative: a running tool finishes; open tickets are voided."""
+        deps = self._deps
+        now = deps.clock.now()
+        who = actor.id if isinstance(actor, Actor) else actor
+        async with deps.store.transaction() as tx:
+            run = await tx.get_run(run_id, for_update=True)
+            if run is None:
+                raise RunNotFound(f"no run {run_id!r}")
+            if run.status.finished:
+                raise NotAwaiting(f"run {run_id} already {run.status}")
+            if run.status is RunStatus.RUNNING and not self._lease_expired(run):
+                await tx.set_run_flags(run_id, cancel=True)
+                await record(tx, run_id, now, "cancel_requested", by=who, reason=reason)
+            else:
+                await cancel_in(deps, tx, run, actor=who, reason=reason or "cancelled")
+                run.fence += 1
+                run.updated_at = now
+                await tx.update_run(run)
+        return await self.get(run_id)
+
+    def _lease_expired(self, run: RunRecord) -> bool:
+        return run.lease_expires_at is None or run.lease_expires_at <= self._deps.clock.now()
+
+    # -- workers and recovery ------------------------------------------------------------
+    async def recover(self, limit: int = 1000) -> list[RunResult]:
+        """Claim and continue every run that is queued or whose worker's lease expired.
+
+        Call it on start-up. Dispatched calls without a recorded result follow their
+        replay policy: ``safe`` and ``idempotent`` run again (same execution key),
+        ``manual`` becomes ``uncertain`` and parks the run for a person.
+        """
+        async with self._deps.store.transaction() as tx:
+            ids = await tx.claimable_runs(self._deps.clock.now(), limit)
+        results = []
+        for run_id in ids:
+            await self.drive(run_id)
+            results.append(await self.get(run_id))
+        return results
+
+    async def work_once(self, limit: int = 10) -> int:
+        """Claim and drive up to `limit` claimable runs; returns how many were driven."""
+        async with self._deps.store.transaction() as tx:
+            ids = await tx.claimable_runs(self._deps.clock.now(), limit)
+        driven = 0
+        for run_id in ids:
+            if await self.drive(run_id):
+                driven += 1
+        return driven
+
+    async def claimable(self, limit: int = 10) -> list[str]:
+        """Ids of runs a worker could claim now (queued, or their lease expired)."""
+        async with self._deps.store.transaction() as tx:
+            return await tx.claimable_runs(self._deps.clock.now(), limit)
+
+    async def drive(self, run_id: str) -> bool:
+        """Claim `run_id` and execute it until it parks or ends.
+
+        Returns:
+            False if the run could not be claimed (another worker has it, or it is not
+            ready), True once it was driven.
+        """
+        deps = self._deps
+        now = deps.clock.now()
+        async with deps.store.transaction() as tx:
+            claimed = await tx.claim_run(
+                run_id,
+                owner=deps.worker_id,
+                now=now,
+                until=now + timedelta(seconds=deps.lease_seconds),
+            )
+            if claimed is not None:
+                await record(
+                    tx, run_id, now, "run_claimed", worker=deps.worker_id, fence=claimed.fence
+                )
+        if claimed is None:
+            return False
+        await self._drive_claimed(claimed)
+        return True
+
+    async def _drive_claimed(self, run: RunRecord) -> None:
+        try:
+            await Driver(self._deps, run).drive()
+        except LeaseLost:
+            # Another worker took the run over; it owns the outcome now.
+            return
+
+    async def expire_overdue(self, limit: int = 100) -> list[str]:
+        """Expire open tickets past their deadline, each exactly once.
+
+        What expiry does comes from the tool's or agent's ``on_expiry``: ``deny`` (the
+        model sees a blocked result saying the request expired), ``cancel`` the run, or
+        `Escalate` to other approvers (once; an escalated ticket that expires is denied).
+        The expiry is recorded and notified in the same transaction.
+
+        Returns:
+            The ids of the tickets expired.
+        """
+        deps = self._deps
+        now = deps.clock.now()
+        async with deps.store.transaction() as tx:
+            overdue = await tx.overdue_tickets(now, limit)
+        expired = []
+        for ticket in overdue:
+            async with deps.store.transaction() as tx:
+                run = await tx.get_run(ticket.run_id, for_update=True)
+                if run is None or not await tx.close_ticket(
+                    ticket.ticket_id, status=TicketStatus.EXPIRED, at=now
+                ):
+                    continue
+                await self._expire(tx, run, ticket)
+            expired.append(ticket.ticket_id)
+        return expired
+
+    async def _expire(self, tx: Transaction, run: RunRecord, ticket: ResumeTicket) -> None:
+        deps = self._deps
+        now = deps.clock.now()
+        agent = deps.agents.get(ticket.agent)
+        call = await tx.get_call(ticket.call_id) if ticket.call_id else None
+        tool = agent.tools.get(call.tool) if agent is not None and call is not None else None
+        action = agent.on_expiry_for(tool) if agent is not None else ExpiryAction.DENY
+        if isinstance(action, Escalate) and call is not None and agent is not None:
+            earlier = [
+                t
+                for t in await tx.tickets_for_run(run.run_id, status=TicketStatus.EXPIRED)
+                if t.call_id == call.call_id and t.ticket_id != ticket.ticket_id
+            ]
+            if not earlier:
+                await record(
+                    tx,
+                    run.run_id,
+                    now,
+                    "ticket_expired",
+                    ticket_id=ticket.ticket_id,
+                    action="escalate",
+                    approvers=list(action.approvers),
+                )
+                await notify(
+                    deps,
+                    tx,
+                    run,
+                    "expired",
+                    {
+                        "ticket_id": ticket.ticket_id,
+                        "action": "escalate",
+                        "escalated_to": list(action.approvers),
+                    },
+                    ticket_id=ticket.ticket_id,
+                )
+                kind = (
+                    "input_requested"
+                    if isinstance(ticket.target, RemoteInput)
+                    else ("approval_requested")
+                )
+                await open_ticket(
+                    deps,
+                    tx,
+                    run,
+                    agent,
+                    ticket.target,
+                    tool,
+                    kind,
+                    approvers=action.approvers,
+                    deadline=action.deadline,
+                )
+                return
+            action = ExpiryAction.DENY
+        outcome = "cancel" if action is ExpiryAction.CANCEL else "deny"
+        await record(
+            tx, run.run_id, now, "ticket_expired", ticket_id=ticket.ticket_id, action=outcome
+        )
+        await notify(
+            deps,
+            tx,
+            run,
+            "expired",
+            {"ticket_id": ticket.ticket_id, "action": outcome},
+            ticket_id=ticket.ticket_id,
+        )
+        if outcome == "cancel":
+            await cancel_in(
+                deps, tx, run, actor=None, reason="a decision deadline passed without a decision"
+            )
+            run.fence += 1
+            run.updated_at = now
+            await tx.update_run(run)
+            return
+        if call is not None and not call.state.settled:
+            move(call, CallState.DENIED)
+            call.result = blocked_text("the request expired without a decision")
+            call.reason = "expired"
+            call.updated_at = now
+            await tx.update_call(call)
+        remaining = await tx.tickets_for_run(run.run_id, status=TicketStatus.OPEN)
+        if not remaining and run.status is RunStatus.AWAITING:
+            run.status = RunStatus.QUEUED
+            run.updated_at = now
+            await tx.update_run(run)

@@ -1,0 +1,212 @@
+"""The store port: what the core needs from a database, as one transaction protocol.
+
+Every method runs inside a `Transaction`; leaving ``async with store.transaction()``
+normally commits, leaving it by an exception rolls everything back. Records handed in
+and out are copies: changing one changes nothing until it is written back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from datetime import datetime
+from typing import Protocol
+
+from runtime.states import RunStatus, TicketStatus
+from runtime.store.records import (
+    CallRecord,
+    EventRecord,
+    IdempotencyRecord,
+    OutboxRecord,
+    RunRecord,
+)
+from runtime.tickets import Answer, ResumeTicket
+
+
+class Transaction(Protocol):
+    """One atomic unit of reads and writes."""
+
+    # runs ------------------------------------------------------------------------
+    async def insert_run(self, run: RunRecord) -> None:
+        """Add a new run."""
+        ...
+
+    async def get_run(self, run_id: str, *, for_update: bool = False) -> RunRecord | None:
+        """Read a run; ``for_update`` locks its row until the transaction ends."""
+        ...
+
+    async def update_run(self, run: RunRecord, *, fence: int | None = None) -> None:
+        """Write every column of `run` except the two request flags.
+
+        Args:
+            run: The new row.
+            fence: When given, the write only happens if the stored fence still equals
+                it; otherwise `LeaseLost` is raised (and the transaction must roll back).
+        """
+        ...
+
+    async def set_run_flags(
+        self, run_id: str, *, pause: bool | None = None, cancel: bool | None = None
+    ) -> None:
+        """Set or clear the pause / cancel request flags."""
+        ...
+
+    async def claim_run(
+        self, run_id: str, *, owner: str, now: datetime, until: datetime
+    ) -> RunRecord | None:
+        """Take the run's lease if it is ``queued``, or ``running`` with an expired lease.
+
+        On success the status becomes ``running``, the fence grows by one and the lease
+        belongs to `owner` until `until`. Returns the claimed row, or None.
+        """
+        ...
+
+    async def renew_lease(self, run_id: str, *, fence: int, until: datetime) -> bool:
+        """Extend a held lease; False when the fence no longer matches."""
+        ...
+
+    async def claimable_runs(self, now: datetime, limit: int) -> list[str]:
+        """Ids of runs a worker could claim now, oldest first."""
+        ...
+
+    async def list_runs(
+        self,
+        *,
+        statuses: Sequence[RunStatus] = (),
+        thread_id: str | None = None,
+        limit: int = 100,
+    ) -> list[RunRecord]:
+        """Runs, newest first, optionally filtered."""
+        ...
+
+    async def count_runs(self) -> dict[str, int]:
+        """How many runs there are in each status."""
+        ...
+
+    # tool calls ---------------------------------------------------------------------
+    async def insert_call(self, call: CallRecord) -> None:
+        """Add a tool call."""
+        ...
+
+    async def update_call(self, call: CallRecord) -> None:
+        """Write a tool call back."""
+        ...
+
+    async def get_call(self, call_id: str) -> CallRecord | None:
+        """Read one tool call."""
+        ...
+
+    async def calls_for_run(self, run_id: str, *, batch: int | None = None) -> list[CallRecord]:
+        """A run's calls (optionally of one batch) ordered by batch and position."""
+        ...
+
+    async def call_by_execution_key(self, execution_key: str) -> CallRecord | None:
+        """The call with this execution key."""
+        ...
+
+    # tickets -----------------------------------------------------------------------
+    async def insert_ticket(self, ticket: ResumeTicket) -> None:
+        """Add a ticket."""
+        ...
+
+    async def get_ticket(self, ticket_id: str) -> ResumeTicket | None:
+        """Read one ticket."""
+        ...
+
+    async def close_ticket(
+        self,
+        ticket_id: str,
+        *,
+        status: TicketStatus,
+        at: datetime,
+        decision: Answer | None = None,
+        decided_by: str | None = None,
+    ) -> bool:
+        """Compare-and-set an open ticket to `status`. False if it was not open."""
+        ...
+
+    async def tickets_for_run(
+        self, run_id: str, *, status: TicketStatus | None = None
+    ) -> list[ResumeTicket]:
+        """A run's tickets, oldest first."""
+        ...
+
+    async def open_tickets(self, *, limit: int = 100) -> list[ResumeTicket]:
+        """Open tickets of every run, oldest first."""
+        ...
+
+    async def open_ticket_for_call(self, call_id: str) -> ResumeTicket | None:
+        """The open ticket waiting on a call, if any."""
+        ...
+
+    async def overdue_tickets(self, now: datetime, limit: int) -> list[ResumeTicket]:
+        """Open tickets whose deadline is at or before `now`."""
+        ...
+
+    # flight recorder ---------------------------------------------------------------
+    async def append_event(self, event: EventRecord) -> None:
+        """Append to a run's flight recorder."""
+        ...
+
+    async def events(self, run_id: str, *, after: int = 0) -> list[EventRecord]:
+        """A run's events with ``seq > after``, in order."""
+        ...
+
+    # outbox ------------------------------------------------------------------------
+    async def add_outbox(self, item: OutboxRecord) -> None:
+        """Queue a notification."""
+        ...
+
+    async def due_outbox(self, now: datetime, limit: int) -> list[OutboxRecord]:
+        """Pending notifications whose next attempt is due, oldest first."""
+        ...
+
+    async def update_outbox(self, item: OutboxRecord) -> None:
+        """Write a notification's delivery state back."""
+        ...
+
+    async def outbox_for_run(self, run_id: str) -> list[OutboxRecord]:
+        """Every notification of a run, oldest first."""
+        ...
+
+    async def find_outbox(self, *, ticket_id: str, kind: str) -> OutboxRecord | None:
+        """The first notification of `kind` about a ticket (to find its platform message)."""
+        ...
+
+    # idempotency keys and figures --------------------------------------------------
+    async def get_idempotency(self, scope: str, key: str) -> IdempotencyRecord | None:
+        """The record of a key already used in `scope`, if any."""
+        ...
+
+    async def insert_idempotency(self, item: IdempotencyRecord) -> None:
+        """Remember a key. Raises `DuplicateKey` if (scope, key) exists."""
+        ...
+
+    async def stats(self) -> dict[str, int]:
+        """Figures for metrics: ``open_tickets``, ``outbox_pending``, ``outbox_failed``."""
+        ...
+
+
+class DuplicateKey(ValueError):
+    """An idempotency key was inserted twice (a concurrent request won)."""
+
+
+class Store(Protocol):
+    """A database the runtime can use."""
+
+    async def migrate(self) -> None:
+        """Create or upgrade the schema."""
+        ...
+
+    def transaction(self) -> AbstractAsyncContextManager[Transaction]:
+        """Open a transaction: commit on normal exit, roll back on an exception."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections."""
+        ...
+
+    @property
+    def commits(self) -> int:
+        """How many write transactions were committed (for benchmarks)."""
+        ...

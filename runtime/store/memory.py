@@ -1,0 +1,367 @@
+"""An in-memory store for unit tests and examples. Same contract as the SQL store."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import replace
+from datetime import datetime
+from typing import TypeVar
+
+from runtime.errors import LeaseLost
+from runtime.states import RunStatus, TicketStatus
+from runtime.store.base import DuplicateKey
+from runtime.store.records import (
+    CallRecord,
+    EventRecord,
+    IdempotencyRecord,
+    OutboxRecord,
+    RunRecord,
+)
+from runtime.tickets import Answer, ResumeTicket
+
+_FLAGS = ("pause_requested", "cancel_requested")
+
+
+class _Tables:
+    def __init__(self) -> None:
+        self.runs: dict[str, RunRecord] = {}
+        self.calls: dict[str, CallRecord] = {}
+        self.tickets: dict[str, ResumeTicket] = {}
+        self.events: dict[str, list[EventRecord]] = {}
+        self.outbox: dict[str, OutboxRecord] = {}
+        self.keys: dict[tuple[str, str], IdempotencyRecord] = {}
+
+    def snapshot(self) -> _Tables:
+        # Records are never mutated in place (reads and writes copy), so copying the
+        # dicts is enough to roll back.
+        other = _Tables()
+        other.runs = dict(self.runs)
+        other.calls = dict(self.calls)
+        other.tickets = dict(self.tickets)
+        other.events = {k: list(v) for k, v in self.events.items()}
+        other.outbox = dict(self.outbox)
+        other.keys = dict(self.keys)
+        return other
+
+
+_T = TypeVar("_T")
+
+
+def _copy(value: _T) -> _T:
+    return copy.deepcopy(value)
+
+
+class MemoryTransaction:
+    """A transaction over `MemoryStore`; all transactions run one at a time."""
+
+    def __init__(self, tables: _Tables) -> None:
+        self._t = tables
+        self.wrote = False
+
+    # runs -------------------------------------------------------------------------
+    async def insert_run(self, run: RunRecord) -> None:
+        if run.run_id in self._t.runs:
+            raise ValueError(f"run {run.run_id} exists")
+        self.wrote = True
+        self._t.runs[run.run_id] = _copy(run)
+
+    async def get_run(self, run_id: str, *, for_update: bool = False) -> RunRecord | None:
+        run = self._t.runs.get(run_id)
+        return _copy(run) if run else None
+
+    async def update_run(self, run: RunRecord, *, fence: int | None = None) -> None:
+        stored = self._t.runs.get(run.run_id)
+        if stored is None:
+            raise ValueError(f"run {run.run_id} does not exist")
+        if fence is not None and stored.fence != fence:
+            raise LeaseLost(f"run {run.run_id}: lease fence {fence} was superseded")
+        self.wrote = True
+        new = _copy(run)
+        for flag in _FLAGS:
+            setattr(new, flag, getattr(stored, flag))
+        self._t.runs[run.run_id] = new
+
+    async def set_run_flags(
+        self, run_id: str, *, pause: bool | None = None, cancel: bool | None = None
+    ) -> None:
+        stored = self._t.runs.get(run_id)
+        if stored is None:
+            raise ValueError(f"run {run_id} does not exist")
+        self.wrote = True
+        self._t.runs[run_id] = replace(
+            stored,
+            pause_requested=stored.pause_requested if pause is None else pause,
+            cancel_requested=stored.cancel_requested if cancel is None else cancel,
+        )
+
+    async def claim_run(
+        self, run_id: str, *, owner: str, now: datetime, until: datetime
+    ) -> RunRecord | None:
+        run = self._t.runs.get(run_id)
+        if run is None or not _claimable(run, now):
+            return None
+        self.wrote = True
+        claimed = replace(
+            _copy(run),
+            status=RunStatus.RUNNING,
+            fence=run.fence + 1,
+            lease_owner=owner,
+            lease_expires_at=until,
+            updated_at=now,
+        )
+        self._t.runs[run_id] = claimed
+        return _copy(claimed)
+
+    async def renew_lease(self, run_id: str, *, fence: int, until: datetime) -> bool:
+        run = self._t.runs.get(run_id)
+        if run is None or run.fence != fence or run.status is not RunStatus.RUNNING:
+            return False
+        self.wrote = True
+        self._t.runs[run_id] = replace(run, lease_expires_at=until)
+        return True
+
+    async def claimable_runs(self, now: datetime, limit: int) -> list[str]:
+        found = sorted(
+            (r for r in self._t.runs.values() if _claimable(r, now)),
+            key=lambda r: (r.updated_at, r.run_id),
+        )
+        return [r.run_id for r in found[:limit]]
+
+    async def list_runs(
+        self,
+        *,
+        statuses: Sequence[RunStatus] = (),
+        thread_id: str | None = None,
+        limit: int = 100,
+    ) -> list[RunRecord]:
+        found = [
+            r
+            for r in self._t.runs.values()
+            if (not statuses or r.status in statuses)
+            and (thread_id is None or r.thread_id == thread_id)
+        ]
+        found.reverse()  # newest first; ties keep insertion order (reversed)
+        found.sort(key=lambda r: r.created_at, reverse=True)
+        return [_copy(r) for r in found[:limit]]
+
+    async def count_runs(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for run in self._t.runs.values():
+            counts[run.status.value] = counts.get(run.status.value, 0) + 1
+        return counts
+
+    # calls --------------------------------------------------------------------------
+    async def insert_call(self, call: CallRecord) -> None:
+        if call.call_id in self._t.calls:
+            raise ValueError(f"call {call.call_id} exists")
+        if any(c.execution_key == call.execution_key for c in self._t.calls.values()):
+            raise ValueError(f"execution key {call.execution_key} is taken")
+        self.wrote = True
+        self._t.calls[call.call_id] = _copy(call)
+
+    async def update_call(self, call: CallRecord) -> None:
+        if call.call_id not in self._t.calls:
+            raise ValueError(f"call {call.call_id} does not exist")
+        self.wrote = True
+        self._t.calls[call.call_id] = _copy(call)
+
+    async def get_call(self, call_id: str) -> CallRecord | None:
+        call = self._t.calls.get(call_id)
+        return _copy(call) if call else None
+
+    async def calls_for_run(self, run_id: str, *, batch: int | None = None) -> list[CallRecord]:
+        found = [
+            c
+            for c in self._t.calls.values()
+            if c.run_id == run_id and (batch is None or c.batch == batch)
+        ]
+        found.sort(key=lambda c: (c.batch, c.seq))
+        return [_copy(c) for c in found]
+
+    async def call_by_execution_key(self, execution_key: str) -> CallRecord | None:
+        for call in self._t.calls.values():
+            if call.execution_key == execution_key:
+                return _copy(call)
+        return None
+
+    # tickets ------------------------------------------------------------------------
+    async def insert_ticket(self, ticket: ResumeTicket) -> None:
+        if ticket.ticket_id in self._t.tickets:
+            raise ValueError(f"ticket {ticket.ticket_id} exists")
+        call_id = ticket.call_id
+        if call_id is not None and ticket.status is TicketStatus.OPEN:
+            for other in self._t.tickets.values():
+                if other.call_id == call_id and other.status is TicketStatus.OPEN:
+                    raise ValueError(f"call {call_id} already has an open ticket")
+        self.wrote = True
+        self._t.tickets[ticket.ticket_id] = ticket
+
+    async def get_ticket(self, ticket_id: str) -> ResumeTicket | None:
+        return self._t.tickets.get(ticket_id)
+
+    async def close_ticket(
+        self,
+        ticket_id: str,
+        *,
+        status: TicketStatus,
+        at: datetime,
+        decision: Answer | None = None,
+        decided_by: str | None = None,
+    ) -> bool:
+        if status is TicketStatus.OPEN:
+            raise ValueError("closing a ticket needs a status other than open")
+        if status is TicketStatus.DECIDED and decision is None:
+            raise ValueError("a decided ticket needs its decision")
+        ticket = self._t.tickets.get(ticket_id)
+        if ticket is None or ticket.status is not TicketStatus.OPEN:
+            return False
+        self.wrote = True
+        self._t.tickets[ticket_id] = ticket.model_copy(
+            update={
+                "status": status,
+                "decision": decision,
+                "decided_by": decided_by,
+                "decided_at": at,
+            }
+        )
+        return True
+
+    async def tickets_for_run(
+        self, run_id: str, *, status: TicketStatus | None = None
+    ) -> list[ResumeTicket]:
+        found = [
+            t
+            for t in self._t.tickets.values()
+            if t.run_id == run_id and (status is None or t.status is status)
+        ]
+        return sorted(found, key=lambda t: t.created_at)
+
+    async def open_tickets(self, *, limit: int = 100) -> list[ResumeTicket]:
+        found = [t for t in self._t.tickets.values() if t.status is TicketStatus.OPEN]
+        return sorted(found, key=lambda t: t.created_at)[:limit]
+
+    async def open_ticket_for_call(self, call_id: str) -> ResumeTicket | None:
+        for ticket in self._t.tickets.values():
+            if ticket.call_id == call_id and ticket.status is TicketStatus.OPEN:
+                return ticket
+        return None
+
+    async def overdue_tickets(self, now: datetime, limit: int) -> list[ResumeTicket]:
+        found = [
+            t
+            for t in self._t.tickets.values()
+            if t.status is TicketStatus.OPEN and t.deadline is not None and t.deadline <= now
+        ]
+        return sorted(found, key=lambda t: (t.deadline or now, t.ticket_id))[:limit]
+
+    # events -------------------------------------------------------------------------
+    async def append_event(self, event: EventRecord) -> None:
+        self.wrote = True
+        log = self._t.events.setdefault(event.run_id, [])
+        log.append(replace(_copy(event), seq=len(log) + 1))
+
+    async def events(self, run_id: str, *, after: int = 0) -> list[EventRecord]:
+        return [_copy(e) for e in self._t.events.get(run_id, []) if e.seq > after]
+
+    # outbox -------------------------------------------------------------------------
+    async def add_outbox(self, item: OutboxRecord) -> None:
+        if item.outbox_id in self._t.outbox:
+            raise ValueError(f"outbox item {item.outbox_id} exists")
+        self.wrote = True
+        self._t.outbox[item.outbox_id] = _copy(item)
+
+    async def due_outbox(self, now: datetime, limit: int) -> list[OutboxRecord]:
+        found = [
+            o for o in self._t.outbox.values() if o.state == "pending" and o.next_attempt_at <= now
+        ]
+        found.sort(key=lambda o: o.created_at)
+        return [_copy(o) for o in found[:limit]]
+
+    async def update_outbox(self, item: OutboxRecord) -> None:
+        if item.outbox_id not in self._t.outbox:
+            raise ValueError(f"outbox item {item.outbox_id} does not exist")
+        self.wrote = True
+        self._t.outbox[item.outbox_id] = _copy(item)
+
+    async def outbox_for_run(self, run_id: str) -> list[OutboxRecord]:
+        found = [o for o in self._t.outbox.values() if o.run_id == run_id]
+        found.sort(key=lambda o: o.created_at)
+        return [_copy(o) for o in found]
+
+    async def find_outbox(self, *, ticket_id: str, kind: str) -> OutboxRecord | None:
+        found = [o for o in self._t.outbox.values() if o.ticket_id == ticket_id and o.kind == kind]
+        found.sort(key=lambda o: o.created_at)
+        return _copy(found[0]) if found else None
+
+    # idempotency and figures ----------------------------------------------------------
+    async def get_idempotency(self, scope: str, key: str) -> IdempotencyRecord | None:
+        found = self._t.keys.get((scope, key))
+        return _copy(found) if found else None
+
+    async def insert_idempotency(self, item: IdempotencyRecord) -> None:
+        if (item.scope, item.key) in self._t.keys:
+            raise DuplicateKey(f"idempotency key {item.key!r} already used in {item.scope}")
+        self.wrote = True
+        self._t.keys[(item.scope, item.key)] = _copy(item)
+
+    async def stats(self) -> dict[str, int]:
+        outbox = list(self._t.outbox.values())
+        return {
+            "open_tickets": sum(
+                1 for t in self._t.tickets.values() if t.status is TicketStatus.OPEN
+            ),
+            "outbox_pending": sum(1 for o in outbox if o.state == "pending"),
+            "outbox_failed": sum(1 for o in outbox if o.state == "failed"),
+        }
+
+
+def _claimable(run: RunRecord, now: datetime) -> bool:
+    if run.status is RunStatus.QUEUED:
+        return True
+    return (
+        run.status is RunStatus.RUNNING
+        and run.lease_expires_at is not None
+        and run.lease_expires_at <= now
+    )
+
+
+class MemoryStore:
+    """Keeps everything in process memory; transactions are serialised by one lock."""
+
+    def __init__(self) -> None:
+        self._tables = _Tables()
+        self._lock = asyncio.Lock()
+        self._commits = 0
+
+    async def migrate(self) -> None:
+        """Nothing to create."""
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[MemoryTransaction]:
+        """Run a transaction; an exception restores the state from before it."""
+        async with self._lock:
+            before = self._tables.snapshot()
+            tx = MemoryTransaction(self._tables)
+            try:
+                yield tx
+            except BaseException:
+                self._tables.runs = before.runs
+                self._tables.calls = before.calls
+                self._tables.tickets = before.tickets
+                self._tables.events = before.events
+                self._tables.outbox = before.outbox
+                self._tables.keys = before.keys
+                raise
+            if tx.wrote:
+                self._commits += 1
+
+    async def close(self) -> None:
+        """Nothing to release."""
+
+    @property
+    def commits(self) -> int:
+        """Write transactions committed so far."""
+        return self._commits

@@ -1,0 +1,124 @@
+"""Rows the store keeps, as plain dataclasses the core reads and writes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from runtime.states import CallState, RunStatus
+
+
+@dataclass(slots=True)
+class RunRecord:
+    """One run: its status, transcript, counters and lease.
+
+    ``pause_requested`` and ``cancel_requested`` are written only with
+    `Transaction.set_run_flags`, so a worker saving the row never clobbers a request made
+    while it held the lease.
+    """
+
+    run_id: str
+    thread_id: str
+    agent: str
+    agent_version: str
+    status: RunStatus
+    input: str
+    requester: str | None
+    created_at: datetime
+    updated_at: datetime
+    origin: dict[str, Any] = field(default_factory=dict)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    turns: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    usage_incomplete: bool = False
+    model_attempt: int = 0
+    model_in_flight: bool = False
+    batch: int = 0
+    final_text: str | None = None
+    error: str | None = None
+    pause_requested: bool = False
+    cancel_requested: bool = False
+    lease_owner: str | None = None
+    lease_expires_at: datetime | None = None
+    fence: int = 0
+
+
+@dataclass(slots=True)
+class CallRecord:
+    """One tool call the model asked for, and everything that happened to it."""
+
+    call_id: str
+    run_id: str
+    batch: int
+    seq: int
+    model_call_id: str
+    tool: str
+    args: dict[str, Any]
+    state: CallState
+    replay_policy: str
+    execution_key: str
+    created_at: datetime
+    updated_at: datetime
+    attempts: int = 0
+    result: Any = None
+    error: str | None = None
+    answer: dict[str, Any] | None = None
+    decided_by: dict[str, Any] | None = None
+    reason: str | None = None
+
+
+@dataclass(slots=True)
+class EventRecord:
+    """One flight-recorder entry. ``seq`` is assigned by the store, in order per run."""
+
+    run_id: str
+    at: datetime
+    kind: str
+    data: dict[str, Any]
+    actor: str | None = None
+    seq: int = 0
+
+
+@dataclass(slots=True)
+class OutboxRecord:
+    """A notification a chat platform must receive, with its delivery state.
+
+    ``state`` is ``pending`` until delivered (``delivered``) or given up (``failed``).
+    ``platform_ref`` holds the platform's message reference once posted, so the message
+    can be edited later.
+    """
+
+    outbox_id: str
+    run_id: str
+    kind: str
+    payload: dict[str, Any]
+    destination: dict[str, Any]
+    created_at: datetime
+    next_attempt_at: datetime
+    ticket_id: str | None = None
+    state: str = "pending"
+    attempts: int = 0
+    last_error: str | None = None
+    platform_ref: dict[str, Any] | None = None
+    delivered_at: datetime | None = None
+
+
+@dataclass(slots=True)
+class IdempotencyRecord:
+    """A request key already used to start a run (webhooks' ``Idempotency-Key``).
+
+    Attributes:
+        scope: Where the key is unique (e.g. ``hook:refunds``).
+        key: The caller's key.
+        fingerprint: A hash of the request body; the same key with another body is refused.
+        run_id: The run the first request started.
+        created_at: When it was first seen.
+    """
+
+    scope: str
+    key: str
+    fingerprint: str
+    run_id: str
+    created_at: datetime

@@ -1,0 +1,190 @@
+"""The SQL schema of the store: one `MetaData` for SQLite and PostgreSQL alike.
+
+Conventions, so that both engines read and write the same values:
+
+- Times are ``BigInteger`` microseconds since the Unix epoch, UTC. The store converts
+  them to and from timezone-aware datetimes; integer comparisons keep ``<=`` exact and
+  sortable on every engine.
+- Closed sets (run status, call state, ticket status) are plain strings holding the
+  enum's value, never database enums, so adding a member needs no migration.
+- Structured data is the portable ``JSON`` type.
+
+Migrations in ``runtime/store/migrations`` must create exactly these tables; a test
+compares a migrated database against this metadata.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
+
+# Named constraints keep migrations reproducible: the same names on every engine.
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+_ID = 128
+_NAME = 255
+_ENUM = 32
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("run_id", String(_ID), primary_key=True),
+    Column("thread_id", String(_ID), nullable=False),
+    Column("agent", String(_NAME), nullable=False),
+    Column("agent_version", String(_NAME), nullable=False),
+    Column("status", String(_ENUM), nullable=False),
+    Column("input", Text, nullable=False),
+    Column("requester", String(_NAME), nullable=True),
+    Column("created_at", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+    Column("origin", JSON, nullable=False),
+    Column("messages", JSON, nullable=False),
+    Column("turns", Integer, nullable=False),
+    Column("prompt_tokens", BigInteger, nullable=False),
+    Column("completion_tokens", BigInteger, nullable=False),
+    Column("usage_incomplete", Boolean, nullable=False),
+    Column("model_attempt", Integer, nullable=False),
+    Column("model_in_flight", Boolean, nullable=False),
+    Column("batch", Integer, nullable=False),
+    Column("final_text", Text, nullable=True),
+    Column("error", Text, nullable=True),
+    Column("pause_requested", Boolean, nullable=False),
+    Column("cancel_requested", Boolean, nullable=False),
+    Column("lease_owner", String(_NAME), nullable=True),
+    Column("lease_expires_at", BigInteger, nullable=True),
+    Column("fence", BigInteger, nullable=False),
+    # claimable_runs: status filter, oldest update first.
+    Index(None, "status", "updated_at"),
+    # list_runs(thread_id=...), newest first.
+    Index(None, "thread_id", "created_at"),
+    # list_runs() without filters, newest first.
+    Index(None, "created_at"),
+)
+
+tool_calls = Table(
+    "tool_calls",
+    metadata,
+    Column("call_id", String(_ID), primary_key=True),
+    Column("run_id", String(_ID), ForeignKey("runs.run_id"), nullable=False),
+    Column("batch", Integer, nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("model_call_id", String(_NAME), nullable=False),
+    Column("tool", String(_NAME), nullable=False),
+    Column("args", JSON, nullable=False),
+    Column("state", String(_ENUM), nullable=False),
+    Column("replay_policy", String(_ENUM), nullable=False),
+    Column("execution_key", String(_NAME), nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+    Column("attempts", Integer, nullable=False),
+    # Any JSON value, including null: a tool may legitimately return None.
+    Column("result", JSON, nullable=True),
+    Column("error", Text, nullable=True),
+    Column("answer", JSON(none_as_null=True), nullable=True),
+    Column("decided_by", JSON(none_as_null=True), nullable=True),
+    Column("reason", Text, nullable=True),
+    Index(None, "run_id", "batch", "seq"),
+    Index(None, "execution_key", unique=True),
+)
+
+tickets = Table(
+    "tickets",
+    metadata,
+    Column("ticket_id", String(_ID), primary_key=True),
+    Column("correlation", String(_NAME), nullable=False),
+    Column("run_id", String(_ID), ForeignKey("runs.run_id"), nullable=False),
+    Column("thread_id", String(_ID), nullable=False),
+    Column("agent", String(_NAME), nullable=False),
+    Column("agent_version", String(_NAME), nullable=False),
+    Column("catalog_fingerprint", String(_NAME), nullable=False),
+    # Not a foreign key: a ticket is a snapshot of what the run waits on.
+    Column("call_id", String(_ID), nullable=True),
+    Column("target_kind", String(_ENUM), nullable=False),
+    Column("target", JSON, nullable=False),
+    Column("requester", String(_NAME), nullable=True),
+    Column("approvers", JSON, nullable=False),
+    Column("four_eyes", Boolean, nullable=False),
+    Column("deadline", BigInteger, nullable=True),
+    Column("status", String(_ENUM), nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("decision", JSON(none_as_null=True), nullable=True),
+    Column("decided_by", String(_NAME), nullable=True),
+    Column("decided_at", BigInteger, nullable=True),
+    Index(None, "run_id", "created_at"),
+    # overdue_tickets
+    Index(None, "status", "deadline"),
+    # open_tickets
+    Index(None, "status", "created_at"),
+    # open_ticket_for_call and the one-open-ticket-per-call check. Not a partial unique
+    # index (engines disagree on them); the store enforces it inside the transaction.
+    Index(None, "call_id", "status"),
+)
+
+events = Table(
+    "events",
+    metadata,
+    # The global id doubles as the per-run sequence number: it only ever grows.
+    # SQLite only autoincrements an INTEGER PRIMARY KEY, hence the variant.
+    Column(
+        "seq",
+        BigInteger().with_variant(Integer(), "sqlite"),
+        primary_key=True,
+        autoincrement=True,
+    ),
+    Column("run_id", String(_ID), ForeignKey("runs.run_id"), nullable=False),
+    Column("at", BigInteger, nullable=False),
+    Column("kind", String(_NAME), nullable=False),
+    Column("data", JSON, nullable=False),
+    Column("actor", String(_NAME), nullable=True),
+    Index(None, "run_id", "seq"),
+)
+
+outbox = Table(
+    "outbox",
+    metadata,
+    Column("outbox_id", String(_ID), primary_key=True),
+    Column("run_id", String(_ID), ForeignKey("runs.run_id"), nullable=False),
+    Column("kind", String(_NAME), nullable=False),
+    Column("payload", JSON, nullable=False),
+    Column("destination", JSON, nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("next_attempt_at", BigInteger, nullable=False),
+    Column("ticket_id", String(_ID), nullable=True),
+    Column("state", String(_ENUM), nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("last_error", Text, nullable=True),
+    Column("platform_ref", JSON(none_as_null=True), nullable=True),
+    Column("delivered_at", BigInteger, nullable=True),
+    Index(None, "state", "next_attempt_at"),
+    Index(None, "ticket_id", "kind"),
+    Index(None, "run_id", "created_at"),
+)
+
+idempotency_keys = Table(
+    "idempotency_keys",
+    metadata,
+    Column("scope", String(_NAME), primary_key=True),
+    Column("key", String(_NAME), primary_key=True),
+    Column("fingerprint", String(_NAME), nullable=False),
+    # Not a foreign key: the key is recorded before the run it starts is inserted.
+    Column("run_id", String(_ID), nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+)

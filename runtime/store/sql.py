@@ -1,0 +1,1141 @@
+"""The SQL store: SQLAlchemy 2 async over SQLite (aiosqlite) or PostgreSQL (asyncpg).
+
+SQLite is tuned for one file shared by a few processes: WAL journal, a busy timeout,
+``BEGIN IMMEDIATE`` for every transaction (so a transaction that later writes never
+fails to upgrade its read lock), and an `asyncio.Lock` so transactions of one process
+queue in memory instead of fighting over the file lock. Its aiosqlite connections do a
+statement in one thread round trip instead of SQLAlchemy's usual three or four (see
+`_LeanConnection`): on short transactions those round trips are most of the cost.
+
+PostgreSQL runs transactions concurrently. Everything that must be race-free across
+replicas is a single conditional ``UPDATE`` (claiming a run, closing a ticket, fenced
+writes) or takes a row lock first.
+
+Driver errors become `StorageError` here; constraint violations (a duplicate id, a
+missing run) become `ValueError`, like in `MemoryStore`. On PostgreSQL a failed
+statement aborts the transaction, so let such an error end it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+import aiosqlite
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    ScalarSelect,
+    Table,
+    and_,
+    bindparam,
+    event,
+    func,
+    insert,
+    or_,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.engine import URL, CursorResult, Row, make_url
+from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError, StatementError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.sql import Executable
+
+from runtime.errors import LeaseLost, StorageError
+from runtime.states import CallState, RunStatus, TicketStatus
+from runtime.store.base import DuplicateKey
+from runtime.store.records import (
+    CallRecord,
+    EventRecord,
+    IdempotencyRecord,
+    OutboxRecord,
+    RunRecord,
+)
+from runtime.store.schema import events, idempotency_keys, outbox, runs, tickets, tool_calls
+from runtime.tickets import ANSWER, AWAIT_TARGET, Answer, ResumeTicket
+
+MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+
+_T = TypeVar("_T")
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+_SYNCHRONOUS = ("full", "normal")
+# Any constant works; it only has to be the same in every replica.
+_PG_MIGRATION_LOCK = 0x5169_0FF
+
+_OPEN = TicketStatus.OPEN.value
+_RUNNING = RunStatus.RUNNING.value
+_QUEUED = RunStatus.QUEUED.value
+
+
+# --- value conversion ------------------------------------------------------------------
+
+
+def to_micros(value: datetime) -> int:
+    """Microseconds since the Unix epoch of a timezone-aware datetime."""
+    if value.utcoffset() is None:
+        raise ValueError(f"the store needs timezone-aware datetimes, got {value!r}")
+    return (value - _EPOCH) // _MICROSECOND
+
+
+def from_micros(value: int) -> datetime:
+    """The UTC datetime `value` microseconds after the Unix epoch."""
+    return _EPOCH + timedelta(microseconds=value)
+
+
+def _opt_micros(value: datetime | None) -> int | None:
+    return None if value is None else to_micros(value)
+
+
+def _opt_datetime(value: int | None) -> datetime | None:
+    return None if value is None else from_micros(value)
+
+
+def _run_values(run: RunRecord) -> dict[str, Any]:
+    """Every column of a run except the two request flags."""
+    return {
+        "run_id": run.run_id,
+        "thread_id": run.thread_id,
+        "agent": run.agent,
+        "agent_version": run.agent_version,
+        "status": RunStatus(run.status).value,
+        "input": run.input,
+        "requester": run.requester,
+        "created_at": to_micros(run.created_at),
+        "updated_at": to_micros(run.updated_at),
+        "origin": run.origin,
+        "messages": run.messages,
+        "turns": run.turns,
+        "prompt_tokens": run.prompt_tokens,
+        "completion_tokens": run.completion_tokens,
+        "usage_incomplete": run.usage_incomplete,
+        "model_attempt": run.model_attempt,
+        "model_in_flight": run.model_in_flight,
+        "batch": run.batch,
+        "final_text": run.final_text,
+        "error": run.error,
+        "lease_owner": run.lease_owner,
+        "lease_expires_at": _opt_micros(run.lease_expires_at),
+        "fence": run.fence,
+    }
+
+
+def _run_record(row: Row[Any]) -> RunRecord:
+    return RunRecord(
+        run_id=row.run_id,
+        thread_id=row.thread_id,
+        agent=row.agent,
+        agent_version=row.agent_version,
+        status=RunStatus(row.status),
+        input=row.input,
+        requester=row.requester,
+        created_at=from_micros(row.created_at),
+        updated_at=from_micros(row.updated_at),
+        origin=row.origin,
+        messages=row.messages,
+        turns=row.turns,
+        prompt_tokens=row.prompt_tokens,
+        completion_tokens=row.completion_tokens,
+        usage_incomplete=row.usage_incomplete,
+        model_attempt=row.model_attempt,
+        model_in_flight=row.model_in_flight,
+        batch=row.batch,
+        final_text=row.final_text,
+        error=row.error,
+        pause_requested=row.pause_requested,
+        cancel_requested=row.cancel_requested,
+        lease_owner=row.lease_owner,
+        lease_expires_at=_opt_datetime(row.lease_expires_at),
+        fence=row.fence,
+    )
+
+
+def _call_values(call: CallRecord) -> dict[str, Any]:
+    return {
+        "call_id": call.call_id,
+        "run_id": call.run_id,
+        "batch": call.batch,
+        "seq": call.seq,
+        "model_call_id": call.model_call_id,
+        "tool": call.tool,
+        "args": call.args,
+        "state": CallState(call.state).value,
+        "replay_policy": call.replay_policy,
+        "execution_key": call.execution_key,
+        "created_at": to_micros(call.created_at),
+        "updated_at": to_micros(call.updated_at),
+        "attempts": call.attempts,
+        "result": call.result,
+        "error": call.error,
+        "answer": call.answer,
+        "decided_by": call.decided_by,
+        "reason": call.reason,
+    }
+
+
+def _call_record(row: Row[Any]) -> CallRecord:
+    return CallRecord(
+        call_id=row.call_id,
+        run_id=row.run_id,
+        batch=row.batch,
+        seq=row.seq,
+        model_call_id=row.model_call_id,
+        tool=row.tool,
+        args=row.args,
+        state=CallState(row.state),
+        replay_policy=row.replay_policy,
+        execution_key=row.execution_key,
+        created_at=from_micros(row.created_at),
+        updated_at=from_micros(row.updated_at),
+        attempts=row.attempts,
+        result=row.result,
+        error=row.error,
+        answer=row.answer,
+        decided_by=row.decided_by,
+        reason=row.reason,
+    )
+
+
+def _ticket_values(ticket: ResumeTicket) -> dict[str, Any]:
+    return {
+        "ticket_id": ticket.ticket_id,
+        "correlation": ticket.correlation,
+        "run_id": ticket.run_id,
+        "thread_id": ticket.thread_id,
+        "agent": ticket.agent,
+        "agent_version": ticket.agent_version,
+        "catalog_fingerprint": ticket.catalog_fingerprint,
+        "call_id": ticket.call_id,
+        "target_kind": ticket.target.kind,
+        "target": AWAIT_TARGET.dump_python(ticket.target, mode="json", by_alias=True),
+        "requester": ticket.requester,
+        "approvers": list(ticket.approvers),
+        "four_eyes": ticket.four_eyes,
+        "deadline": _opt_micros(ticket.deadline),
+        "status": ticket.status.value,
+        "created_at": to_micros(ticket.created_at),
+        "decision": _dump_answer(ticket.decision),
+        "decided_by": ticket.decided_by,
+        "decided_at": _opt_micros(ticket.decided_at),
+    }
+
+
+def _dump_answer(answer: Answer | None) -> dict[str, Any] | None:
+    if answer is None:
+        return None
+    dumped: dict[str, Any] = ANSWER.dump_python(answer, mode="json", by_alias=True)
+    return dumped
+
+
+def _ticket(row: Row[Any]) -> ResumeTicket:
+    return ResumeTicket.model_validate(
+        {
+            "ticket_id": row.ticket_id,
+            "correlation": row.correlation,
+            "run_id": row.run_id,
+            "thread_id": row.thread_id,
+            "agent": row.agent,
+            "agent_version": row.agent_version,
+            "catalog_fingerprint": row.catalog_fingerprint,
+            "target": row.target,
+            "requester": row.requester,
+            "approvers": tuple(row.approvers),
+            "four_eyes": row.four_eyes,
+            "deadline": _opt_datetime(row.deadline),
+            "status": TicketStatus(row.status),
+            "created_at": from_micros(row.created_at),
+            "decision": row.decision,
+            "decided_by": row.decided_by,
+            "decided_at": _opt_datetime(row.decided_at),
+        }
+    )
+
+
+def _event_record(row: Row[Any]) -> EventRecord:
+    return EventRecord(
+        run_id=row.run_id,
+        at=from_micros(row.at),
+        kind=row.kind,
+        data=row.data,
+        actor=row.actor,
+        seq=row.seq,
+    )
+
+
+def _outbox_values(item: OutboxRecord) -> dict[str, Any]:
+    return {
+        "outbox_id": item.outbox_id,
+        "run_id": item.run_id,
+        "kind": item.kind,
+        "payload": item.payload,
+        "destination": item.destination,
+        "created_at": to_micros(item.created_at),
+        "next_attempt_at": to_micros(item.next_attempt_at),
+        "ticket_id": item.ticket_id,
+        "state": item.state,
+        "attempts": item.attempts,
+        "last_error": item.last_error,
+        "platform_ref": item.platform_ref,
+        "delivered_at": _opt_micros(item.delivered_at),
+    }
+
+
+def _outbox_record(row: Row[Any]) -> OutboxRecord:
+    return OutboxRecord(
+        outbox_id=row.outbox_id,
+        run_id=row.run_id,
+        kind=row.kind,
+        payload=row.payload,
+        destination=row.destination,
+        created_at=from_micros(row.created_at),
+        next_attempt_at=from_micros(row.next_attempt_at),
+        ticket_id=row.ticket_id,
+        state=row.state,
+        attempts=row.attempts,
+        last_error=row.last_error,
+        platform_ref=row.platform_ref,
+        delivered_at=_opt_datetime(row.delivered_at),
+    )
+
+
+def _idempotency_record(row: Row[Any]) -> IdempotencyRecord:
+    return IdempotencyRecord(
+        scope=row.scope,
+        key=row.key,
+        fingerprint=row.fingerprint,
+        run_id=row.run_id,
+        created_at=from_micros(row.created_at),
+    )
+
+
+def _without(values: dict[str, Any], *keys: str) -> dict[str, Any]:
+    for key in keys:
+        del values[key]
+    return values
+
+
+# Statements that take no per-call structure are built once.
+_INSERT_RUN = insert(runs)
+_GET_RUN = select(runs).where(runs.c.run_id == bindparam("run_id"))
+# Execution parameters name the columns to SET; the WHERE binds are prefixed so they
+# cannot collide with column names.
+_UPDATE_RUN = update(runs).where(runs.c.run_id == bindparam("b_run_id"))
+_UPDATE_RUN_FENCED = _UPDATE_RUN.where(runs.c.fence == bindparam("b_fence"))
+_RUN_EXISTS = select(runs.c.run_id).where(runs.c.run_id == bindparam("run_id"))
+_CLAIMABLE = or_(
+    runs.c.status == _QUEUED,
+    and_(runs.c.status == _RUNNING, runs.c.lease_expires_at <= bindparam("now")),
+)
+_CLAIM = (
+    update(runs)
+    .where(runs.c.run_id == bindparam("b_run_id"), _CLAIMABLE)
+    .values(
+        status=_RUNNING,
+        fence=runs.c.fence + 1,
+        lease_owner=bindparam("owner"),
+        lease_expires_at=bindparam("until"),
+        updated_at=bindparam("now"),
+    )
+)
+_CLAIMABLE_IDS = (
+    select(runs.c.run_id)
+    .where(_CLAIMABLE)
+    .order_by(runs.c.updated_at, runs.c.run_id)
+    .limit(bindparam("limit"))
+)
+_RENEW = (
+    update(runs)
+    .where(
+        runs.c.run_id == bindparam("b_run_id"),
+        runs.c.fence == bindparam("b_fence"),
+        runs.c.status == _RUNNING,
+    )
+    .values(lease_expires_at=bindparam("until"))
+)
+_COUNT_RUNS = select(runs.c.status, func.count().label("n")).group_by(runs.c.status)
+_INSERT_CALL = insert(tool_calls)
+_UPDATE_CALL = update(tool_calls).where(tool_calls.c.call_id == bindparam("b_call_id"))
+_GET_CALL = select(tool_calls).where(tool_calls.c.call_id == bindparam("call_id"))
+_CALL_BY_KEY = select(tool_calls).where(tool_calls.c.execution_key == bindparam("key"))
+_INSERT_TICKET = insert(tickets)
+_GET_TICKET = select(tickets).where(tickets.c.ticket_id == bindparam("ticket_id"))
+_OPEN_FOR_CALL = (
+    select(tickets)
+    .where(tickets.c.call_id == bindparam("call_id"), tickets.c.status == _OPEN)
+    .order_by(tickets.c.created_at, tickets.c.ticket_id)
+    .limit(1)
+)
+_CLOSE_TICKET = update(tickets).where(
+    tickets.c.ticket_id == bindparam("b_ticket_id"), tickets.c.status == _OPEN
+)
+_OPEN_TICKETS = (
+    select(tickets)
+    .where(tickets.c.status == _OPEN)
+    .order_by(tickets.c.created_at, tickets.c.ticket_id)
+    .limit(bindparam("limit"))
+)
+_OVERDUE = (
+    select(tickets)
+    .where(
+        tickets.c.status == _OPEN,
+        tickets.c.deadline.is_not(None),
+        tickets.c.deadline <= bindparam("now"),
+    )
+    .order_by(tickets.c.deadline, tickets.c.ticket_id)
+    .limit(bindparam("limit"))
+)
+_EVENTS = (
+    select(events)
+    .where(events.c.run_id == bindparam("run_id"), events.c.seq > bindparam("after"))
+    .order_by(events.c.seq)
+)
+_INSERT_EVENT = insert(events)
+_INSERT_OUTBOX = insert(outbox)
+_UPDATE_OUTBOX = update(outbox).where(outbox.c.outbox_id == bindparam("b_outbox_id"))
+_DUE_OUTBOX = (
+    select(outbox)
+    .where(outbox.c.state == "pending", outbox.c.next_attempt_at <= bindparam("now"))
+    .order_by(outbox.c.created_at, outbox.c.outbox_id)
+    .limit(bindparam("limit"))
+)
+_OUTBOX_FOR_RUN = (
+    select(outbox)
+    .where(outbox.c.run_id == bindparam("run_id"))
+    .order_by(outbox.c.created_at, outbox.c.outbox_id)
+)
+_FIND_OUTBOX = (
+    select(outbox)
+    .where(outbox.c.ticket_id == bindparam("ticket_id"), outbox.c.kind == bindparam("kind"))
+    .order_by(outbox.c.created_at, outbox.c.outbox_id)
+    .limit(1)
+)
+_INSERT_KEY = insert(idempotency_keys)
+_GET_KEY = select(idempotency_keys).where(
+    idempotency_keys.c.scope == bindparam("scope"), idempotency_keys.c.key == bindparam("key")
+)
+
+
+def _count(table: Table, *where: ColumnElement[bool]) -> ScalarSelect[int]:
+    return select(func.count()).select_from(table).where(*where).scalar_subquery()
+
+
+# One round trip for every figure.
+_STATS = select(
+    _count(tickets, tickets.c.status == _OPEN).label("open_tickets"),
+    _count(outbox, outbox.c.state == "pending").label("outbox_pending"),
+    _count(outbox, outbox.c.state == "failed").label("outbox_failed"),
+)
+
+
+class SQLTransaction:
+    """One database transaction, implementing `runtime.store.base.Transaction`.
+
+    Obtain it from `SQLStore.transaction`; it is only usable inside that block.
+
+    Attributes:
+        wrote: Whether any statement changed a row.
+    """
+
+    def __init__(self, conn: AsyncConnection) -> None:
+        self._conn = conn
+        dialect = conn.dialect
+        self._returning = bool(dialect.update_returning)
+        # SQLite serialises writers with BEGIN IMMEDIATE; other engines need row locks.
+        self._row_locks = dialect.name != "sqlite"
+        self.wrote = False
+
+    async def _execute(
+        self,
+        statement: Executable,
+        params: Mapping[str, Any] | None = None,
+        *,
+        violation: type[ValueError] = ValueError,
+    ) -> CursorResult[Any]:
+        try:
+            return await self._conn.execute(statement, params)
+        except IntegrityError as exc:
+            raise violation(f"constraint violated: {exc.orig}") from exc
+        except DBAPIError as exc:
+            raise StorageError(f"database error: {exc.orig}") from exc
+        except StatementError as exc:
+            # Raised before reaching the database: a value that cannot be stored,
+            # e.g. something JSON cannot encode.
+            raise ValueError(f"cannot store value: {exc.orig}") from exc
+        except SQLAlchemyError as exc:
+            raise StorageError(f"database error: {exc}") from exc
+
+    async def _run_exists(self, run_id: str) -> bool:
+        result = await self._execute(_RUN_EXISTS, {"run_id": run_id})
+        return result.first() is not None
+
+    # runs ---------------------------------------------------------------------------
+    async def insert_run(self, run: RunRecord) -> None:
+        """Add a new run; `ValueError` if its id exists."""
+        values = _run_values(run)
+        values["pause_requested"] = run.pause_requested
+        values["cancel_requested"] = run.cancel_requested
+        await self._execute(_INSERT_RUN, values)
+        self.wrote = True
+
+    async def get_run(self, run_id: str, *, for_update: bool = False) -> RunRecord | None:
+        """Read a run; ``for_update`` locks its row (a no-op on SQLite)."""
+        statement = _GET_RUN.with_for_update() if for_update else _GET_RUN
+        row = (await self._execute(statement, {"run_id": run_id})).first()
+        return None if row is None else _run_record(row)
+
+    async def update_run(self, run: RunRecord, *, fence: int | None = None) -> None:
+        """Write every column but the request flags, guarded by `fence` when given."""
+        values = _without(_run_values(run), "run_id")
+        values["b_run_id"] = run.run_id
+        if fence is None:
+            result = await self._execute(_UPDATE_RUN, values)
+        else:
+            values["b_fence"] = fence
+            result = await self._execute(_UPDATE_RUN_FENCED, values)
+        if result.rowcount != 1:
+            if fence is not None and await self._run_exists(run.run_id):
+                raise LeaseLost(f"run {run.run_id}: lease fence {fence} was superseded")
+            raise ValueError(f"run {run.run_id} does not exist")
+        self.wrote = True
+
+    async def set_run_flags(
+        self, run_id: str, *, pause: bool | None = None, cancel: bool | None = None
+    ) -> None:
+        """Set or clear the pause / cancel request flags; `ValueError` for an unknown run."""
+        values: dict[str, Any] = {"b_run_id": run_id}
+        if pause is not None:
+            values["pause_requested"] = pause
+        if cancel is not None:
+            values["cancel_requested"] = cancel
+        if len(values) == 1:
+            if not await self._run_exists(run_id):
+                raise ValueError(f"run {run_id} does not exist")
+            return
+        if (await self._execute(_UPDATE_RUN, values)).rowcount != 1:
+            raise ValueError(f"run {run_id} does not exist")
+        self.wrote = True
+
+    async def claim_run(
+        self, run_id: str, *, owner: str, now: datetime, until: datetime
+    ) -> RunRecord | None:
+        """Take the run's lease with one conditional UPDATE; None if it is not claimable."""
+        params = {
+            "b_run_id": run_id,
+            "owner": owner,
+            "now": to_micros(now),
+            "until": to_micros(until),
+        }
+        if self._returning:
+            row = (await self._execute(_CLAIM.returning(*runs.c), params)).first()
+            if row is None:
+                return None
+            self.wrote = True
+            return _run_record(row)
+        # Without RETURNING (SQLite < 3.35) the follow-up read is still safe: the
+        # transaction holds the write lock since BEGIN IMMEDIATE.
+        if (await self._execute(_CLAIM, params)).rowcount != 1:
+            return None
+        self.wrote = True
+        return await self.get_run(run_id)
+
+    async def renew_lease(self, run_id: str, *, fence: int, until: datetime) -> bool:
+        """Extend a held lease; False when the fence no longer matches."""
+        params = {"b_run_id": run_id, "b_fence": fence, "until": to_micros(until)}
+        if (await self._execute(_RENEW, params)).rowcount != 1:
+            return False
+        self.wrote = True
+        return True
+
+    async def claimable_runs(self, now: datetime, limit: int) -> list[str]:
+        """Ids of runs a worker could claim now, least recently updated first."""
+        result = await self._execute(_CLAIMABLE_IDS, {"now": to_micros(now), "limit": limit})
+        return list(result.scalars())
+
+    async def list_runs(
+        self,
+        *,
+        statuses: Sequence[RunStatus] = (),
+        thread_id: str | None = None,
+        limit: int = 100,
+    ) -> list[RunRecord]:
+        """Runs, newest first, optionally filtered by status and thread."""
+        statement = select(runs)
+        if statuses:
+            statement = statement.where(runs.c.status.in_([RunStatus(s).value for s in statuses]))
+        if thread_id is not None:
+            statement = statement.where(runs.c.thread_id == thread_id)
+        statement = statement.order_by(runs.c.created_at.desc(), runs.c.run_id.desc()).limit(limit)
+        return [_run_record(row) for row in await self._execute(statement)]
+
+    async def count_runs(self) -> dict[str, int]:
+        """How many runs there are in each status (statuses without runs are absent)."""
+        return {row.status: row.n for row in await self._execute(_COUNT_RUNS)}
+
+    # tool calls ---------------------------------------------------------------------
+    async def insert_call(self, call: CallRecord) -> None:
+        """Add a tool call; `ValueError` if its id or execution key exists."""
+        await self._execute(_INSERT_CALL, _call_values(call))
+        self.wrote = True
+
+    async def update_call(self, call: CallRecord) -> None:
+        """Write a tool call back; `ValueError` if it does not exist."""
+        values = _without(_call_values(call), "call_id")
+        values["b_call_id"] = call.call_id
+        if (await self._execute(_UPDATE_CALL, values)).rowcount != 1:
+            raise ValueError(f"call {call.call_id} does not exist")
+        self.wrote = True
+
+    async def get_call(self, call_id: str) -> CallRecord | None:
+        """Read one tool call."""
+        row = (await self._execute(_GET_CALL, {"call_id": call_id})).first()
+        return None if row is None else _call_record(row)
+
+    async def calls_for_run(self, run_id: str, *, batch: int | None = None) -> list[CallRecord]:
+        """A run's calls (optionally of one batch) ordered by batch and position."""
+        statement = select(tool_calls).where(tool_calls.c.run_id == run_id)
+        if batch is not None:
+            statement = statement.where(tool_calls.c.batch == batch)
+        statement = statement.order_by(tool_calls.c.batch, tool_calls.c.seq)
+        return [_call_record(row) for row in await self._execute(statement)]
+
+    async def call_by_execution_key(self, execution_key: str) -> CallRecord | None:
+        """The call with this execution key."""
+        row = (await self._execute(_CALL_BY_KEY, {"key": execution_key})).first()
+        return None if row is None else _call_record(row)
+
+    # tickets ------------------------------------------------------------------------
+    async def insert_ticket(self, ticket: ResumeTicket) -> None:
+        """Add a ticket; `ValueError` if its id exists or its call already has an open one."""
+        call_id = ticket.call_id
+        if call_id is not None and ticket.status is TicketStatus.OPEN:
+            if self._row_locks:
+                # Serialises ticket inserts of one run, so the check below cannot race
+                # another transaction inserting a ticket for the same call.
+                await self._execute(_RUN_EXISTS.with_for_update(), {"run_id": ticket.run_id})
+            found = await self._execute(_OPEN_FOR_CALL, {"call_id": call_id})
+            if found.first() is not None:
+                raise ValueError(f"call {call_id} already has an open ticket")
+        await self._execute(_INSERT_TICKET, _ticket_values(ticket))
+        self.wrote = True
+
+    async def get_ticket(self, ticket_id: str) -> ResumeTicket | None:
+        """Read one ticket."""
+        row = (await self._execute(_GET_TICKET, {"ticket_id": ticket_id})).first()
+        return None if row is None else _ticket(row)
+
+    async def close_ticket(
+        self,
+        ticket_id: str,
+        *,
+        status: TicketStatus,
+        at: datetime,
+        decision: Answer | None = None,
+        decided_by: str | None = None,
+    ) -> bool:
+        """Compare-and-set an open ticket to `status`; False if it was not open."""
+        _check_close(status, decision)
+        params = {
+            "b_ticket_id": ticket_id,
+            "status": TicketStatus(status).value,
+            "decision": _dump_answer(decision),
+            "decided_by": decided_by,
+            "decided_at": to_micros(at),
+        }
+        if (await self._execute(_CLOSE_TICKET, params)).rowcount != 1:
+            return False
+        self.wrote = True
+        return True
+
+    async def tickets_for_run(
+        self, run_id: str, *, status: TicketStatus | None = None
+    ) -> list[ResumeTicket]:
+        """A run's tickets, oldest first."""
+        statement = select(tickets).where(tickets.c.run_id == run_id)
+        if status is not None:
+            statement = statement.where(tickets.c.status == TicketStatus(status).value)
+        statement = statement.order_by(tickets.c.created_at, tickets.c.ticket_id)
+        return [_ticket(row) for row in await self._execute(statement)]
+
+    async def open_tickets(self, *, limit: int = 100) -> list[ResumeTicket]:
+        """Open tickets of every run, oldest first."""
+        return [_ticket(row) for row in await self._execute(_OPEN_TICKETS, {"limit": limit})]
+
+    async def open_ticket_for_call(self, call_id: str) -> ResumeTicket | None:
+        """The open ticket waiting on a call, if any."""
+        row = (await self._execute(_OPEN_FOR_CALL, {"call_id": call_id})).first()
+        return None if row is None else _ticket(row)
+
+    async def overdue_tickets(self, now: datetime, limit: int) -> list[ResumeTicket]:
+        """Open tickets whose deadline is at or before `now`, earliest deadline first."""
+        params = {"now": to_micros(now), "limit": limit}
+        return [_ticket(row) for row in await self._execute(_OVERDUE, params)]
+
+    # flight recorder ----------------------------------------------------------------
+    async def append_event(self, event: EventRecord) -> None:
+        """Append to a run's flight recorder; the store assigns ``seq``."""
+        values = {
+            "run_id": event.run_id,
+            "at": to_micros(event.at),
+            "kind": event.kind,
+            "data": event.data,
+            "actor": event.actor,
+        }
+        await self._execute(_INSERT_EVENT, values)
+        self.wrote = True
+
+    async def events(self, run_id: str, *, after: int = 0) -> list[EventRecord]:
+        """A run's events with ``seq > after``, in order."""
+        result = await self._execute(_EVENTS, {"run_id": run_id, "after": after})
+        return [_event_record(row) for row in result]
+
+    # outbox -------------------------------------------------------------------------
+    async def add_outbox(self, item: OutboxRecord) -> None:
+        """Queue a notification; `ValueError` if its id exists."""
+        await self._execute(_INSERT_OUTBOX, _outbox_values(item))
+        self.wrote = True
+
+    async def due_outbox(self, now: datetime, limit: int) -> list[OutboxRecord]:
+        """Pending notifications whose next attempt is due, oldest first."""
+        params = {"now": to_micros(now), "limit": limit}
+        return [_outbox_record(row) for row in await self._execute(_DUE_OUTBOX, params)]
+
+    async def update_outbox(self, item: OutboxRecord) -> None:
+        """Write a notification's delivery state back; `ValueError` if it does not exist."""
+        values = _without(_outbox_values(item), "outbox_id")
+        values["b_outbox_id"] = item.outbox_id
+        if (await self._execute(_UPDATE_OUTBOX, values)).rowcount != 1:
+            raise ValueError(f"outbox item {item.outbox_id} does not exist")
+        self.wrote = True
+
+    async def outbox_for_run(self, run_id: str) -> list[OutboxRecord]:
+        """Every notification of a run, oldest first."""
+        result = await self._execute(_OUTBOX_FOR_RUN, {"run_id": run_id})
+        return [_outbox_record(row) for row in result]
+
+    async def find_outbox(self, *, ticket_id: str, kind: str) -> OutboxRecord | None:
+        """The first notification of `kind` about a ticket."""
+        params = {"ticket_id": ticket_id, "kind": kind}
+        row = (await self._execute(_FIND_OUTBOX, params)).first()
+        return None if row is None else _outbox_record(row)
+
+    # idempotency keys and figures ---------------------------------------------------
+    async def get_idempotency(self, scope: str, key: str) -> IdempotencyRecord | None:
+        """The record of a key already used in `scope`, if any."""
+        row = (await self._execute(_GET_KEY, {"scope": scope, "key": key})).first()
+        return None if row is None else _idempotency_record(row)
+
+    async def insert_idempotency(self, item: IdempotencyRecord) -> None:
+        """Remember a key; `DuplicateKey` if (scope, key) exists."""
+        values = {
+            "scope": item.scope,
+            "key": item.key,
+            "fingerprint": item.fingerprint,
+            "run_id": item.run_id,
+            "created_at": to_micros(item.created_at),
+        }
+        await self._execute(_INSERT_KEY, values, violation=DuplicateKey)
+        self.wrote = True
+
+    async def stats(self) -> dict[str, int]:
+        """Figures for metrics: ``open_tickets``, ``outbox_pending``, ``outbox_failed``."""
+        row = (await self._execute(_STATS)).one()
+        return {
+            "open_tickets": row.open_tickets,
+            "outbox_pending": row.outbox_pending,
+            "outbox_failed": row.outbox_failed,
+        }
+
+
+def _check_close(status: TicketStatus, decision: Answer | None) -> None:
+    if status is TicketStatus.OPEN:
+        raise ValueError("closing a ticket needs a status other than open")
+    if status is TicketStatus.DECIDED and decision is None:
+        raise ValueError("a decided ticket needs its decision")
+
+
+# --- SQLite driver ---------------------------------------------------------------------
+#
+# aiosqlite runs each sqlite3 call on its own thread, one queue round trip per call, and
+# SQLAlchemy's adapter makes three or four calls per statement (open a cursor, execute,
+# fetch, close). Those round trips, not SQLite, dominate a short transaction. The lean
+# connection below does a whole statement in one round trip; everything else (the
+# thread, commit, rollback, close) is aiosqlite's own.
+
+
+def _run_statement(
+    lean: _LeanConnection, sql: str, parameters: Any
+) -> tuple[Any, list[Any], int, int | None]:
+    conn = lean._conn
+    cursor = conn.cursor()
+    try:
+        cursor.execute(sql, parameters)
+        description = cursor.description
+        rows = cursor.fetchall() if description else []
+        return description, rows, cursor.rowcount, cursor.lastrowid
+    finally:
+        cursor.close()
+        lean.in_transaction = conn.in_transaction
+
+
+def _run_many(
+    lean: _LeanConnection, sql: str, seq_of_parameters: Any
+) -> tuple[Any, list[Any], int, int | None]:
+    conn = lean._conn
+    cursor = conn.cursor()
+    try:
+        cursor.executemany(sql, seq_of_parameters)
+        return None, [], cursor.rowcount, cursor.lastrowid
+    finally:
+        cursor.close()
+        lean.in_transaction = conn.in_transaction
+
+
+def _end_transaction(lean: _LeanConnection, commit: bool) -> None:
+    conn = lean._conn
+    try:
+        if commit:
+            conn.commit()
+        else:
+            conn.rollback()
+    finally:
+        lean.in_transaction = conn.in_transaction
+
+
+class _LeanCursor:
+    """An aiosqlite-shaped cursor that executes and fetches in one thread round trip."""
+
+    def __init__(self, connection: _LeanConnection) -> None:
+        self._connection = connection
+        self._rows: list[Any] = []
+        self.description: Any = None
+        self.rowcount = -1
+        self.lastrowid: int | None = None
+        self.arraysize = 1
+
+    async def __aenter__(self) -> _LeanCursor:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def execute(self, sql: str, parameters: Any = ()) -> _LeanCursor:
+        conn = self._connection
+        result = await conn.call(_run_statement, conn, sql, parameters)
+        self.description, self._rows, self.rowcount, self.lastrowid = result
+        return self
+
+    async def executemany(self, sql: str, seq_of_parameters: Any) -> _LeanCursor:
+        conn = self._connection
+        result = await conn.call(_run_many, conn, sql, seq_of_parameters)
+        self.description, self._rows, self.rowcount, self.lastrowid = result
+        return self
+
+    async def fetchone(self) -> Any:
+        return self._rows.pop(0) if self._rows else None
+
+    async def fetchmany(self, size: int | None = None) -> list[Any]:
+        count = self.arraysize if size is None else size
+        rows, self._rows = self._rows[:count], self._rows[count:]
+        return rows
+
+    async def fetchall(self) -> list[Any]:
+        rows, self._rows = self._rows, []
+        return rows
+
+    async def close(self) -> None:
+        self._rows = []
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Any]:
+        while self._rows:
+            yield self._rows.pop(0)
+
+
+class _LeanConnection(aiosqlite.Connection):
+    """aiosqlite's connection with `_LeanCursor` cursors.
+
+    Attributes:
+        in_transaction: Whether the database connection was inside a transaction after
+            the last statement, commit or rollback (written on the connection's thread).
+    """
+
+    in_transaction = False
+
+    # aiosqlite's cursor() is an awaitable context manager; SQLAlchemy only enters it.
+    def cursor(self) -> _LeanCursor:  # type: ignore[override]
+        return _LeanCursor(self)
+
+    async def call(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """Run ``fn(*args)`` on the connection's thread (aiosqlite's one primitive)."""
+        queue = cast(Callable[..., Awaitable[_T]], self._execute)
+        return await queue(fn, *args)
+
+    async def commit(self) -> None:
+        """Commit the current transaction."""
+        await self.call(_end_transaction, self, True)
+
+    async def rollback(self) -> None:
+        """Roll back the current transaction, if there is one."""
+        # The pool rolls back every connection it takes back, though a transaction
+        # here always ended in an explicit commit or rollback; skip that round trip.
+        if self.in_transaction:
+            await self.call(_end_transaction, self, False)
+
+
+async def _open_lean_connection(engine: AsyncEngine) -> _LeanConnection:
+    # The same arguments SQLAlchemy would give sqlite3.connect for this URL.
+    cargs, cparams = engine.dialect.create_connect_args(engine.url)
+    connection = _LeanConnection(partial(sqlite3.connect, *cargs, **cparams), 64)
+    # Like SQLAlchemy's own aiosqlite connect: never keep the process alive.
+    connection._thread.daemon = True
+    await connection
+    return connection
+
+
+def _install_sqlite_hooks(engine: AsyncEngine, *, busy_timeout_ms: int, synchronous: str) -> None:
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Take BEGIN away from the sqlite3 module; `_on_begin` emits our own.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
+            cursor.execute(f"PRAGMA synchronous={synchronous.upper()}")
+            cursor.execute("PRAGMA foreign_keys=ON")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        # IMMEDIATE takes the write lock up front: a deferred transaction that reads
+        # first and writes later can fail with SQLITE_BUSY without waiting.
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+# --- the store -------------------------------------------------------------------------
+
+
+def alembic_config() -> Config:
+    """An Alembic configuration for the store's migrations; no ``alembic.ini`` needed."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    return config
+
+
+class SQLStore:
+    """A `runtime.store.base.Store` on a SQL database.
+
+    Build it with `from_url` or `sqlite`; the constructor takes an engine that is
+    already configured (SQLite needs the hooks `from_url` installs).
+
+    Args:
+        engine: The async engine to use; the store disposes it on `close`.
+    """
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+        self._is_sqlite = engine.dialect.name == "sqlite"
+        self._lock: AbstractAsyncContextManager[Any] = (
+            asyncio.Lock() if self._is_sqlite else contextlib.nullcontext()
+        )
+        self._commits = 0
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str | URL,
+        *,
+        busy_timeout_ms: int = 750,
+        synchronous: str = "full",
+        echo: bool = False,
+    ) -> SQLStore:
+        """Open a store on a database URL.
+
+        ``sqlite://`` and ``postgresql://`` URLs get their async drivers (aiosqlite,
+        asyncpg) when none is named.
+
+        Args:
+            url: A SQLAlchemy database URL.
+            busy_timeout_ms: SQLite only: how long to wait for another process's lock.
+            synchronous: SQLite only: ``full`` (durable on power loss) or ``normal``
+                (WAL default; a power loss may lose the last commits, never corrupts).
+            echo: Log every statement.
+
+        Returns:
+            The store. Call `migrate` before first use.
+        """
+        parsed = make_url(url)
+        if parsed.drivername == "sqlite":
+            parsed = parsed.set(drivername="sqlite+aiosqlite")
+        elif parsed.drivername in ("postgresql", "postgres"):
+            parsed = parsed.set(drivername="postgresql+asyncpg")
+        if parsed.get_backend_name() != "sqlite":
+            return cls(create_async_engine(parsed, echo=echo))
+        if synchronous.lower() not in _SYNCHRONOUS:
+            raise ValueError(f"synchronous must be one of {_SYNCHRONOUS}, not {synchronous!r}")
+        if busy_timeout_ms < 0:
+            raise ValueError("busy_timeout_ms cannot be negative")
+        options: dict[str, Any] = {}
+        if parsed.database not in (None, "", ":memory:"):
+            # Transactions are serialised per process, so one connection is all a
+            # store uses; the overflow serves tools reading beside it.
+            options.update(pool_size=1, max_overflow=2)
+        engine: AsyncEngine
+
+        async def connect() -> _LeanConnection:
+            return await _open_lean_connection(engine)
+
+        engine = create_async_engine(parsed, echo=echo, async_creator=connect, **options)
+        _install_sqlite_hooks(
+            engine, busy_timeout_ms=int(busy_timeout_ms), synchronous=synchronous.lower()
+        )
+        return cls(engine)
+
+    @classmethod
+    def sqlite(
+        cls,
+        path: str | Path,
+        *,
+        busy_timeout_ms: int = 750,
+        synchronous: str = "full",
+        echo: bool = False,
+    ) -> SQLStore:
+        """Open a store on a SQLite file (created when missing).
+
+        Args:
+            path: The database file.
+            busy_timeout_ms: How long to wait for another process's lock.
+            synchronous: ``full`` or ``normal``; see `from_url`.
+            echo: Log every statement.
+        """
+        url = URL.create("sqlite+aiosqlite", database=str(path))
+        return cls.from_url(
+            url, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous, echo=echo
+        )
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The underlying engine (for tools and tests)."""
+        return self._engine
+
+    @property
+    def commits(self) -> int:
+        """How many transactions that wrote something were committed."""
+        return self._commits
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[SQLTransaction]:
+        """Run a transaction: commit on normal exit, roll back on an exception.
+
+        Raises:
+            StorageError: The database failed to begin or commit. After a failed
+                commit the outcome is unknown.
+        """
+        async with self._lock:
+            conn = await self._connect()
+            try:
+                await self._begin(conn)
+                tx = SQLTransaction(conn)
+                try:
+                    yield tx
+                except BaseException:
+                    await _rollback_quietly(conn)
+                    raise
+                try:
+                    await conn.commit()
+                except SQLAlchemyError as exc:
+                    raise StorageError(f"commit failed, outcome unknown: {exc}") from exc
+            finally:
+                with contextlib.suppress(SQLAlchemyError):
+                    await conn.close()
+            if tx.wrote:
+                self._commits += 1
+
+    async def _begin(self, conn: AsyncConnection) -> None:
+        try:
+            await conn.begin()
+        except SQLAlchemyError as exc:
+            raise StorageError(f"could not begin a transaction: {exc}") from exc
+
+    async def _connect(self) -> AsyncConnection:
+        try:
+            return await self._engine.connect()
+        except SQLAlchemyError as exc:
+            raise StorageError(f"could not connect to the database: {exc}") from exc
+
+    async def migrate(self) -> None:
+        """Upgrade the schema to the newest migration (creating it if needed).
+
+        Safe to run concurrently from several processes: SQLite serialises it with
+        ``BEGIN IMMEDIATE``, PostgreSQL with an advisory lock.
+        """
+        async with self._lock:
+            try:
+                async with self._engine.begin() as conn:
+                    if conn.dialect.name == "postgresql":
+                        await conn.execute(
+                            text("SELECT pg_advisory_xact_lock(:key)"),
+                            {"key": _PG_MIGRATION_LOCK},
+                        )
+                    await conn.run_sync(_upgrade)
+            except SQLAlchemyError as exc:
+                raise StorageError(f"migration failed: {exc}") from exc
+
+    async def schema_revision(self) -> str | None:
+        """The migration revision the database is at; None for an empty database."""
+        heads = await self._current_heads()
+        return heads[0] if heads else None
+
+    async def migrations_current(self) -> bool:
+        """Whether the database is at the newest migration."""
+        heads = await self._current_heads()
+        expected = ScriptDirectory.from_config(alembic_config()).get_heads()
+        return bool(heads) and set(heads) == set(expected)
+
+    async def _current_heads(self) -> tuple[str, ...]:
+        async with self._lock:
+            try:
+                async with self._engine.connect() as conn:
+                    return await conn.run_sync(_current_heads)
+            except SQLAlchemyError as exc:
+                raise StorageError(f"could not read the schema revision: {exc}") from exc
+
+    async def close(self) -> None:
+        """Close every pooled connection."""
+        await self._engine.dispose()
+
+
+def _upgrade(conn: Connection) -> None:
+    config = alembic_config()
+    config.attributes["connection"] = conn
+    command.upgrade(config, "head")
+
+
+def _current_heads(conn: Connection) -> tuple[str, ...]:
+    return tuple(MigrationContext.configure(conn).get_current_heads())
+
+
+async def _rollback_quietly(conn: AsyncConnection) -> None:
+    # The original exception matters more than a failed rollback; a connection that
+    # cannot roll back is discarded instead of going back to the pool.
+    try:
+        await conn.rollback()
+    except SQLAlchemyError:
+        with contextlib.suppress(SQLAlchemyError):
+            await conn.invalidate()

@@ -1,0 +1,356 @@
+"""Resume tickets, the answers they accept, and the one validation every decision passes.
+
+A parked run waits on one open `ResumeTicket` per pending item. The host reads the
+committed ticket, builds a `ResumeCommand` from it with `ResumeCommand.from_ticket`, and
+the runtime checks the command with `validate_resume` before anything changes.
+"""
+
+from __future__ import annotations
+
+import hmac
+from datetime import datetime
+from typing import Annotated, Any, Literal, assert_never
+
+import jsonschema
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, TypeAdapter, model_validator
+
+from runtime.errors import (
+    Expired,
+    InvalidAnswer,
+    NotAwaiting,
+    ResolutionError,
+    StaleTicket,
+    Unauthorized,
+)
+from runtime.states import TicketStatus
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# --- what a run waits on -------------------------------------------------------------
+
+
+class ToolPermission(_Frozen):
+    """A tool call that needs a person's allow or deny before it runs."""
+
+    kind: Literal["tool_permission"] = "tool_permission"
+    call_id: str
+    tool: str
+    args: dict[str, Any]
+    reason: str | None = None
+
+
+class RemoteInput(_Frozen):
+    """A tool asked for typed input; the answer must fit `schema` (a JSON schema)."""
+
+    kind: Literal["remote_input"] = "remote_input"
+    call_id: str
+    tool: str
+    prompt: str
+    schema_: dict[str, Any] = Field(alias="schema")
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class Uncertain(_Frozen):
+    """A `manual` tool was dispatched but its outcome was never recorded."""
+
+    kind: Literal["uncertain"] = "uncertain"
+    call_id: str
+    tool: str
+    args: dict[str, Any]
+    execution_key: str
+
+
+class Pause(_Frozen):
+    """The run was paused by an operator and waits to be resumed."""
+
+    kind: Literal["pause"] = "pause"
+
+
+AwaitTarget = Annotated[ToolPermission | RemoteInput | Uncertain | Pause, Discriminator("kind")]
+AWAIT_TARGET: TypeAdapter[AwaitTarget] = TypeAdapter(AwaitTarget)
+
+
+# --- what a person answers -------------------------------------------------------------
+
+
+class Allow(_Frozen):
+    """Let the tool run."""
+
+    kind: Literal["allow"] = "allow"
+
+
+class Deny(_Frozen):
+    """Refuse the call (or the input request); the model sees a blocked result."""
+
+    kind: Literal["deny"] = "deny"
+    reason: str | None = None
+
+
+class InputData(_Frozen):
+    """Typed input for a `RemoteInput` target."""
+
+    kind: Literal["input"] = "input"
+    data: dict[str, Any]
+
+
+class Resolve(_Frozen):
+    """Record the verified result of an uncertain call; the tool is not run again."""
+
+    kind: Literal["resolve"] = "resolve"
+    result: Any
+
+
+class Retry(_Frozen):
+    """Accept that an uncertain call may run twice and run it again."""
+
+    kind: Literal["retry"] = "retry"
+
+
+class Abort(_Frozen):
+    """Give up on an uncertain call; the model sees that it was aborted."""
+
+    kind: Literal["abort"] = "abort"
+    reason: str | None = None
+
+
+class Continue(_Frozen):
+    """Resume a paused run."""
+
+    kind: Literal["continue"] = "continue"
+
+
+Answer = Annotated[
+    Allow | Deny | InputData | Resolve | Retry | Abort | Continue, Discriminator("kind")
+]
+ANSWER: TypeAdapter[Answer] = TypeAdapter(Answer)
+
+
+class Actor(_Frozen):
+    """Who is deciding.
+
+    Attributes:
+        id: A stable user id, e.g. a Slack ``U123`` or ``cli:alice``.
+        groups: Groups the edge verified the user belongs to (user groups, roles,
+            channel memberships); matched against ``group:<id>`` approver entries.
+        operator: An operator acting with database or console authority. Operators may
+            decide any ticket except where four-eyes forbids them as the requester.
+        platform: Where the decision came from (``slack``, ``discord``, ``cli`` ...).
+        name: A display name for messages.
+    """
+
+    id: str
+    groups: frozenset[str] = frozenset()
+    operator: bool = False
+    platform: str = "api"
+    name: str | None = None
+
+
+class ResumeTicket(_Frozen):
+    """What a parked run waits on. Read it from the store; never rebuild it from a UI event.
+
+    Attributes:
+        ticket_id: Unique id of the ticket.
+        correlation: Random one-use token a resume command must echo.
+        run_id: The parked run.
+        thread_id: The run's conversation.
+        agent_version: Version of the agent definition that parked.
+        catalog_fingerprint: Fingerprint of the tool catalog that parked.
+        target: Exactly what is awaited.
+        requester: The user who started the run.
+        approvers: Who else may decide (user ids, ``group:<id>``, or ``*``).
+        four_eyes: Whether the requester is forbidden to decide.
+        deadline: When the ticket expires, if ever.
+        status: Whether it is still open.
+        created_at: When it was opened.
+        decision: The accepted answer, once decided.
+        decided_by: The actor id that decided it.
+        decided_at: When it was decided or expired.
+    """
+
+    ticket_id: str
+    correlation: str
+    run_id: str
+    thread_id: str
+    agent: str
+    agent_version: str
+    catalog_fingerprint: str
+    target: AwaitTarget
+    requester: str | None = None
+    approvers: tuple[str, ...] = ()
+    four_eyes: bool = False
+    deadline: datetime | None = None
+    status: TicketStatus = TicketStatus.OPEN
+    created_at: datetime
+    decision: Answer | None = None
+    decided_by: str | None = None
+    decided_at: datetime | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ResumeTicket:
+        if self.status is TicketStatus.OPEN and (self.decision or self.decided_by):
+            raise ValueError("an open ticket cannot carry a decision")
+        if self.status is TicketStatus.DECIDED and self.decision is None:
+            raise ValueError("a decided ticket needs its decision")
+        if self.deadline is not None and self.deadline < self.created_at:
+            raise ValueError("a ticket's deadline cannot precede its creation")
+        if isinstance(self.target, Pause) and (self.approvers or self.four_eyes):
+            raise ValueError("a pause ticket is decided by operators, not approvers")
+        return self
+
+    @property
+    def call_id(self) -> str | None:
+        """The tool call this ticket waits on, if any."""
+        match self.target:
+            case ToolPermission() | RemoteInput() | Uncertain():
+                return self.target.call_id
+            case Pause():
+                return None
+            case _:
+                assert_never(self.target)
+
+    def may_decide(self, actor: Actor) -> bool:
+        """Whether `actor` may decide this ticket (ignores status and deadline)."""
+        if self.four_eyes and actor.id == self.requester:
+            return False
+        if actor.operator:
+            return True
+        if "*" in self.approvers:
+            return True
+        if actor.id == self.requester:
+            return True
+        if any(entry == actor.id and not entry.startswith("group:") for entry in self.approvers):
+            return True
+        return any(
+            entry.startswith("group:") and entry[len("group:") :] in actor.groups
+            for entry in self.approvers
+        )
+
+    def who_may_decide(self) -> str:
+        """A short human description of who may decide, for refusals."""
+        people = [] if self.four_eyes or self.requester is None else [self.requester]
+        people += list(self.approvers)
+        described = ", ".join(people) if people else "an operator"
+        if self.four_eyes:
+            described += " (not the requester)"
+        return described
+
+
+class ResumeCommand(_Frozen):
+    """A typed decision on one committed ticket.
+
+    Build it with `from_ticket`: identity fields come from the committed ticket, never
+    from a UI event.
+    """
+
+    ticket_id: str
+    correlation: str
+    run_id: str
+    thread_id: str
+    answer: Answer
+    actor: Actor
+    at: datetime
+
+    @classmethod
+    def from_ticket(
+        cls, ticket: ResumeTicket, answer: Answer, actor: Actor, now: datetime
+    ) -> ResumeCommand:
+        """Build a command answering `ticket` as `actor` at time `now`."""
+        return cls(
+            ticket_id=ticket.ticket_id,
+            correlation=ticket.correlation,
+            run_id=ticket.run_id,
+            thread_id=ticket.thread_id,
+            answer=answer,
+            actor=actor,
+            at=now,
+        )
+
+
+def answer_fits(target: AwaitTarget, answer: Answer) -> bool:
+    """Whether `answer` is one of the answers `target` accepts."""
+    match target:
+        case ToolPermission():
+            return isinstance(answer, Allow | Deny)
+        case RemoteInput():
+            return isinstance(answer, InputData | Deny)
+        case Uncertain():
+            return isinstance(answer, Resolve | Retry | Abort)
+        case Pause():
+            return isinstance(answer, Continue)
+        case _:
+            assert_never(target)
+
+
+def validate_resume(
+    command: ResumeCommand,
+    ticket: ResumeTicket | None,
+    *,
+    agent_version: str | None,
+    catalog_fingerprint: str | None,
+) -> None:
+    """Check a resume command against the committed ticket; raise if it must be refused.
+
+    This is the side-effect boundary: nothing has changed when it raises.
+
+    Args:
+        command: The decision to check.
+        ticket: The committed ticket with ``command.ticket_id``, or None if none exists.
+        agent_version: Version of the agent as loaded now (None if it is not loaded).
+        catalog_fingerprint: Fingerprint of the agent's tool catalog as loaded now.
+
+    Raises:
+        NotAwaiting: No open ticket, or the correlation or identities do not match.
+        Expired: The ticket expired, or its deadline passed before ``command.at``.
+        ResolutionError: The answer does not fit the target.
+        Unauthorized: The actor may not decide.
+        StaleTicket: The agent or its catalog changed since the run parked.
+        InvalidAnswer: Typed input does not match the requested schema.
+    """
+    if ticket is None:
+        raise NotAwaiting(f"no ticket {command.ticket_id!r} is awaiting a decision")
+    if ticket.status is TicketStatus.EXPIRED:
+        raise Expired(f"ticket {ticket.ticket_id} expired")
+    if ticket.status is not TicketStatus.OPEN:
+        raise NotAwaiting(f"ticket {ticket.ticket_id} was already {ticket.status}")
+    if not hmac.compare_digest(command.correlation.encode(), ticket.correlation.encode()):
+        raise NotAwaiting(f"ticket {ticket.ticket_id}: correlation token does not match")
+    if command.run_id != ticket.run_id or command.thread_id != ticket.thread_id:
+        raise NotAwaiting(f"ticket {ticket.ticket_id} belongs to another run or thread")
+    if not answer_fits(ticket.target, command.answer):
+        raise ResolutionError(
+            f"a {command.answer.kind!r} answer does not fit a {ticket.target.kind!r} ticket"
+        )
+    if not ticket.may_decide(command.actor):
+        raise Unauthorized(
+            f"{command.actor.id} may not decide ticket {ticket.ticket_id}; "
+            f"who may: {ticket.who_may_decide()}"
+        )
+    if ticket.deadline is not None and command.at >= ticket.deadline:
+        raise Expired(
+            f"ticket {ticket.ticket_id} passed its deadline {ticket.deadline.isoformat()}"
+        )
+    if agent_version is None:
+        raise StaleTicket(f"agent {ticket.agent!r} is not loaded any more")
+    if agent_version != ticket.agent_version or catalog_fingerprint != ticket.catalog_fingerprint:
+        raise StaleTicket(
+            f"agent {ticket.agent!r} changed since ticket {ticket.ticket_id} was opened"
+        )
+    if isinstance(ticket.target, RemoteInput) and isinstance(command.answer, InputData):
+        check_input(ticket.target.schema_, command.answer.data)
+
+
+def check_input(schema: dict[str, Any], data: dict[str, Any]) -> None:
+    """Raise `InvalidAnswer` listing every way `data` fails `schema`."""
+    validator = jsonschema.Draft202012Validator(schema)
+    problems = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+    if problems:
+        errors = [
+            {"path": "/".join(str(p) for p in e.absolute_path), "message": e.message}
+            for e in problems
+        ]
+        summary = "; ".join(f"{e['path'] or '(root)'}: {e['message']}" for e in errors)
+        raise InvalidAnswer(f"input does not match the requested form: {summary}", errors)

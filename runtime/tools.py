@@ -1,0 +1,310 @@
+"""Tool definitions: permission, replay policy, who may decide, and the argument schema."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from enum import StrEnum
+from typing import Any, get_type_hints
+
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+from runtime.errors import ConfigurationError
+
+
+class Permission(StrEnum):
+    """Whether a tool call runs at once, waits for a person, or never runs."""
+
+    ALLOW = "allow"
+    ASK = "ask"
+    DENY = "deny"
+
+
+class ReplayPolicy(StrEnum):
+    """What recovery may do with a call that was dispatched but has no recorded result."""
+
+    MANUAL = "manual"
+    SAFE = "safe"
+    IDEMPOTENT = "idempotent"
+
+
+class ExpiryAction(StrEnum):
+    """What happens when a ticket's deadline passes without a decision."""
+
+    DENY = "deny"
+    CANCEL = "cancel"
+
+
+@dataclass(frozen=True)
+class Escalate:
+    """On expiry, hand the ticket to other approvers (once); if they also let it expire,
+    the call is denied.
+
+    Attributes:
+        approvers: Who may decide the escalated ticket.
+        deadline: How long they have (None: no deadline).
+    """
+
+    approvers: tuple[str, ...]
+    deadline: timedelta | None = None
+
+    def __post_init__(self) -> None:
+        if not self.approvers:
+            raise ConfigurationError("Escalate needs at least one approver")
+
+
+OnExpiry = ExpiryAction | Escalate
+
+
+def coerce_expiry(value: OnExpiry | str | None) -> OnExpiry | None:
+    """Accept ``"deny"``, ``"cancel"``, an `ExpiryAction` or an `Escalate`."""
+    if value is None or isinstance(value, Escalate | ExpiryAction):
+        return value
+    try:
+        return ExpiryAction(value)
+    except ValueError as exc:
+        raise ConfigurationError(
+            f"on_expiry must be deny, cancel or Escalate(...); got {value!r}"
+        ) from exc
+
+
+PermissionRule = Callable[[dict[str, Any]], "Permission | str"]
+"""A callable deciding the permission from the call's validated arguments."""
+
+
+@dataclass(frozen=True)
+class InputRequest:
+    """Returned by a tool to ask a person for typed input before it goes on.
+
+    The run parks exactly as for an approval; once the answer arrives the tool is called
+    again with the validated answer in `current_tool_context().answer`.
+
+    Attributes:
+        prompt: What to ask.
+        schema: A pydantic model class or a JSON schema for the answer.
+    """
+
+    prompt: str
+    schema: type[BaseModel] | dict[str, Any]
+
+    def json_schema(self) -> dict[str, Any]:
+        """The answer's JSON schema."""
+        if isinstance(self.schema, dict):
+            return self.schema
+        return self.schema.model_json_schema()
+
+
+class ArgumentError(ValueError):
+    """The model's arguments do not fit the tool's signature (shown to the model)."""
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A tool an agent may call. Build it with the `tool` decorator.
+
+    Attributes:
+        name: The name the model calls it by.
+        description: What it does, for the model.
+        fn: The async (or plain) function.
+        permission: A fixed permission or a rule over the arguments.
+        replay_policy: ``manual``, ``safe`` or ``idempotent``, as a string.
+        approvers: Who besides the requester may decide; ``group:<id>`` entries match
+            groups verified by the edge; ``*`` lets anyone decide.
+        four_eyes: The requester may not decide their own call.
+        deadline: How long a decision may take before the ticket expires.
+        secret: Argument names masked wherever a person or a log sees them.
+        on_expiry: What happens when the deadline passes (default: the agent's).
+    """
+
+    name: str
+    description: str
+    fn: Callable[..., Any]
+    permission: Permission | PermissionRule
+    replay_policy: str
+    approvers: tuple[str, ...] | None = None
+    four_eyes: bool | None = None
+    deadline: timedelta | None = None
+    secret: frozenset[str] = frozenset()
+    on_expiry: OnExpiry | None = None
+    _args_model: type[BaseModel] = field(default=BaseModel, repr=False, compare=False)
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        """JSON schema of the arguments, from the function's type hints."""
+        schema = self._args_model.model_json_schema()
+        schema.pop("title", None)
+        return schema
+
+    def spec(self) -> dict[str, Any]:
+        """The tool as an OpenAI-style function definition."""
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.parameters,
+            },
+        }
+
+    def parse_arguments(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """Validate the model's arguments.
+
+        Raises:
+            ArgumentError: With a message the model can act on.
+        """
+        try:
+            parsed = self._args_model.model_validate(raw)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}"
+                for e in exc.errors()
+            )
+            raise ArgumentError(f"invalid arguments for {self.name}: {problems}") from exc
+        return {name: getattr(parsed, name) for name in type(parsed).model_fields}
+
+    def permission_for(self, args: dict[str, Any]) -> Permission:
+        """The permission for a call with these (validated) arguments."""
+        if isinstance(self.permission, Permission):
+            return self.permission
+        outcome = self.permission(args)
+        try:
+            return Permission(outcome)
+        except ValueError as exc:
+            raise ConfigurationError(
+                f"permission rule of tool {self.name!r} returned {outcome!r}"
+            ) from exc
+
+    def masked(self, args: dict[str, Any]) -> dict[str, Any]:
+        """`args` with secret parameters replaced by a mask."""
+        if not self.secret:
+            return args
+        return {k: ("••••••" if k in self.secret else v) for k, v in args.items()}
+
+    async def invoke(self, args: dict[str, Any]) -> Any:
+        """Call the function with validated arguments."""
+        outcome = self.fn(**args)
+        if inspect.isawaitable(outcome):
+            outcome = await outcome
+        return outcome
+
+    def fingerprint_parts(self) -> dict[str, Any]:
+        """What identifies this tool's contract, for the catalog fingerprint."""
+        permission = (
+            self.permission.value
+            if isinstance(self.permission, Permission)
+            else f"rule:{getattr(self.permission, '__qualname__', 'callable')}"
+        )
+        return {
+            "name": self.name,
+            "parameters": self.parameters,
+            "permission": permission,
+            "replay_policy": self.replay_policy,
+        }
+
+
+def _coerce_permission(value: Permission | str | PermissionRule) -> Permission | PermissionRule:
+    if isinstance(value, Permission):
+        return value
+    if isinstance(value, str):
+        try:
+            return Permission(value)
+        except ValueError as exc:
+            raise ConfigurationError(
+                f"permission must be one of allow, ask, deny or a callable; got {value!r}"
+            ) from exc
+    if callable(value):
+        return value
+    raise ConfigurationError(f"permission must be allow, ask, deny or a callable; got {value!r}")
+
+
+def _coerce_policy(value: ReplayPolicy | str) -> str:
+    try:
+        return ReplayPolicy(value).value
+    except ValueError as exc:
+        raise ConfigurationError(
+            f"replay_policy must be one of manual, safe, idempotent; got {value!r}"
+        ) from exc
+
+
+def _args_model(fn: Callable[..., Any], name: str) -> type[BaseModel]:
+    signature = inspect.signature(fn)
+    hints = get_type_hints(fn, include_extras=True)
+    fields: dict[str, Any] = {}
+    for param in signature.parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise ConfigurationError(f"tool {name!r} cannot take *args or **kwargs")
+        annotation = hints.get(param.name, Any)
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[param.name] = (annotation, default)
+    model: type[BaseModel] = create_model(
+        f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
+    )
+    return model
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    permission: Permission | str | PermissionRule = Permission.ALLOW,
+    replay_policy: ReplayPolicy | str = ReplayPolicy.MANUAL,
+    approvers: Sequence[str] | None = None,
+    four_eyes: bool | None = None,
+    deadline: timedelta | float | None = None,
+    secret: Sequence[str] = (),
+    on_expiry: OnExpiry | str | None = None,
+) -> Any:
+    """Declare a tool. Use bare (``@tool``) or with options (``@tool(permission="ask")``).
+
+    Args:
+        fn: The function, when used bare.
+        name: Name shown to the model (default: the function's name).
+        description: Description for the model (default: the docstring's first paragraph).
+        permission: ``allow``, ``ask``, ``deny`` (enum or string) or a callable taking the
+            validated arguments and returning one of them.
+        replay_policy: ``manual`` (default), ``safe`` or ``idempotent``.
+        approvers: Who besides the requester may decide.
+        four_eyes: Forbid the requester from deciding their own call.
+        deadline: Decision deadline, as a timedelta or seconds.
+        secret: Names of arguments to mask in cards, consoles and exports.
+        on_expiry: ``deny`` (the default), ``cancel`` the run, or `Escalate`.
+
+    Returns:
+        A `Tool`, or a decorator producing one.
+    """
+
+    def build(func: Callable[..., Any]) -> Tool:
+        tool_name = name or func.__name__
+        doc = inspect.getdoc(func) or ""
+        limit = timedelta(seconds=deadline) if isinstance(deadline, int | float) else deadline
+        if limit is not None and limit <= timedelta(0):
+            raise ConfigurationError(f"tool {tool_name!r}: deadline must be positive")
+        args_model = _args_model(func, tool_name)
+        unknown = set(secret) - set(args_model.model_fields)
+        if unknown:
+            raise ConfigurationError(
+                f"tool {tool_name!r}: secret names unknown arguments {unknown}"
+            )
+        return Tool(
+            name=tool_name,
+            description=description or doc.split("\n\n")[0],
+            fn=func,
+            permission=_coerce_permission(permission),
+            replay_policy=_coerce_policy(replay_policy),
+            approvers=tuple(approvers) if approvers is not None else None,
+            four_eyes=four_eyes,
+            deadline=limit,
+            secret=frozenset(secret),
+            on_expiry=coerce_expiry(on_expiry),
+            _args_model=args_model,
+        )
+
+    if fn is not None:
+        return build(fn)
+    return build
+
+
+ToolFunction = Callable[..., Awaitable[Any] | Any]

@@ -1,0 +1,133 @@
+"""Background loops of a serving process: run workers, outbox delivery, deadlines."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+from runtime.outbox import Notifier, RetryPolicy, deliver_due
+from runtime.runtime import Runtime
+
+log = logging.getLogger("signoff.worker")
+
+
+class Worker:
+    """Claims ready runs and drives them, several at a time.
+
+    Runs become ready when they are started without waiting, when their last decision
+    comes in, or when another worker's lease expires. `wake` makes the loop look at once
+    instead of at the next poll.
+
+    Args:
+        runtime: The runtime whose runs to drive.
+        concurrency: Runs driven at the same time.
+        poll_seconds: How often to look for ready runs without a wake-up.
+    """
+
+    def __init__(self, runtime: Runtime, *, concurrency: int = 4, poll_seconds: float = 0.5):
+        self._runtime = runtime
+        self._slots = asyncio.Semaphore(concurrency)
+        self._concurrency = concurrency
+        self._poll = poll_seconds
+        self._wake = asyncio.Event()
+        self._active: dict[str, asyncio.Task[None]] = {}
+
+    def wake(self) -> None:
+        """Look for ready runs now."""
+        self._wake.set()
+
+    @property
+    def active(self) -> int:
+        """How many runs are being driven now."""
+        return len(self._active)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Loop until `stop` is set; then stop claiming (running drives go on)."""
+        while not stop.is_set():
+            try:
+                await self._claim_some()
+            except Exception:
+                log.exception("worker loop failed; retrying")
+            self._wake.clear()
+            waiter = asyncio.ensure_future(self._wake.wait())
+            stopper = asyncio.ensure_future(stop.wait())
+            await asyncio.wait(
+                {waiter, stopper}, timeout=self._poll, return_when=asyncio.FIRST_COMPLETED
+            )
+            waiter.cancel()
+            stopper.cancel()
+
+    async def _claim_some(self) -> None:
+        free = self._concurrency - len(self._active)
+        if free <= 0:
+            return
+        for run_id in await self._runtime.claimable(limit=free + len(self._active)):
+            if run_id in self._active or len(self._active) >= self._concurrency:
+                continue
+            task = asyncio.create_task(self._drive(run_id))
+            self._active[run_id] = task
+
+    async def _drive(self, run_id: str) -> None:
+        try:
+            async with self._slots:
+                await self._runtime.drive(run_id)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("driving run %s failed", run_id, extra={"run_id": run_id})
+        finally:
+            self._active.pop(run_id, None)
+            # The run may have become ready again (e.g. a pause was lifted).
+            self._wake.set()
+
+    async def drain(self, grace_seconds: float) -> None:
+        """Wait up to `grace_seconds` for running drives; then cancel what is left.
+
+        A cancelled drive leaves its run `running` with a lease that expires; the next
+        process recovers it by the calls' replay policies.
+        """
+        tasks = list(self._active.values())
+        if not tasks:
+            return
+        _done, pending = await asyncio.wait(tasks, timeout=grace_seconds)
+        for task in pending:
+            task.cancel()
+        for task in pending:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+
+async def every(
+    seconds: float, stop: asyncio.Event, step: Callable[[], Awaitable[object]], name: str
+) -> None:
+    """Call `step` every `seconds` until `stop` is set; log and go on when it fails."""
+    while not stop.is_set():
+        try:
+            await step()
+        except Exception:
+            log.exception("%s loop failed; retrying", name)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=seconds)
+
+
+async def outbox_loop(
+    runtime: Runtime,
+    notifier: Notifier,
+    stop: asyncio.Event,
+    *,
+    seconds: float = 0.5,
+    policy: RetryPolicy | None = None,
+) -> None:
+    """Deliver due notifications until `stop` is set."""
+
+    async def step() -> int:
+        return await deliver_due(runtime.store, runtime.clock, notifier, policy=policy)
+
+    await every(seconds, stop, step, "outbox")
+
+
+async def deadline_loop(runtime: Runtime, stop: asyncio.Event, *, seconds: float = 1.0) -> None:
+    """Expire overdue tickets until `stop` is set."""
+    await every(seconds, stop, runtime.expire_overdue, "deadline")

@@ -1,0 +1,298 @@
+"""A real signoff web service for the adapter tests.
+
+`service` starts: a `SQLStore` on a fresh SQLite file (migrated), a `Runtime` over it with
+a `ManualClock`, a real `Worker` looping in the background, and an aiohttp server on
+127.0.0.1 (port 0) with the JSON API and the console. The test agents record every real
+tool execution in ``service.ledger``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+from pydantic import BaseModel, Field
+
+from adapters.web import ApiToken, TokenAuth, add_api_routes, add_console_routes
+from runtime import (
+    Agent,
+    InputRequest,
+    ManualClock,
+    ModelRequest,
+    RunResult,
+    RunStatus,
+    Runtime,
+    ScriptedModel,
+    current_tool_context,
+    final_reply,
+    tool,
+    tool_call_reply,
+)
+from runtime.store.sql import SQLStore
+from runtime.worker import Worker
+
+TOKENS = [
+    ApiToken("tok-u1", "U1", name="Uma"),
+    ApiToken("tok-u2", "U2", name="Udo"),
+    ApiToken("tok-ops", "ops:alice", operator=True, name="Alice"),
+]
+COOKIE_SECRET = b"test-cookie-secret-0123456789abcdef"
+SECRET_KEY = "sk-live-123456"
+
+
+class Crash(BaseException):
+    """Stands in for the process dying at a checkpoint."""
+
+
+# -- scripted agents -------------------------------------------------------------------
+
+
+def _this_run(request: ModelRequest) -> list[dict[str, Any]]:
+    start = max(i for i, m in enumerate(request.messages) if m.get("role") == "user")
+    return request.messages[start:]
+
+
+def echo_model(*calls: tuple[str, dict[str, Any]], name: str = "scripted") -> ScriptedModel:
+    """Turn 1 asks for `calls` in one batch; turn 2 reports every tool result it saw."""
+
+    def reply(request: ModelRequest) -> dict[str, Any]:
+        messages = _this_run(request)
+        if not any(m.get("role") == "assistant" for m in messages):
+            return tool_call_reply(*calls, content="I need these tools for the task.")
+        results = [str(m.get("content")) for m in messages if m.get("role") == "tool"]
+        return final_reply("Finished. " + " | ".join(results))
+
+    return ScriptedModel(reply, name=name)
+
+
+class RollbackPlan(BaseModel):
+    """How to undo a deploy."""
+
+    previous_version: str = Field(min_length=1, description="The version to go back to.")
+    strategy: Literal["redeploy_previous", "disable_feature_flag"]
+    max_minutes: int = Field(default=15, ge=1, le=240)
+    notify_team: bool = False
+
+
+def build_agents(ledger: list[tuple[str, dict[str, Any]]]) -> list[Agent]:
+    """The test agents; every real tool execution is appended to `ledger`."""
+
+    @tool(permission="ask", secret=["api_key"])
+    async def transfer(account: str, amount: float, api_key: str) -> dict[str, Any]:
+        """Move money."""
+        ledger.append(("transfer", {"account": account, "amount": amount}))
+        return {"transferred": amount, "to": account}
+
+    @tool(permission="ask", deadline=60)
+    async def wire(amount: float) -> str:
+        """Wire money abroad (a decision is due within a minute)."""
+        ledger.append(("wire", {"amount": amount}))
+        return f"wired {amount}"
+
+    @tool(permission="allow", replay_policy="safe")
+    async def rollback_plan(service: str) -> Any:
+        """Ask a person for a rollback plan."""
+        answer = current_tool_context().answer
+        if answer is None:
+            return InputRequest(prompt=f"How do we roll {service} back?", schema=RollbackPlan)
+        ledger.append(("rollback_plan", dict(answer)))
+        return {"service": service, **answer}
+
+    @tool(permission="allow", replay_policy="manual")
+    async def page(engineer: str) -> str:
+        """Page an engineer (never repeated on its own)."""
+        ledger.append(("page", {"engineer": engineer}))
+        return f"paged {engineer}"
+
+    @tool(permission="ask")
+    async def send_email(to: str, subject: str) -> str:
+        """Send an e-mail."""
+        ledger.append(("send_email", {"to": to, "subject": subject}))
+        return f"sent to {to}"
+
+    @tool(permission="ask")
+    async def delete_branch(name: str) -> str:
+        """Delete a git branch."""
+        ledger.append(("delete_branch", {"name": name}))
+        return f"deleted {name}"
+
+    transfer_args = {"account": "ACME-1", "amount": 250.0, "api_key": SECRET_KEY}
+    return [
+        Agent(
+            "bank",
+            "Pay invoices.",
+            echo_model(("transfer", transfer_args)),
+            tools=[transfer],
+            description="Pays invoices (asks first)",
+        ),
+        Agent("wires", "Wire money.", echo_model(("wire", {"amount": 99.0})), tools=[wire]),
+        Agent(
+            "release",
+            "Deploy carefully.",
+            echo_model(("rollback_plan", {"service": "checkout"})),
+            tools=[rollback_plan],
+        ),
+        Agent("pager", "Page people.", echo_model(("page", {"engineer": "grace"})), tools=[page]),
+        Agent(
+            "pair",
+            "Tidy up.",
+            echo_model(
+                ("send_email", {"to": "ops@example.com", "subject": "Release done"}),
+                ("delete_branch", {"name": "release-2.4"}),
+            ),
+            tools=[send_email, delete_branch],
+        ),
+    ]
+
+
+# -- the service -------------------------------------------------------------------------
+
+
+@dataclass
+class Service:
+    """Everything a test needs to drive the running web service."""
+
+    runtime: Runtime
+    store: SQLStore
+    clock: ManualClock
+    worker: Worker
+    client: TestClient[web.Request, web.Application]
+    agents: list[Agent]
+    ledger: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    # JSON API --------------------------------------------------------------------------
+    async def api(
+        self,
+        method: str,
+        path: str,
+        *,
+        token: str | None = "tok-u1",
+        json: Any = None,
+        data: bytes | None = None,
+    ) -> tuple[int, Any]:
+        """Call the API; returns the status and the decoded JSON body."""
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        response = await self.client.request(method, path, headers=headers, json=json, data=data)
+        assert response.content_type == "application/json", await response.text()
+        return response.status, await response.json()
+
+    # runs ------------------------------------------------------------------------------
+    async def wait(self, run_id: str, check: Callable[[RunResult], bool]) -> RunResult:
+        """Poll the run until `check` holds (for up to ten seconds)."""
+        deadline = time.monotonic() + 10.0
+        while True:
+            result = await self.runtime.get(run_id)
+            if check(result):
+                return result
+            if time.monotonic() > deadline:
+                raise AssertionError(f"run {run_id} never got there; it is {result}")
+            await asyncio.sleep(0.02)
+
+    async def wait_status(self, run_id: str, *statuses: RunStatus) -> RunResult:
+        """Wait until the run is in one of `statuses`."""
+        return await self.wait(run_id, lambda r: r.status in statuses)
+
+    async def park(self, agent: str, requester: str = "U1", text: str = "go") -> RunResult:
+        """Start a run and wait until the worker parked it."""
+        started = await self.runtime.start(
+            agent, text, requester=requester, origin={"platform": "console"}, wait=False
+        )
+        self.worker.wake()
+        return await self.wait_status(started.run_id, RunStatus.AWAITING)
+
+    async def finished(self, run_id: str) -> RunResult:
+        """Wait until the run ended."""
+        return await self.wait(run_id, lambda r: r.status.finished)
+
+    async def crashed(self, requester: str = "U1") -> str:
+        """A `pager` run whose worker died after committing the dispatch of `page`.
+
+        The run stays ``running`` until the dead worker's lease runs out.
+        """
+
+        def crash(point: str, info: dict[str, Any]) -> None:
+            if point == "dispatch_committed":
+                raise Crash(point)
+
+        dying = Runtime(self.store, self.agents, clock=self.clock, checkpoint=crash)
+        with contextlib.suppress(Crash):
+            await dying.start("pager", "page grace", requester=requester, wait=True)
+        async with self.store.transaction() as tx:
+            [run] = await tx.list_runs(statuses=[RunStatus.RUNNING])
+        return run.run_id
+
+    async def uncertain(self, requester: str = "U1") -> RunResult:
+        """A crashed `pager` run recovered by the worker: its `page` call is uncertain."""
+        run_id = await self.crashed(requester)
+        self.clock.advance(120)  # the dead worker's lease runs out
+        self.worker.wake()
+        return await self.wait(run_id, lambda r: any(p.status == "uncertain" for p in r.pending))
+
+    async def snapshot(self, run_id: str) -> tuple[Any, ...]:
+        """The run, its events and its tickets, for "nothing changed" checks."""
+        result = await self.runtime.get(run_id)
+        events = await self.runtime.events(run_id)
+        async with self.store.transaction() as tx:
+            tickets = await tx.tickets_for_run(run_id)
+        return result, events, tickets, list(self.ledger)
+
+    # console ---------------------------------------------------------------------------
+    async def csrf_of(self, path: str) -> str:
+        """GET a console page and return the CSRF token its forms carry."""
+        response = await self.client.get(path)
+        assert response.status == 200, await response.text()
+        return csrf_in(await response.text())
+
+    async def login(self, token: str = "tok-u1") -> str:
+        """Sign in through the login form; returns the session's CSRF token."""
+        csrf = await self.csrf_of("/login")
+        response = await self.client.post(
+            "/login", data={"csrf": csrf, "token": token}, allow_redirects=False
+        )
+        assert response.status == 303, await response.text()
+        return await self.csrf_of("/runs")
+
+
+def csrf_in(html: str) -> str:
+    """The CSRF token in a rendered page."""
+    found = re.search(r'name="csrf" value="([^"]+)"', html)
+    assert found, "no CSRF field on the page"
+    return found.group(1)
+
+
+@pytest.fixture
+async def service(tmp_path: Path) -> AsyncIterator[Service]:
+    store = SQLStore.sqlite(tmp_path / "signoff.db")
+    await store.migrate()
+    clock = ManualClock()
+    ledger: list[tuple[str, dict[str, Any]]] = []
+    agents = build_agents(ledger)
+    runtime = Runtime(store, agents, clock=clock)
+    worker = Worker(runtime, poll_seconds=0.05)
+    stop = asyncio.Event()
+    loop_task = asyncio.create_task(worker.run(stop))
+    auth = TokenAuth(TOKENS)
+    app = web.Application()
+    add_api_routes(app, runtime, auth, worker.wake)
+    add_console_routes(app, runtime, auth, worker.wake, cookie_secret=COOKIE_SECRET)
+    client = TestClient(TestServer(app, host="127.0.0.1", port=0))
+    await client.start_server()
+    try:
+        yield Service(runtime, store, clock, worker, client, agents, ledger)
+    finally:
+        await client.close()
+        stop.set()
+        await loop_task
+        await worker.drain(5)
+        await store.close()

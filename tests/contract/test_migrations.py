@@ -1,0 +1,129 @@
+"""The Alembic migrations build exactly the schema `runtime.store.schema` describes."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from alembic import command
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Index, MetaData, inspect
+
+from runtime.store.schema import metadata
+from runtime.store.sql import MIGRATIONS_DIR, SQLStore, alembic_config
+
+if TYPE_CHECKING:
+    from conftest import Make
+
+
+def _diff(conn: Connection, target: MetaData) -> list[Any]:
+    return list(compare_metadata(MigrationContext.configure(conn), target))
+
+
+async def schema_diff(store: SQLStore, target: MetaData = metadata) -> list[Any]:
+    async with store.engine.connect() as conn:
+        return await conn.run_sync(_diff, target)
+
+
+async def table_names(store: SQLStore) -> set[str]:
+    async with store.engine.connect() as conn:
+        return set(await conn.run_sync(lambda c: inspect(c).get_table_names()))
+
+
+def head() -> str:
+    heads = ScriptDirectory.from_config(alembic_config()).get_heads()
+    assert len(heads) == 1
+    return heads[0]
+
+
+async def test_migrated_database_matches_schema(empty_sql_url: str) -> None:
+    store = SQLStore.from_url(empty_sql_url)
+    try:
+        await store.migrate()
+        assert await schema_diff(store) == []
+        assert await table_names(store) == {*metadata.tables, "alembic_version"}
+    finally:
+        await store.close()
+
+
+async def test_schema_comparison_sees_differences(empty_sql_url: str) -> None:
+    # Guards the test above: the comparison does look at indexes and columns.
+    changed = MetaData(naming_convention=dict(metadata.naming_convention))
+    for table in metadata.tables.values():
+        table.to_metadata(changed)
+    Index("ix_runs_agent", changed.tables["runs"].c.agent)
+    store = SQLStore.from_url(empty_sql_url)
+    try:
+        await store.migrate()
+        diff = await schema_diff(store, changed)
+    finally:
+        await store.close()
+    assert [d[0] for d in diff] == ["add_index"]
+
+
+async def test_revision_and_currency(empty_sql_url: str) -> None:
+    store = SQLStore.from_url(empty_sql_url)
+    try:
+        assert await store.schema_revision() is None
+        assert await store.migrations_current() is False
+        await store.migrate()
+        assert await store.schema_revision() == head()
+        assert await store.migrations_current() is True
+    finally:
+        await store.close()
+
+
+async def test_migrate_twice_is_harmless(empty_sql_url: str, make: Make) -> None:
+    store = SQLStore.from_url(empty_sql_url)
+    try:
+        await store.migrate()
+        async with store.transaction() as tx:
+            await tx.insert_run(make.run())
+        await store.migrate()
+        assert await store.migrations_current() is True
+        async with store.transaction() as tx:
+            assert await tx.get_run("run_1") == make.run()
+    finally:
+        await store.close()
+
+
+async def test_concurrent_migrations_from_two_stores(empty_sql_url: str) -> None:
+    first = SQLStore.from_url(empty_sql_url, busy_timeout_ms=5000)
+    second = SQLStore.from_url(empty_sql_url, busy_timeout_ms=5000)
+    try:
+        await asyncio.gather(first.migrate(), second.migrate())
+        assert await first.migrations_current() is True
+        assert await schema_diff(second) == []
+    finally:
+        await first.close()
+        await second.close()
+
+
+def _check_and_downgrade(conn: Connection) -> None:
+    config = alembic_config()
+    config.attributes["connection"] = conn
+    # `alembic check`: autogenerate finds nothing to add to the migrations.
+    command.check(config)
+    command.downgrade(config, "base")
+
+
+async def test_autogenerate_is_clean_and_downgrade_drops_everything(empty_sql_url: str) -> None:
+    store = SQLStore.from_url(empty_sql_url)
+    try:
+        await store.migrate()
+        async with store.engine.begin() as conn:
+            await conn.run_sync(_check_and_downgrade)
+        assert await table_names(store) == {"alembic_version"}
+        assert await store.schema_revision() is None
+        await store.migrate()
+        assert await schema_diff(store) == []
+    finally:
+        await store.close()
+
+
+def test_migrations_ship_inside_the_package() -> None:
+    assert (MIGRATIONS_DIR / "env.py").is_file()
+    assert (MIGRATIONS_DIR / "script.py.mako").is_file()
+    assert list((MIGRATIONS_DIR / "versions").glob("0001_*.py"))

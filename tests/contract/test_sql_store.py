@@ -1,0 +1,390 @@
+"""What only the SQL store promises: several engines on one database, SQLite tuning,
+error translation and exact time conversion."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from sqlalchemy import text
+
+from runtime.errors import StorageError
+from runtime.states import TicketStatus
+from runtime.store import sql
+from runtime.store.sql import SQLStore, from_micros, to_micros
+from runtime.tickets import Allow, Deny, ToolPermission
+
+if TYPE_CHECKING:
+    from conftest import Make
+
+
+async def test_two_stores_racing_close_ticket_decide_once(sql_url: str, make: Make) -> None:
+    # Two engines on one database, like two processes or replicas.
+    first = SQLStore.from_url(sql_url, busy_timeout_ms=5000)
+    second = SQLStore.from_url(sql_url, busy_timeout_ms=5000)
+    tickets = [f"t{n}" for n in range(10)]
+    try:
+        async with first.transaction() as tx:
+            await tx.insert_run(make.run())
+            for n, ticket_id in enumerate(tickets):
+                target = ToolPermission(call_id=f"call_{n}", tool="refund", args={})
+                await tx.insert_ticket(make.ticket(ticket_id, target=target))
+
+        async def decide(store: SQLStore, ticket_id: str, who: str) -> bool:
+            async with store.transaction() as tx:
+                ticket = await tx.get_ticket(ticket_id)
+                assert ticket is not None
+                return await tx.close_ticket(
+                    ticket_id,
+                    status=TicketStatus.DECIDED,
+                    at=make.at(1),
+                    decision=Allow() if who == "first" else Deny(reason=who),
+                    decided_by=who,
+                )
+
+        for ticket_id in tickets:
+            won = await asyncio.gather(
+                decide(first, ticket_id, "first"), decide(second, ticket_id, "second")
+            )
+            assert sorted(won) == [False, True], ticket_id
+            async with second.transaction() as tx:
+                stored = await tx.get_ticket(ticket_id)
+            assert stored is not None
+            assert stored.decided_by == ("first" if won[0] else "second")
+        assert first.commits + second.commits == 1 + len(tickets)
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_two_stores_racing_claim_run_claim_once(sql_url: str, make: Make) -> None:
+    stores = [SQLStore.from_url(sql_url, busy_timeout_ms=5000) for _ in range(3)]
+    try:
+        async with stores[0].transaction() as tx:
+            await tx.insert_run(make.run())
+
+        async def claim(store: SQLStore, owner: str) -> int | None:
+            async with store.transaction() as tx:
+                claimed = await tx.claim_run("run_1", owner=owner, now=make.t0, until=make.at(30))
+            return None if claimed is None else claimed.fence
+
+        fences = await asyncio.gather(*(claim(s, f"w{n}") for n, s in enumerate(stores)))
+        assert sorted(fences, key=lambda f: f or 0) == [None, None, 1]
+    finally:
+        for store in stores:
+            await store.close()
+
+
+async def test_two_stores_racing_open_tickets_for_one_call(sql_url: str, make: Make) -> None:
+    first = SQLStore.from_url(sql_url, busy_timeout_ms=5000)
+    second = SQLStore.from_url(sql_url, busy_timeout_ms=5000)
+    try:
+        async with first.transaction() as tx:
+            await tx.insert_run(make.run())
+
+        async def open_ticket(store: SQLStore, ticket_id: str) -> bool:
+            try:
+                async with store.transaction() as tx:
+                    await tx.insert_ticket(make.ticket(ticket_id))
+            except ValueError:
+                return False
+            return True
+
+        opened = await asyncio.gather(open_ticket(first, "a"), open_ticket(second, "b"))
+        assert sorted(opened) == [False, True]
+    finally:
+        await first.close()
+        await second.close()
+
+
+@pytest.mark.parametrize(("synchronous", "level"), [("full", 2), ("normal", 1)])
+async def test_sqlite_connections_are_tuned(tmp_path: Path, synchronous: str, level: int) -> None:
+    store = SQLStore.sqlite(tmp_path / "t.db", busy_timeout_ms=1234, synchronous=synchronous)
+    try:
+        async with store.engine.connect() as conn:
+            pragma = lambda name: conn.exec_driver_sql(f"PRAGMA {name}")  # noqa: E731
+            assert (await pragma("journal_mode")).scalar() == "wal"
+            assert (await pragma("busy_timeout")).scalar() == 1234
+            assert (await pragma("synchronous")).scalar() == level
+            assert (await pragma("foreign_keys")).scalar() == 1
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize("via", ["store", "engine"])
+async def test_sqlite_transactions_take_the_write_lock_at_begin(tmp_path: Path, via: str) -> None:
+    path = tmp_path / "t.db"
+    holder = SQLStore.sqlite(path)
+    patient = SQLStore.sqlite(path, busy_timeout_ms=5000)
+    hasty = SQLStore.sqlite(path, busy_timeout_ms=20)
+    try:
+        await holder.migrate()
+        begun = asyncio.Event()
+        release = asyncio.Event()
+
+        async def hold() -> None:
+            # Reads only, yet BEGIN IMMEDIATE holds the write lock until the end.
+            if via == "store":
+                async with holder.transaction() as tx:
+                    await tx.count_runs()
+                    begun.set()
+                    await release.wait()
+            else:
+                async with holder.engine.begin() as conn:
+                    await conn.execute(text("SELECT count(*) FROM runs"))
+                    begun.set()
+                    await release.wait()
+
+        holding = asyncio.create_task(hold())
+        await begun.wait()
+        with pytest.raises(StorageError, match="locked"):
+            async with hasty.transaction() as tx:
+                await tx.count_runs()
+
+        async def wait_then_read() -> dict[str, int]:
+            async with patient.transaction() as tx:
+                return await tx.count_runs()
+
+        waiting = asyncio.create_task(wait_then_read())
+        await asyncio.sleep(0.1)
+        assert not waiting.done()
+        release.set()
+        assert await waiting == {}
+        await holding
+    finally:
+        for store in (holder, patient, hasty):
+            await store.close()
+
+
+async def test_cancelled_while_waiting_for_the_lock_leaves_the_store_usable(
+    tmp_path: Path, make: Make
+) -> None:
+    path = tmp_path / "t.db"
+    holder = SQLStore.sqlite(path)
+    waiter = SQLStore.sqlite(path, busy_timeout_ms=5000)
+    try:
+        await holder.migrate()
+        begun = asyncio.Event()
+        release = asyncio.Event()
+
+        async def hold() -> None:
+            async with holder.transaction() as tx:
+                await tx.insert_run(make.run("held"))
+                begun.set()
+                await release.wait()
+
+        holding = asyncio.create_task(hold())
+        await begun.wait()
+
+        async def write() -> None:
+            async with waiter.transaction() as tx:
+                await tx.insert_run(make.run("never"))
+
+        writing = asyncio.create_task(write())
+        await asyncio.sleep(0.1)
+        writing.cancel()
+        release.set()
+        await holding
+        with pytest.raises(asyncio.CancelledError):
+            await writing
+        async with waiter.transaction() as tx:
+            await tx.insert_run(make.run("after"))
+        async with holder.transaction() as tx:
+            assert await tx.count_runs() == {"queued": 2}
+            assert await tx.get_run("never") is None
+    finally:
+        await holder.close()
+        await waiter.close()
+
+
+async def test_one_process_queues_its_own_transactions(tmp_path: Path, make: Make) -> None:
+    # A tiny busy timeout: only the in-process lock keeps these from failing.
+    store = SQLStore.sqlite(tmp_path / "t.db", busy_timeout_ms=1)
+    try:
+        await store.migrate()
+
+        async def write(n: int) -> None:
+            async with store.transaction() as tx:
+                await tx.insert_run(make.run(f"run_{n}"))
+                await asyncio.sleep(0.005)
+                await tx.append_event(make.event(f"run_{n}"))
+
+        await asyncio.gather(*(write(n) for n in range(20)))
+        async with store.transaction() as tx:
+            assert await tx.count_runs() == {"queued": 20}
+    finally:
+        await store.close()
+
+
+async def test_sqlite_statements_cost_one_thread_round_trip(
+    tmp_path: Path, make: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = SQLStore.sqlite(tmp_path / "t.db")
+    try:
+        await store.migrate()
+        async with store.transaction() as tx:
+            await tx.insert_run(make.run())
+        calls: list[str] = []
+        original = sql._LeanConnection.call
+
+        async def counting(self: Any, fn: Any, *args: Any) -> Any:
+            calls.append(fn.__name__)
+            return await original(self, fn, *args)
+
+        monkeypatch.setattr(sql._LeanConnection, "call", counting)
+        async with store.transaction() as tx:
+            await tx.get_run("run_1")
+            await tx.set_run_flags("run_1", pause=True)
+        # BEGIN IMMEDIATE, SELECT, UPDATE, COMMIT; the pool's rollback is skipped.
+        assert calls == ["_run_statement"] * 3 + ["_end_transaction"]
+        calls.clear()
+        with pytest.raises(ValueError):
+            async with store.transaction() as tx:
+                await tx.insert_run(make.run())
+        assert calls == ["_run_statement"] * 2 + ["_end_transaction"]
+        async with store.transaction() as tx:
+            stored = await tx.get_run("run_1")
+        assert stored is not None and stored.pause_requested
+    finally:
+        await store.close()
+
+
+async def test_foreign_keys_are_enforced(tmp_path: Path, make: Make) -> None:
+    store = SQLStore.sqlite(tmp_path / "t.db")
+    try:
+        await store.migrate()
+        with pytest.raises(ValueError, match="constraint"):
+            async with store.transaction() as tx:
+                await tx.insert_call(make.call(run_id="ghost"))
+    finally:
+        await store.close()
+
+
+async def test_naive_datetimes_are_refused(tmp_path: Path, make: Make) -> None:
+    store = SQLStore.sqlite(tmp_path / "t.db")
+    try:
+        await store.migrate()
+        with pytest.raises(ValueError, match="timezone-aware"):
+            async with store.transaction() as tx:
+                await tx.insert_run(make.run(created_at=datetime(2026, 1, 1)))
+    finally:
+        await store.close()
+
+
+async def test_values_json_cannot_encode_are_refused(tmp_path: Path, make: Make) -> None:
+    store = SQLStore.sqlite(tmp_path / "t.db")
+    try:
+        await store.migrate()
+        with pytest.raises(ValueError, match="JSON serializable"):
+            async with store.transaction() as tx:
+                await tx.insert_run(make.run(origin={"handle": object()}))
+        async with store.transaction() as tx:
+            assert await tx.count_runs() == {}
+    finally:
+        await store.close()
+
+
+async def test_unmigrated_database_raises_storage_error(tmp_path: Path) -> None:
+    store = SQLStore.sqlite(tmp_path / "t.db")
+    try:
+        with pytest.raises(StorageError, match="no such table") as caught:
+            async with store.transaction() as tx:
+                await tx.get_run("run_1")
+        assert caught.value.__cause__ is not None
+    finally:
+        await store.close()
+
+
+async def test_unreachable_database_raises_storage_error(tmp_path: Path) -> None:
+    store = SQLStore.sqlite(tmp_path / "missing" / "t.db")
+    try:
+        with pytest.raises(StorageError):
+            async with store.transaction():
+                pass
+        with pytest.raises(StorageError):
+            await store.migrate()
+    finally:
+        await store.close()
+
+
+async def test_in_memory_sqlite(make: Make) -> None:
+    store = SQLStore.from_url("sqlite://")
+    try:
+        await store.migrate()
+        async with store.transaction() as tx:
+            await tx.insert_run(make.run())
+        async with store.transaction() as tx:
+            assert await tx.get_run("run_1") == make.run()
+        assert store.engine.dialect.driver == "aiosqlite"
+    finally:
+        await store.close()
+
+
+def test_from_url_checks_sqlite_options(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="synchronous"):
+        SQLStore.sqlite(tmp_path / "t.db", synchronous="off")
+    with pytest.raises(ValueError, match="busy_timeout"):
+        SQLStore.sqlite(tmp_path / "t.db", busy_timeout_ms=-1)
+
+
+async def test_lease_lost_keeps_its_type_through_the_store(tmp_path: Path, make: Make) -> None:
+    from runtime.errors import LeaseLost
+
+    store = SQLStore.sqlite(tmp_path / "t.db")
+    try:
+        await store.migrate()
+        async with store.transaction() as tx:
+            await tx.insert_run(make.run())
+        with pytest.raises(LeaseLost):
+            async with store.transaction() as tx:
+                await tx.update_run(replace(make.run(), turns=1), fence=5)
+    finally:
+        await store.close()
+
+
+async def test_sqlite_file_survives_reopening(tmp_path: Path, make: Make) -> None:
+    path = tmp_path / "t.db"
+    store = SQLStore.sqlite(path)
+    await store.migrate()
+    async with store.transaction() as tx:
+        await tx.insert_run(make.run())
+    await store.close()
+    reopened = SQLStore.sqlite(path)
+    try:
+        assert await reopened.migrations_current()
+        async with reopened.transaction() as tx:
+            assert await tx.get_run("run_1") == make.run()
+        async with reopened.engine.connect() as conn:
+            assert (await conn.execute(text("SELECT count(*) FROM events"))).scalar() == 0
+    finally:
+        await reopened.close()
+
+
+_offsets = st.builds(
+    timezone, st.timedeltas(min_value=timedelta(hours=-23), max_value=timedelta(hours=23))
+)
+
+
+@given(
+    st.datetimes(
+        min_value=datetime(1900, 1, 1),
+        max_value=datetime(9000, 1, 1),
+        timezones=st.one_of(st.just(UTC), _offsets),
+    )
+)
+def test_micros_round_trip_exactly(value: datetime) -> None:
+    back = from_micros(to_micros(value))
+    assert back == value
+    assert back.tzinfo is UTC
+
+
+@given(st.integers(min_value=-(2**55), max_value=2**55))
+def test_micros_preserve_order(micros: int) -> None:
+    assert to_micros(from_micros(micros)) == micros
+    assert from_micros(micros) < from_micros(micros + 1)

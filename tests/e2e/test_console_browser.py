@@ -1,0 +1,198 @@
+"""The operator console in a real headless Chromium (Debian's, driven by Playwright).
+
+A real `signoff` web service runs in the test's event loop: a SQLite store, a `Runtime`,
+a background `Worker` and an aiohttp server on 127.0.0.1 (port 0). The browser signs in,
+starts the demo agent (two ``ask`` tool calls in one batch), sees the pending calls and
+their arguments, denies one with a reason, approves the other, and watches the run
+finish. A form posted without its CSRF token is refused and changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from adapters.web import ApiToken, TokenAuth, add_api_routes, add_console_routes
+from runtime import (
+    Agent,
+    ModelRequest,
+    Runtime,
+    ScriptedModel,
+    TicketStatus,
+    final_reply,
+    tool,
+    tool_call_reply,
+)
+from runtime.store.sql import SQLStore
+from runtime.worker import Worker
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+TOKEN = "browser-test-token"
+
+pytestmark = [
+    pytest.mark.skipif(
+        not Path(CHROMIUM).exists(),
+        reason=f"Debian's chromium is not installed at {CHROMIUM} (apt-get install chromium)",
+    ),
+    pytest.mark.timeout(120),
+]
+
+
+def demo_agent(ledger: list[tuple[str, dict[str, Any]]]) -> Agent:
+    """An agent whose model asks for two risky calls in one batch, then sums up."""
+
+    @tool(permission="ask")
+    async def send_email(to: str, subject: str) -> str:
+        """Send an e-mail."""
+        ledger.append(("send_email", {"to": to, "subject": subject}))
+        return f"sent to {to}"
+
+    @tool(permission="ask")
+    async def delete_branch(name: str) -> str:
+        """Delete a git branch."""
+        ledger.append(("delete_branch", {"name": name}))
+        return f"deleted {name}"
+
+    def reply(request: ModelRequest) -> dict[str, Any]:
+        start = max(i for i, m in enumerate(request.messages) if m.get("role") == "user")
+        messages = request.messages[start:]
+        if not any(m.get("role") == "assistant" for m in messages):
+            return tool_call_reply(
+                ("send_email", {"to": "team@example.com", "subject": "Release 2.4 is out"}),
+                ("delete_branch", {"name": "release-2.4"}),
+                content="Announcing the release and cleaning up its branch.",
+            )
+        results = [str(m.get("content")) for m in messages if m.get("role") == "tool"]
+        return final_reply("Release wrap-up: " + " | ".join(results))
+
+    return Agent(
+        "demo",
+        "Wrap a release up.",
+        ScriptedModel(reply, name="scripted-demo"),
+        tools=[send_email, delete_branch],
+        description="Announces a release and deletes its branch (both ask first)",
+    )
+
+
+@dataclass
+class Served:
+    url: str
+    runtime: Runtime
+    ledger: list[tuple[str, dict[str, Any]]]
+
+
+@pytest.fixture
+async def served(tmp_path: Path) -> AsyncIterator[Served]:
+    store = SQLStore.sqlite(tmp_path / "signoff.db")
+    await store.migrate()
+    ledger: list[tuple[str, dict[str, Any]]] = []
+    runtime = Runtime(store, [demo_agent(ledger)])
+    worker = Worker(runtime, poll_seconds=0.1)
+    stop = asyncio.Event()
+    loop_task = asyncio.create_task(worker.run(stop))
+    auth = TokenAuth([ApiToken(TOKEN, "ops:grace", operator=True, name="Grace")])
+    app = web.Application()
+    add_api_routes(app, runtime, auth, worker.wake)
+    add_console_routes(app, runtime, auth, worker.wake, cookie_secret=b"s" * 32)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    try:
+        yield Served(f"http://{host}:{port}", runtime, ledger)
+    finally:
+        await runner.cleanup()
+        stop.set()
+        await loop_task
+        await worker.drain(5)
+        await store.close()
+
+
+async def test_sign_in_start_deny_approve_and_watch_the_run_finish(served: Served) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            # The console forbids scripts; the test's own DOM edit below needs CSP bypassed.
+            context = await browser.new_context(bypass_csp=True)
+            page = await context.new_page()
+            page.set_default_timeout(15_000)
+
+            # Sign in.
+            await page.goto(served.url + "/runs")
+            await expect(page).to_have_url(served.url + "/login?next=%2Fruns")
+            await page.fill("#token", TOKEN)
+            await page.click("button:has-text('Sign in')")
+            await expect(page).to_have_url(served.url + "/runs")
+            await expect(page.locator("header .who")).to_have_text("Grace (operator)")
+
+            # Start the demo agent.
+            await page.click("a:has-text('Start a run')")
+            await page.select_option("#agent", "demo")
+            await page.fill("#input", "wrap up release 2.4")
+            await page.click("button:has-text('Start')")
+            await expect(page.locator(".flash")).to_contain_text("Started a run of demo.")
+            run_id = page.url.rsplit("/", 1)[1]
+            assert run_id.startswith("run_")
+
+            # The page refreshes itself until the run parks; then both calls are shown.
+            await expect(page.locator("#run-status")).to_have_text("awaiting")
+            email = page.locator("section.ticket[data-tool='send_email']")
+            branch = page.locator("section.ticket[data-tool='delete_branch']")
+            await expect(email.locator("pre.args")).to_contain_text('"to": "team@example.com"')
+            await expect(email.locator("pre.args")).to_contain_text("Release 2.4 is out")
+            await expect(branch.locator("pre.args")).to_contain_text('"name": "release-2.4"')
+            await expect(email).to_contain_text("Announcing the release")
+
+            # A form posted without its CSRF token is refused and changes nothing.
+            allow_form = branch.locator("form", has=page.locator("button[value='allow']"))
+            await allow_form.locator("input[name='csrf']").evaluate("el => el.remove()")
+            async with page.expect_navigation() as refused:
+                await allow_form.locator("button[value='allow']").click()
+            response = await refused.value
+            assert response is not None and response.status == 403
+            await expect(page.locator("h1")).to_have_text("Form refused")
+            pending = (await served.runtime.get(run_id)).pending
+            assert [p.ticket.status for p in pending] == [TicketStatus.OPEN, TicketStatus.OPEN]
+            assert served.ledger == []
+
+            # Deny the e-mail with a reason.
+            await page.goto(f"{served.url}/runs/{run_id}")
+            await email.locator("input[name='reason']").fill("not during the freeze")
+            await email.locator("button:has-text('Deny with reason')").click()
+            await expect(page.locator(".flash")).to_have_text("Denied send_email.")
+            await expect(page.locator("section.ticket")).to_have_count(1)
+            await expect(page.locator("#run-status")).to_have_text("awaiting")
+
+            # Approve the branch deletion; the page refreshes until the run is done.
+            await branch.locator("button[value='allow']").click()
+            await expect(page.locator(".flash")).to_have_text("Allowed delete_branch.")
+            await expect(page.locator("#run-status")).to_have_text("done")
+            final = page.locator("#final-text")
+            await expect(final).to_contain_text("Permission denied: not during the freeze")
+            await expect(final).to_contain_text("deleted release-2.4")
+            await expect(page.locator("section.ticket")).to_have_count(0)
+            timeline = page.locator("ol.timeline")
+            await expect(timeline).to_contain_text("Deny: send_email by Grace via console")
+            await expect(timeline).to_contain_text("Allow: delete_branch by Grace via console")
+            await context.close()
+        finally:
+            await browser.close()
+
+    assert served.ledger == [("delete_branch", {"name": "release-2.4"})]

@@ -1,0 +1,97 @@
+"""Starting, reading and driving runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from runtime import (
+    Agent,
+    ConfigurationError,
+    RunNotFound,
+    RunStatus,
+    Runtime,
+    ScriptedModel,
+    final_reply,
+    tool_call_reply,
+)
+
+
+def _echo(reply: str = "hello") -> Agent:
+    return Agent("echo", "Echo.", ScriptedModel([final_reply(reply)]))
+
+
+async def test_a_run_without_tools_finishes(runtime_factory: Any) -> None:
+    rt = runtime_factory(_echo("hi there"))
+    result = await rt.start("echo", "hi", requester="U1")
+    assert result.status is RunStatus.DONE
+    assert result.text == "hi there"
+    assert result.requester == "U1"
+    assert result.agent == "echo"
+    assert result.pending == ()
+    assert (await rt.get(result.run_id)) == result
+
+
+async def test_start_without_waiting_queues_for_a_worker(runtime_factory: Any) -> None:
+    agent = _echo()
+    rt = runtime_factory(agent)
+    queued = await rt.start("echo", "hi", wait=False)
+    assert queued.status is RunStatus.QUEUED
+    assert isinstance(agent.model, ScriptedModel)
+    assert agent.model.calls == []
+    assert await runtime_factory(agent).work_once() == 1
+    assert (await rt.get(queued.run_id)).status is RunStatus.DONE
+    assert await rt.work_once() == 0
+
+
+async def test_unknown_agent_and_run(runtime_factory: Any) -> None:
+    rt = runtime_factory(_echo())
+    with pytest.raises(ConfigurationError, match="echo"):
+        await rt.start("nobody", "hi")
+    for call in (rt.get, rt.resume, rt.pause, rt.cancel, rt.events):
+        with pytest.raises(RunNotFound):
+            await call("run_missing")
+
+
+def test_two_agents_cannot_share_a_name(runtime_factory: Any) -> None:
+    rt = runtime_factory(_echo())
+    with pytest.raises(ConfigurationError):
+        rt.register(_echo())
+
+
+def test_lease_must_be_positive(store: Any) -> None:
+    with pytest.raises(ConfigurationError):
+        Runtime(store, lease_seconds=0)
+
+
+async def test_max_turns_fails_the_run(runtime_factory: Any) -> None:
+    model = ScriptedModel([tool_call_reply(("again", {}))])
+    agent = Agent("loop", "Loop.", model, max_turns=3)
+
+    @agent.tool
+    async def again() -> str:
+        return "again"
+
+    result = await runtime_factory(agent).start("loop", "go")
+    assert result.status is RunStatus.FAILED
+    assert result.error is not None and "3 turns" in result.error
+    assert result.turns == 3
+    assert len(model.calls) == 3
+
+
+async def test_model_failure_fails_the_run(runtime_factory: Any) -> None:
+    def broken(request: Any) -> dict[str, Any]:
+        raise ConnectionError("provider down")
+
+    result = await runtime_factory(Agent("a", "i", ScriptedModel(broken))).start("a", "go")
+    assert result.status is RunStatus.FAILED
+    assert result.error is not None and "provider down" in result.error
+
+
+async def test_agent_not_loaded_fails_a_queued_run(runtime_factory: Any) -> None:
+    queued = await runtime_factory(_echo()).start("echo", "hi", wait=False)
+    assert await runtime_factory().work_once() == 1
+    failed = await runtime_factory().get(queued.run_id)
+    assert failed.status is RunStatus.FAILED
+    assert failed.error is not None and "not loaded" in failed.error
