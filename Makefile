@@ -10,7 +10,7 @@ STAMP := $(VENV)/.signoff-installed
 .PHONY: run test venv clean
 
 run: $(STAMP)
-	$(BIN)/signoff demo
+	$(BIN)/signoff serve
 
 test: $(STAMP)
 	$(BIN)/ruff check .

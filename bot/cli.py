@@ -1106,6 +1106,34 @@ def recover(limit: int, database_url: str | None) -> None:
 
 @cli.command()
 @database_option
+def serve(database_url: str | None) -> None:
+    """Serve signoff: web console, JSON API, webhooks and the run workers.
+
+    One process runs the HTTP server (console at /, JSON API under /api, signed
+    webhooks at /hooks/NAME, /healthz, /readyz, /metrics), the workers that drive
+    ready runs, the outbox delivery loop and the deadline loop. Parked runs cost no
+    memory: they wait in the database. SIGTERM or Ctrl-C stops taking work, lets
+    running tools settle (SIGNOFF_SHUTDOWN_GRACE_SECONDS) and exits; a restart picks
+    everything up again.
+
+    Without SIGNOFF_OPERATOR_TOKEN a sign-in token is made up and printed.
+
+    \b
+    Examples:
+      signoff serve
+      SIGNOFF_PORT=0 SIGNOFF_OPERATOR_TOKEN=change-me-0123456789 signoff serve
+      signoff --config /etc/signoff/signoff.toml serve
+    """
+    from bot.logs import configure_logging
+    from bot.serve import serve as serve_forever
+
+    settings = _state().settings(database_url)
+    configure_logging(settings.log_level)
+    _run(serve_forever(settings))
+
+
+@cli.command()
+@database_option
 def migrate(database_url: str | None) -> None:
     """Create or upgrade the database schema to the newest migration.
 

@@ -18,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from bot.health import Metrics, add_health_routes
+from bot.notifiers import NOTIFIERS_KEY
 from bot.settings import Settings
 from runtime import Runtime
 from runtime.outbox import Notifier, NullNotifier, RoutingNotifier
@@ -49,10 +50,8 @@ class Service:
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.settings.bind_host, self.settings.port)
         await site.start()
-        port = self.settings.port
-        server = site._server  # aiohttp does not expose the bound port otherwise
-        if server is not None and getattr(server, "sockets", None):
-            port = server.sockets[0].getsockname()[1]
+        addresses = self._runner.addresses
+        port = int(addresses[0][1]) if addresses else self.settings.port
         host = self.settings.bind_host
         shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
         self.url = f"http://{shown}:{port}"
@@ -90,12 +89,10 @@ class Service:
         await self.store.close()
 
 
-NOTIFIERS_KEY: web.AppKey[dict[str, Notifier]] = web.AppKey("signoff_notifiers", dict)
-
-
 async def build_service(settings: Settings) -> Service:
     """Build every part of the serving process from settings (nothing runs yet)."""
-    from bot.wiring import build_app, build_runtime
+    from bot.app import build_app
+    from bot.wiring import build_runtime
 
     metrics = Metrics()
     runtime, store = await build_runtime(settings, checkpoint=metrics.observe)

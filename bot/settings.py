@@ -21,7 +21,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -38,10 +38,36 @@ DEFAULT_APP = "examples:demo_agents"
 """The bundled example agents (refunds, deploys, oncall)."""
 
 # Settings whose values never appear in error messages (a URL may carry a password).
-_SENSITIVE = frozenset({"database_url"})
+_SENSITIVE = frozenset({"database_url", "operator_token", "api_tokens", "hooks", "cookie_secret"})
 
 # The TOML values of the `load_settings` call in progress; read by `_FileSource`.
 _file_values: ContextVar[Mapping[str, Any] | None] = ContextVar("signoff_file_values", default=None)
+
+
+class ApiTokenSetting(BaseModel):
+    """One bearer token of the JSON API and the console, and who it stands for."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    token: SecretStr = Field(min_length=16)
+    actor: str = Field(min_length=1)
+    operator: bool = False
+    name: str | None = None
+
+
+class HookSetting(BaseModel):
+    """One signed webhook served at ``POST /hooks/<name>``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    secret: SecretStr = Field(min_length=16)
+    agent: str = Field(min_length=1)
+    input_template: str = Field(min_length=1)
+    approvals: dict[str, Any] = Field(default_factory=lambda: {"platform": "console"})
+    requester: str | None = None
+    callback_url: str | None = None
+    callback_hosts: list[str] = Field(default_factory=list)
+    max_body_bytes: int = Field(default=64 * 1024, gt=0)
 
 
 class Settings(BaseSettings):
@@ -61,6 +87,18 @@ class Settings(BaseSettings):
         bind_host: Interface the HTTP server binds to.
         port: TCP port of the HTTP server (0 picks a free one).
         log_level: ``DEBUG``, ``INFO``, ``WARNING``, ``ERROR`` or ``CRITICAL``.
+        workers: Runs `signoff serve` drives at the same time.
+        shutdown_grace_seconds: On SIGTERM, how long running tools may take to settle.
+        operator_token: Sign-in token of the built-in operator (console and API). Unset:
+            a random one is made at start-up and printed.
+        api_tokens: More tokens, each standing for a user id (JSON list of
+            ``{"token", "actor", "operator", "name"}``).
+        hooks: Signed webhooks by name (JSON object of ``{"secret", "agent",
+            "input_template", "approvals", "requester", "callback_url",
+            "callback_hosts", "max_body_bytes"}``).
+        cookie_secret: Key signing console session cookies (at least 32 characters).
+            Unset: random per process, so sessions end with a restart.
+        secure_cookies: Mark console cookies ``Secure`` (serve behind HTTPS).
     """
 
     model_config = SettingsConfigDict(
@@ -78,6 +116,13 @@ class Settings(BaseSettings):
     bind_host: str = Field(default="127.0.0.1", min_length=1)
     port: int = Field(default=8080, ge=0, le=65535)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "WARNING"
+    workers: int = Field(default=4, ge=1, le=256)
+    shutdown_grace_seconds: float = Field(default=10.0, ge=0)
+    operator_token: SecretStr | None = Field(default=None, min_length=16)
+    api_tokens: list[ApiTokenSetting] = Field(default_factory=list)
+    hooks: dict[str, HookSetting] = Field(default_factory=dict)
+    cookie_secret: SecretStr | None = Field(default=None, min_length=32)
+    secure_cookies: bool = False
 
     @field_validator("database_url")
     @classmethod
@@ -217,6 +262,10 @@ def _describe(
             name = override_names.get(field, name)
         elif name not in environ and field in from_file and path is not None:
             name = f"{field} in {path}"
+        inner = "".join(
+            f"[{part}]" if isinstance(part, int) else f".{part}" for part in error["loc"][1:]
+        )
+        name += inner
         message = str(error["msg"]).removeprefix("Value error, ")
         if field not in _SENSITIVE and "input" in error:
             message += f" (got {error['input']!r})"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, overload
 
 from runtime.errors import ConfigurationError
 from runtime.model import Model
@@ -85,9 +85,13 @@ class Agent:
         self.tools[item.name] = item
         return item
 
+    @overload
+    def tool(self, fn: Callable[..., Any], /) -> Tool: ...
+
+    @overload
     def tool(
         self,
-        fn: Any = None,
+        fn: None = None,
         *,
         name: str | None = None,
         description: str | None = None,
@@ -98,12 +102,26 @@ class Agent:
         deadline: timedelta | float | None = None,
         secret: Sequence[str] = (),
         on_expiry: OnExpiry | str | None = None,
-    ) -> Any:
+    ) -> Callable[[Callable[..., Any]], Tool]: ...
+
+    def tool(
+        self,
+        fn: Callable[..., Any] | None = None,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        permission: Permission | str | PermissionRule = Permission.ALLOW,
+        replay_policy: ReplayPolicy | str = ReplayPolicy.MANUAL,
+        approvers: Sequence[str] | None = None,
+        four_eyes: bool | None = None,
+        deadline: timedelta | float | None = None,
+        secret: Sequence[str] = (),
+        on_expiry: OnExpiry | str | None = None,
+    ) -> Tool | Callable[[Callable[..., Any]], Tool]:
         """Register a tool on this agent; the same options as `runtime.tool`."""
 
-        def register(func: Any) -> Tool:
-            built: Tool = tool(
-                func,
+        def register(func: Callable[..., Any]) -> Tool:
+            built = tool(
                 name=name,
                 description=description,
                 permission=permission,
@@ -113,7 +131,7 @@ class Agent:
                 deadline=deadline,
                 secret=secret,
                 on_expiry=on_expiry,
-            )
+            )(func)
             return self.add_tool(built)
 
         if fn is not None:

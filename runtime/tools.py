@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
-from typing import Any, get_type_hints
+from typing import Any, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
@@ -244,6 +244,26 @@ def _args_model(fn: Callable[..., Any], name: str) -> type[BaseModel]:
     return model
 
 
+@overload
+def tool(fn: Callable[..., Any], /) -> Tool: ...
+
+
+@overload
+def tool(
+    fn: None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    permission: Permission | str | PermissionRule = Permission.ALLOW,
+    replay_policy: ReplayPolicy | str = ReplayPolicy.MANUAL,
+    approvers: Sequence[str] | None = None,
+    four_eyes: bool | None = None,
+    deadline: timedelta | float | None = None,
+    secret: Sequence[str] = (),
+    on_expiry: OnExpiry | str | None = None,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
 def tool(
     fn: Callable[..., Any] | None = None,
     *,
@@ -256,7 +276,7 @@ def tool(
     deadline: timedelta | float | None = None,
     secret: Sequence[str] = (),
     on_expiry: OnExpiry | str | None = None,
-) -> Any:
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a tool. Use bare (``@tool``) or with options (``@tool(permission="ask")``).
 
     Args:
@@ -305,6 +325,3 @@ def tool(
     if fn is not None:
         return build(fn)
     return build
-
-
-ToolFunction = Callable[..., Awaitable[Any] | Any]

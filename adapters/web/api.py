@@ -383,8 +383,8 @@ def add_api_routes(
         elif action == "pause":
             result = await runtime.pause(run_id, actor=actor)
         else:
-            # A paused run with nothing left to decide is driven until it parks or ends.
-            result = await runtime.resume(run_id, actor=actor)
+            # Only made ready here; a worker drives it (on_change wakes one).
+            result = await runtime.resume(run_id, actor=actor, wait=False)
         on_change()
         return json_response(run_json(result))
 

@@ -481,7 +481,7 @@ class _Console:
             elif action == "pause":
                 await self.runtime.pause(run_id, actor=actor)
             else:
-                await self.runtime.resume(run_id, actor=actor)
+                await self.runtime.resume(run_id, actor=actor, wait=False)
         except SignoffError as exc:
             refusal = await explain(self.runtime, exc)
             if refusal.status == 404:

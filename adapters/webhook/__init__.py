@@ -3,11 +3,11 @@
 - `signing`: the HMAC-SHA256 header scheme (pure functions);
 - `config`: `HookConfig`, one hook's secret, agent, input template and destinations;
 - `routes`: `add_hook_routes`, the aiohttp route that starts runs;
-- `callback`: `CallbackNotifier` and `HookAwareNotifier`, completion callbacks via the
+- `callback`: `CallbackNotifier`, completion callbacks via the
   outbox.
 """
 
-from adapters.webhook.callback import CallbackNotifier, HookAwareNotifier
+from adapters.webhook.callback import CallbackNotifier
 from adapters.webhook.config import HookConfig, TemplateError
 from adapters.webhook.routes import add_hook_routes
 from adapters.webhook.signing import (
@@ -23,7 +23,6 @@ from adapters.webhook.signing import (
 __all__ = [
     "BadSignature",
     "CallbackNotifier",
-    "HookAwareNotifier",
     "HookConfig",
     "MissingSignature",
     "SignatureError",

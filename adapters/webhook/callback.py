@@ -15,17 +15,12 @@ a duplicate. Outcomes: 2xx delivered; 408, 429, 5xx, timeouts and connection err
 retried with backoff (``Retry-After`` honoured); redirects and other 4xx are permanent
 (the outbox marks the item failed and records ``notification_failed`` on the run).
 
-Design choice: one outbox item, one effect
-------------------------------------------
-An outbox item is retried as a whole. If one ``run_finished`` item had to produce both a
-chat post and a callback, a failure of the second would repeat the first on every retry.
-`HookAwareNotifier` therefore sends a ``run_finished`` item of a hook run that has a
-callback **only** to the callback. For hooks whose approvals go to the console (the
-default) nothing is lost: the console reads the database and posts nothing. For hooks
-whose approvals go to Slack or Discord, the chat channel gets the approval cards and
-their in-place updates, but no separate "run finished" message. The clean fix is in the
-runtime: write a second outbox item (kind ``run_callback``) for every finished run whose
-origin has a ``callback_url``, so each item has exactly one effect.
+One outbox item, one effect
+--------------------------
+The runtime writes the callback as its own outbox item (kind ``run_callback``, platform
+``callback``) next to the ``run_finished`` item for the chat or console, so each is
+delivered and retried on its own and a retry never repeats the other. Route platform
+``callback`` to `CallbackNotifier` in a `runtime.outbox.RoutingNotifier`.
 """
 
 from __future__ import annotations
@@ -42,12 +37,12 @@ import aiohttp
 from adapters.webhook.config import HookConfig
 from adapters.webhook.signing import signed_headers
 from runtime import Clock, SystemClock
-from runtime.outbox import DeliveryError, Notifier
+from runtime.outbox import DeliveryError
 from runtime.store.records import OutboxRecord
 
 log = logging.getLogger("signoff.webhook.callback")
 
-RUN_FINISHED = "run_finished"
+RUN_CALLBACK = "run_callback"
 USER_AGENT = "signoff-webhook/1"
 _MAX_RETRY_AFTER = 24 * 3600.0
 _TRANSIENT_STATUSES = frozenset({408, 425, 429})
@@ -59,16 +54,6 @@ def _default_session() -> aiohttp.ClientSession:
     # trust_env=False: a callback goes to the configured host, never through a proxy
     # picked up from the environment.
     return aiohttp.ClientSession(trust_env=False)
-
-
-def wants_callback(item: OutboxRecord) -> bool:
-    """True for a ``run_finished`` item of a hook run that asked for a callback."""
-    destination = item.destination
-    return (
-        item.kind == RUN_FINISHED
-        and bool(destination.get("hook"))
-        and bool(destination.get("callback_url"))
-    )
 
 
 def callback_payload(item: OutboxRecord) -> dict[str, Any]:
@@ -127,7 +112,7 @@ class CallbackNotifier:
 
     def _target(self, item: OutboxRecord) -> tuple[HookConfig, str]:
         name = item.destination.get("hook")
-        if item.kind != RUN_FINISHED or not name:
+        if item.kind != RUN_CALLBACK or not name:
             raise DeliveryError(
                 f"outbox item {item.outbox_id} ({item.kind}) is not a hook run's completion",
                 permanent=True,
@@ -189,26 +174,3 @@ class CallbackNotifier:
         if 300 <= status < 400:
             message += " (redirects are not followed)"
         raise DeliveryError(message, permanent=True)
-
-
-class HookAwareNotifier:
-    """Sends hook runs' completion items to their callback, everything else on.
-
-    A ``run_finished`` item of a hook run with a ``callback_url`` goes **only** to
-    `callbacks`; every other item goes to `platform_notifier` (typically a
-    `runtime.outbox.RoutingNotifier`). See the module docstring for why.
-
-    Args:
-        platform_notifier: Delivers chat and console notifications.
-        callbacks: Delivers completion callbacks.
-    """
-
-    def __init__(self, platform_notifier: Notifier, callbacks: CallbackNotifier) -> None:
-        self._platform = platform_notifier
-        self._callbacks = callbacks
-
-    async def deliver(self, item: OutboxRecord) -> dict[str, Any] | None:
-        """Deliver `item` to its callback or its platform."""
-        if wants_callback(item):
-            return await self._callbacks.deliver(item)
-        return await self._platform.deliver(item)

@@ -23,7 +23,6 @@ from sqlalchemy import text
 
 from adapters.webhook import (
     CallbackNotifier,
-    HookAwareNotifier,
     HookConfig,
     add_hook_routes,
     sign,
@@ -40,7 +39,7 @@ from runtime import (
     tool,
     tool_call_reply,
 )
-from runtime.outbox import DeliveryError, NullNotifier, RetryPolicy
+from runtime.outbox import DeliveryError, NullNotifier, RetryPolicy, RoutingNotifier
 from runtime.store.records import OutboxRecord
 from runtime.store.sql import SQLStore
 from runtime.worker import Worker, outbox_loop
@@ -129,7 +128,7 @@ class Harness:
         await eventually(done)
         return await self.runtime.get(run_id)
 
-    async def outbox(self, run_id: str, kind: str = "run_finished") -> OutboxRecord:
+    async def outbox(self, run_id: str, kind: str = "run_callback") -> OutboxRecord:
         async with self.store.transaction() as tx:
             items = [o for o in await tx.outbox_for_run(run_id) if o.kind == kind]
         assert len(items) == 1
@@ -217,7 +216,13 @@ async def harness(
     await site.start()
     url = f"http://127.0.0.1:{runner.addresses[0][1]}"
 
-    notifier = HookAwareNotifier(NullNotifier(), CallbackNotifier(callback_hooks))
+    notifier = RoutingNotifier(
+        {
+            "console": NullNotifier(),
+            "slack": NullNotifier(),
+            "callback": CallbackNotifier(callback_hooks),
+        }
+    )
     stop = asyncio.Event()
     loops = [
         asyncio.create_task(worker.run(stop)),
@@ -274,10 +279,10 @@ async def test_hook_routes_approvals_and_requester_from_its_config(harness: Harn
     assert run.requester == "U-ops"
 
     async def delivered() -> bool:
-        return (await harness.outbox(run.run_id)).state == "delivered"
+        return (await harness.outbox(run.run_id, "run_finished")).state == "delivered"
 
     await eventually(delivered)
-    item = await harness.outbox(run.run_id)
+    item = await harness.outbox(run.run_id, "run_finished")
     # No callback configured: the item goes to the platform notifier, not a receiver.
     assert item.destination == {"platform": "slack", "channel": "C123", "hook": "quiet"}
     assert harness.receiver.requests == []
@@ -642,7 +647,8 @@ async def test_callback_to_a_host_not_allowed_is_refused_permanently(harness: Ha
     events = await harness.runtime.events(run_id)
     failures = [e for e in events if e["kind"] == "notification_failed"]
     assert len(failures) == 1
-    assert failures[0]["data"]["notification"] == "run_finished"
+    assert failures[0]["data"]["notification"] == "run_callback"
+    assert failures[0]["data"]["platform"] == "callback"
     assert "not in callback_hosts" in failures[0]["data"]["error"]
 
 
@@ -688,9 +694,9 @@ def _finished_item(url: str, **payload: Any) -> OutboxRecord:
     return OutboxRecord(
         outbox_id="ob_1",
         run_id="run_1",
-        kind="run_finished",
+        kind="run_callback",
         payload={"run_id": "run_1", "agent": "refunds", **payload},
-        destination={"platform": "console", "hook": "refunds", "callback_url": url},
+        destination={"platform": "callback", "hook": "refunds", "callback_url": url},
         created_at=now,
         next_attempt_at=now,
     )
@@ -734,22 +740,30 @@ async def test_connection_errors_are_transient(harness: Harness) -> None:
     assert not caught.value.permanent
 
 
-async def test_other_items_go_to_the_platform_notifier(harness: Harness) -> None:
-    seen: list[str] = []
+async def test_a_finished_hook_run_gets_a_chat_item_and_a_separate_callback_item(
+    harness: Harness,
+) -> None:
+    run_id = await _start(harness)
+    await harness.finished(run_id)
+    async with harness.store.transaction() as tx:
+        items = await tx.outbox_for_run(run_id)
+    finished = [i for i in items if i.kind in ("run_finished", "run_callback")]
+    assert sorted(i.kind for i in finished) == ["run_callback", "run_finished"]
+    callback = next(i for i in finished if i.kind == "run_callback")
+    chat = next(i for i in finished if i.kind == "run_finished")
+    assert callback.destination["platform"] == "callback"
+    assert chat.destination["platform"] == "console"
+    assert callback.outbox_id != chat.outbox_id
 
-    class Recording:
-        async def deliver(self, item: OutboxRecord) -> dict[str, Any] | None:
-            seen.append(item.kind)
-            return {"posted": True}
 
-    notifier = HookAwareNotifier(Recording(), CallbackNotifier(harness.callback_hooks))
-    approval = _finished_item(harness.receiver.url)
-    approval.kind = "approval_requested"
-    assert await notifier.deliver(approval) == {"posted": True}
-    no_callback = _finished_item(harness.receiver.url, status="done")
-    no_callback.destination = {"platform": "slack", "channel": "C1", "hook": "quiet"}
-    assert await notifier.deliver(no_callback) == {"posted": True}
-    assert seen == ["approval_requested", "run_finished"]
+async def test_items_that_are_not_callbacks_are_refused_by_the_callback_notifier(
+    harness: Harness,
+) -> None:
+    item = _finished_item(harness.receiver.url)
+    item.kind = "approval_requested"
+    with pytest.raises(DeliveryError) as caught:
+        await CallbackNotifier(harness.callback_hooks).deliver(item)
+    assert caught.value.permanent
     assert harness.receiver.requests == []
 
 
