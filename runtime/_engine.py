@@ -26,11 +26,10 @@ from runtime._support import (
 )
 from runtime.agent import Agent
 from runtime.context import ToolContext, _enter, _leave
-from runtime.errors import LeaseLost
 from runtime.model import ModelRequest, ModelResponse
 from runtime.states import CallState, RunStatus, TicketStatus, check_run_move
 from runtime.store.base import Transaction
-from runtime.store.records import CallRecord, RunRecord
+from runtime.store.records import CallRecord, RunFlags, RunRecord
 from runtime.tickets import Actor, Pause, RemoteInput, Uncertain
 from runtime.tools import ArgumentError, InputRequest, Permission, ReplayPolicy
 
@@ -43,12 +42,29 @@ def blocked_text(reason: str | None) -> str:
 class Driver:
     """Runs one claimed run until it parks, pauses, finishes or loses its lease."""
 
-    def __init__(self, deps: Deps, run: RunRecord) -> None:
+    def __init__(
+        self,
+        deps: Deps,
+        run: RunRecord,
+        *,
+        calls: list[CallRecord] | None = None,
+        model_marked: bool = False,
+    ) -> None:
+        """Prepare to drive `run`, claimed with fence ``run.fence``.
+
+        Args:
+            deps: Shared dependencies.
+            run: The claimed run as stored.
+            calls: The current batch's calls, when the claiming transaction read them.
+            model_marked: The claim already recorded the next model call as in flight.
+        """
         self.deps = deps
         self.run = run
         self.fence = run.fence
-        agent = deps.agents.get(run.agent)
-        self.agent: Agent | None = agent
+        self.agent: Agent | None = deps.agents.get(run.agent)
+        self._calls = calls
+        self._model_marked = model_marked
+        self._flags = RunFlags(run.pause_requested, run.cancel_requested)
 
     # -- helpers -------------------------------------------------------------------
     def _now(self) -> Any:
@@ -56,7 +72,7 @@ class Driver:
 
     async def _save(self, tx: Transaction) -> None:
         self.run.updated_at = self._now()
-        await tx.update_run(self.run, fence=self.fence)
+        self._flags = await tx.update_run(self.run, fence=self.fence)
 
     def _release(self, status: RunStatus) -> None:
         check_run_move(self.run.status, status)
@@ -92,7 +108,8 @@ class Driver:
         recovered = False
         while True:
             if self._batch_open():
-                calls = await self._batch_calls()
+                calls = self._calls if self._calls is not None else await self._batch_calls()
+                self._calls = None
                 if not recovered:
                     calls = await self._recover_dispatched(agent, calls)
                 recovered = True
@@ -101,12 +118,15 @@ class Driver:
                         continue
                     if await self._stop_requested(agent):
                         return
-                    calls[index] = await self._dispatch(agent, call)
+                    others = calls[:index] + calls[index + 1 :]
+                    last = all(c.state.settled for c in others)
+                    calls[index] = await self._dispatch(agent, call, calls if last else None)
                 if any(not c.state.settled for c in calls):
                     if await self._park():
                         return
                     continue  # decided while the batch ran: read the calls again
-                self._fold_batch(calls)
+                if self._batch_open():
+                    self._fold_batch(calls)
             recovered = True
             if await self._stop_requested(agent):
                 return
@@ -183,8 +203,15 @@ class Driver:
         return calls
 
     # -- tools ------------------------------------------------------------------------
-    async def _dispatch(self, agent: Agent, call: CallRecord) -> CallRecord:
-        """Commit the dispatch intent, run the tool, commit its raw result."""
+    async def _dispatch(
+        self, agent: Agent, call: CallRecord, batch: list[CallRecord] | None
+    ) -> CallRecord:
+        """Commit the dispatch intent, run the tool, commit its raw result.
+
+        When `batch` is given this is the batch's last unsettled call: if it settles, the
+        same commit folds the batch into the transcript and marks the next model call
+        as in flight, saving a commit per turn.
+        """
         now = self._now()
         move(call, CallState.DISPATCHED)
         call.attempts += 1
@@ -284,6 +311,9 @@ class Driver:
                     tool=call.tool,
                     result=call.result,
                 )
+            if batch is not None and call.state.settled:
+                self._fold_batch([call if c.call_id == call.call_id else c for c in batch])
+                self._mark_model_call()
             await self._save(tx)
         self.deps.reach("result_committed", call_id=call.call_id, tool=call.tool)
         return call
@@ -299,14 +329,30 @@ class Driver:
             )
 
     # -- model --------------------------------------------------------------------------
-    async def _model_turn(self, agent: Agent) -> bool:
-        """One model call; returns False when the run parked or ended."""
+    def _mark_model_call(self) -> None:
+        """Record (in the next save) that a model call is about to be made."""
         if self.run.model_in_flight:
             # A previous worker called the model and died before recording the reply:
             # the provider may have charged for it.
             self.run.usage_incomplete = True
         self.run.model_attempt += 1
         self.run.model_in_flight = True
+        self._model_marked = True
+
+    def _unmark_model_call(self) -> None:
+        """The marked model call will not be made (the run pauses or stops first)."""
+        if self._model_marked:
+            self.run.model_attempt -= 1
+            self.run.model_in_flight = self.run.model_attempt > 0
+            self._model_marked = False
+
+    async def _model_turn(self, agent: Agent) -> bool:
+        """One model call; returns False when the run parked or ended."""
+        if self._model_marked:
+            self._model_marked = False
+            return await self._call_model(agent)
+        self._mark_model_call()
+        self._model_marked = False
         now = self._now()
         async with self.deps.store.transaction() as tx:
             if self.run.model_attempt > 1:
@@ -526,20 +572,20 @@ class Driver:
             await self._save(tx)
 
     async def _stop_requested(self, agent: Agent) -> bool:
-        """Honour a pause or cancel request at a step boundary."""
-        async with self.deps.store.transaction() as tx:
-            fresh = await tx.get_run(self.run.run_id)
-        if fresh is None:
-            raise LeaseLost(f"run {self.run.run_id} disappeared")
-        if fresh.fence != self.fence:
-            raise LeaseLost(f"run {self.run.run_id}: lease taken over")
-        if fresh.cancel_requested:
+        """Honour a pause or cancel request at a step boundary.
+
+        The flags come back from the run's last fenced write, so checking costs no read.
+        """
+        flags = self._flags
+        if flags.cancel_requested or flags.pause_requested:
+            self._unmark_model_call()
+        if flags.cancel_requested:
             async with self.deps.store.transaction() as tx:
                 await cancel_in(self.deps, tx, self.run, actor=None, reason="cancel requested")
                 await tx.set_run_flags(self.run.run_id, cancel=False, pause=False)
                 await self._save(tx)
             return True
-        if fresh.pause_requested:
+        if flags.pause_requested:
             now = self._now()
             self._release(RunStatus.PAUSED)
             async with self.deps.store.transaction() as tx:

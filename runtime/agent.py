@@ -69,6 +69,7 @@ class Agent:
         self.max_turns = max_turns
         self.description = description
         self.tools: dict[str, Tool] = {}
+        self._fingerprint: tuple[tuple[tuple[str, int], ...], str] | None = None
         for item in tools:
             self.add_tool(item)
 
@@ -141,9 +142,12 @@ class Agent:
     @property
     def catalog_fingerprint(self) -> str:
         """A hash of every tool's name, schema, permission and replay policy."""
-        parts = [self.tools[n].fingerprint_parts() for n in sorted(self.tools)]
-        blob = json.dumps(parts, sort_keys=True, default=str).encode()
-        return hashlib.sha256(blob).hexdigest()[:32]
+        key = tuple((name, id(item)) for name, item in self.tools.items())
+        if self._fingerprint is None or self._fingerprint[0] != key:
+            parts = [self.tools[n].fingerprint_parts for n in sorted(self.tools)]
+            blob = json.dumps(parts, sort_keys=True, default=str).encode()
+            self._fingerprint = (key, hashlib.sha256(blob).hexdigest()[:32])
+        return self._fingerprint[1]
 
     def approvers_for(self, item: Tool) -> tuple[str, ...]:
         """Approvers of `item`: its own list, or the agent's default."""

@@ -6,7 +6,7 @@ import json
 import os
 import socket
 from collections.abc import Callable, Iterable, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from runtime._engine import Driver, blocked_text, cancel_in
@@ -34,7 +34,7 @@ from runtime.errors import (
     UnknownTicket,
 )
 from runtime.results import PendingEntry, RunResult, pending_entry, run_result
-from runtime.states import CallState, RunStatus, TicketStatus
+from runtime.states import CallState, RunStatus, TicketStatus, check_run_move
 from runtime.store.base import DuplicateKey, Store, Transaction
 from runtime.store.records import CallRecord, IdempotencyRecord, RunRecord
 from runtime.tickets import (
@@ -209,6 +209,8 @@ class Runtime:
             run.fence = 1
             run.lease_owner = deps.worker_id
             run.lease_expires_at = now + timedelta(seconds=deps.lease_seconds)
+            run.model_attempt = 1
+            run.model_in_flight = True
         for attempt in (1, 2):
             try:
                 earlier_id = await self._insert_run(run, idempotency)
@@ -220,7 +222,7 @@ class Runtime:
         if earlier_id is not None:
             return await self.get(earlier_id)
         if wait:
-            await self._drive_claimed(run)
+            return await self._drive_claimed(run, model_marked=True)
         return await self.get(run.run_id)
 
     async def _insert_run(
@@ -502,20 +504,45 @@ class Runtime:
                 raise NotAwaiting(f"ticket {ticket.ticket_id} was decided concurrently")
             await self._apply(tx, run, ticket, command)
             remaining = await tx.tickets_for_run(run.run_id, status=TicketStatus.OPEN)
+            claimed_calls: list[CallRecord] | None = None
             if not remaining and run.status is RunStatus.AWAITING:
-                run.status = RunStatus.QUEUED
+                await record(tx, run.run_id, command.at, "run_ready", by=command.actor.id)
+                if resume:
+                    # Claim in the same transaction: the run row is locked already.
+                    self._claim_locked(run, command.at)
+                    await record(
+                        tx,
+                        run.run_id,
+                        command.at,
+                        "run_claimed",
+                        worker=deps.worker_id,
+                        fence=run.fence,
+                    )
+                    claimed_calls = await tx.calls_for_run(run.run_id, batch=run.batch)
+                else:
+                    run.status = RunStatus.QUEUED
                 run.updated_at = command.at
                 await tx.update_run(run)
-                await record(tx, run.run_id, command.at, "run_ready", by=command.actor.id)
         deps.reach(
             "decision_committed",
             ticket_id=command.ticket_id,
             decision=command.answer.kind,
             latency_seconds=(command.at - ticket.created_at).total_seconds(),
         )
+        if claimed_calls is not None:
+            return await self._drive_claimed(run, calls=claimed_calls)
         if resume and not remaining:
+            # Ready but not awaiting (e.g. paused meanwhile): the usual path decides.
             return await self.resume(command.run_id, actor=command.actor)
         return await self.get(command.run_id)
+
+    def _claim_locked(self, run: RunRecord, now: datetime) -> None:
+        """Claim `run` (whose row the current transaction has locked) for this worker."""
+        check_run_move(run.status, RunStatus.RUNNING)
+        run.status = RunStatus.RUNNING
+        run.fence += 1
+        run.lease_owner = self._deps.worker_id
+        run.lease_expires_at = now + timedelta(seconds=self._deps.lease_seconds)
 
     async def _apply(
         self, tx: Transaction, run: RunRecord, ticket: ResumeTicket, command: ResumeCommand
@@ -754,17 +781,28 @@ class Runtime:
                 await record(
                     tx, run_id, now, "run_claimed", worker=deps.worker_id, fence=claimed.fence
                 )
+                calls = await tx.calls_for_run(run_id, batch=claimed.batch)
         if claimed is None:
             return False
-        await self._drive_claimed(claimed)
+        await self._drive_claimed(claimed, calls=calls)
         return True
 
-    async def _drive_claimed(self, run: RunRecord) -> None:
+    async def _drive_claimed(
+        self,
+        run: RunRecord,
+        *,
+        calls: list[CallRecord] | None = None,
+        model_marked: bool = False,
+    ) -> RunResult:
+        driver = Driver(self._deps, run, calls=calls, model_marked=model_marked)
         try:
-            await Driver(self._deps, run).drive()
+            await driver.drive()
         except LeaseLost:
             # Another worker took the run over; it owns the outcome now.
-            return
+            return await self.get(run.run_id)
+        if driver.run.status.finished:
+            return run_result(driver.run, ())
+        return await self.get(run.run_id)
 
     async def expire_overdue(self, limit: int = 100) -> list[str]:
         """Expire open tickets past their deadline, each exactly once.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from functools import cached_property
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -130,15 +131,15 @@ class Tool:
     on_expiry: OnExpiry | None = None
     _args_model: type[BaseModel] = field(default=BaseModel, repr=False, compare=False)
 
-    @property
+    @cached_property
     def parameters(self) -> dict[str, Any]:
         """JSON schema of the arguments, from the function's type hints."""
         schema = self._args_model.model_json_schema()
         schema.pop("title", None)
         return schema
 
-    def spec(self) -> dict[str, Any]:
-        """The tool as an OpenAI-style function definition."""
+    @cached_property
+    def _spec(self) -> dict[str, Any]:
         return {
             "type": "function",
             "function": {
@@ -147,6 +148,10 @@ class Tool:
                 "parameters": self.parameters,
             },
         }
+
+    def spec(self) -> dict[str, Any]:
+        """The tool as an OpenAI-style function definition (computed once)."""
+        return self._spec
 
     def parse_arguments(self, raw: dict[str, Any]) -> dict[str, Any]:
         """Validate the model's arguments.
@@ -189,6 +194,7 @@ class Tool:
             outcome = await outcome
         return outcome
 
+    @cached_property
     def fingerprint_parts(self) -> dict[str, Any]:
         """What identifies this tool's contract, for the catalog fingerprint."""
         permission = (

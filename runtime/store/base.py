@@ -18,6 +18,7 @@ from runtime.store.records import (
     EventRecord,
     IdempotencyRecord,
     OutboxRecord,
+    RunFlags,
     RunRecord,
 )
 from runtime.tickets import Answer, ResumeTicket
@@ -35,8 +36,11 @@ class Transaction(Protocol):
         """Read a run; ``for_update`` locks its row until the transaction ends."""
         ...
 
-    async def update_run(self, run: RunRecord, *, fence: int | None = None) -> None:
-        """Write every column of `run` except the two request flags.
+    async def update_run(self, run: RunRecord, *, fence: int | None = None) -> RunFlags:
+        """Write every column of `run` except the two request flags; return those flags.
+
+        Returning the stored flags lets a worker notice a pause or cancel request at
+        each write, without reading the row again.
 
         Args:
             run: The new row.

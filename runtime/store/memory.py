@@ -18,6 +18,7 @@ from runtime.store.records import (
     EventRecord,
     IdempotencyRecord,
     OutboxRecord,
+    RunFlags,
     RunRecord,
 )
 from runtime.tickets import Answer, ResumeTicket
@@ -72,7 +73,7 @@ class MemoryTransaction:
         run = self._t.runs.get(run_id)
         return _copy(run) if run else None
 
-    async def update_run(self, run: RunRecord, *, fence: int | None = None) -> None:
+    async def update_run(self, run: RunRecord, *, fence: int | None = None) -> RunFlags:
         stored = self._t.runs.get(run.run_id)
         if stored is None:
             raise ValueError(f"run {run.run_id} does not exist")
@@ -83,6 +84,7 @@ class MemoryTransaction:
         for flag in _FLAGS:
             setattr(new, flag, getattr(stored, flag))
         self._t.runs[run.run_id] = new
+        return RunFlags(stored.pause_requested, stored.cancel_requested)
 
     async def set_run_flags(
         self, run_id: str, *, pause: bool | None = None, cancel: bool | None = None

@@ -45,6 +45,14 @@ class RunRecord:
     fence: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class RunFlags:
+    """The request flags of a run as stored, returned by every run update."""
+
+    pause_requested: bool = False
+    cancel_requested: bool = False
+
+
 @dataclass(slots=True)
 class CallRecord:
     """One tool call the model asked for, and everything that happened to it."""

@@ -61,6 +61,7 @@ from runtime.store.records import (
     EventRecord,
     IdempotencyRecord,
     OutboxRecord,
+    RunFlags,
     RunRecord,
 )
 from runtime.store.schema import events, idempotency_keys, outbox, runs, tickets, tool_calls
@@ -335,6 +336,8 @@ _GET_RUN = select(runs).where(runs.c.run_id == bindparam("run_id"))
 _UPDATE_RUN = update(runs).where(runs.c.run_id == bindparam("b_run_id"))
 _UPDATE_RUN_FENCED = _UPDATE_RUN.where(runs.c.fence == bindparam("b_fence"))
 _RUN_EXISTS = select(runs.c.run_id).where(runs.c.run_id == bindparam("run_id"))
+_FLAG_COLUMNS = (runs.c.pause_requested, runs.c.cancel_requested)
+_RUN_FLAGS = select(*_FLAG_COLUMNS).where(runs.c.run_id == bindparam("run_id"))
 _CLAIMABLE = or_(
     runs.c.status == _QUEUED,
     and_(runs.c.status == _RUNNING, runs.c.lease_expires_at <= bindparam("now")),
@@ -456,11 +459,12 @@ class SQLTransaction:
         # SQLite serialises writers with BEGIN IMMEDIATE; other engines need row locks.
         self._row_locks = dialect.name != "sqlite"
         self.wrote = False
+        self._events: list[dict[str, Any]] = []
 
     async def _execute(
         self,
         statement: Executable,
-        params: Mapping[str, Any] | None = None,
+        params: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
         *,
         violation: type[ValueError] = ValueError,
     ) -> CursorResult[Any]:
@@ -496,20 +500,30 @@ class SQLTransaction:
         row = (await self._execute(statement, {"run_id": run_id})).first()
         return None if row is None else _run_record(row)
 
-    async def update_run(self, run: RunRecord, *, fence: int | None = None) -> None:
-        """Write every column but the request flags, guarded by `fence` when given."""
+    async def update_run(self, run: RunRecord, *, fence: int | None = None) -> RunFlags:
+        """Write every column but the request flags, guarded by `fence` when given.
+
+        Returns the stored request flags (with ``RETURNING`` where the database has it).
+        """
         values = _without(_run_values(run), "run_id")
         values["b_run_id"] = run.run_id
-        if fence is None:
-            result = await self._execute(_UPDATE_RUN, values)
-        else:
+        statement = _UPDATE_RUN
+        if fence is not None:
             values["b_fence"] = fence
-            result = await self._execute(_UPDATE_RUN_FENCED, values)
-        if result.rowcount != 1:
+            statement = _UPDATE_RUN_FENCED
+        if self._returning:
+            row = (await self._execute(statement.returning(*_FLAG_COLUMNS), values)).first()
+            matched = row is not None
+        else:
+            matched = (await self._execute(statement, values)).rowcount == 1
+            row = (await self._execute(_RUN_FLAGS, {"run_id": run.run_id})).first()
+        if not matched:
             if fence is not None and await self._run_exists(run.run_id):
                 raise LeaseLost(f"run {run.run_id}: lease fence {fence} was superseded")
             raise ValueError(f"run {run.run_id} does not exist")
         self.wrote = True
+        assert row is not None
+        return RunFlags(bool(row.pause_requested), bool(row.cancel_requested))
 
     async def set_run_flags(
         self, run_id: str, *, pause: bool | None = None, cancel: bool | None = None
@@ -693,11 +707,20 @@ class SQLTransaction:
             "data": event.data,
             "actor": event.actor,
         }
-        await self._execute(_INSERT_EVENT, values)
+        # Written in one statement just before the commit (or before a read of events):
+        # a step's several events cost one round trip.
+        self._events.append(values)
         self.wrote = True
+
+    async def flush(self) -> None:
+        """Write buffered events; the store calls it before committing."""
+        if self._events:
+            pending, self._events = self._events, []
+            await self._execute(_INSERT_EVENT, pending)
 
     async def events(self, run_id: str, *, after: int = 0) -> list[EventRecord]:
         """A run's events with ``seq > after``, in order."""
+        await self.flush()
         result = await self._execute(_EVENTS, {"run_id": run_id, "after": after})
         return [_event_record(row) for row in result]
 
@@ -1054,6 +1077,7 @@ class SQLStore:
                 tx = SQLTransaction(conn)
                 try:
                     yield tx
+                    await tx.flush()
                 except BaseException:
                     await _rollback_quietly(conn)
                     raise

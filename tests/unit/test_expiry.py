@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import pytest
-from conftest import RuntimeFactory, Snapshot
 
 from runtime import (
     Actor,
@@ -19,6 +19,9 @@ from runtime import (
     final_reply,
     tool_call_reply,
 )
+
+if TYPE_CHECKING:
+    from conftest import RuntimeFactory, Snapshot
 
 
 def deploy_agent(ran: list[str], on_expiry: object = "deny") -> Agent:

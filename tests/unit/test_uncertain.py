@@ -282,10 +282,16 @@ async def test_crash_after_the_model_reply_runs_each_call_once(
 async def test_crash_after_a_decision_resumes_on_recovery(runtime_factory: Any, clock: Any) -> None:
     app = Payments(runtime_factory, "manual", permission="ask")
     parked = await app.fresh().start("payments", "pay", requester="U1")
-    doomed = app.factory(app.agent, checkpoint=crash_at("decision_committed"))
+    doomed = app.factory(
+        app.agent, checkpoint=crash_at("decision_committed"), lease_seconds=LEASE
+    )
     with pytest.raises(Abandon):
         await doomed.approve(parked.pending[0], actor="U1", resume=True)
     assert app.ran == []
+    # Deciding with resume=True claimed the run in the same commit: it is recovered
+    # once the dead worker's lease expires, not before.
+    assert await app.fresh().recover() == []
+    clock.advance(LEASE + 1)
     (result,) = await app.fresh().recover()
     assert result.status is RunStatus.DONE
     assert len(app.ran) == 1
