@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import inspect
-from functools import cached_property
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
+from functools import cached_property
 from typing import Any, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model

@@ -282,9 +282,7 @@ async def test_crash_after_the_model_reply_runs_each_call_once(
 async def test_crash_after_a_decision_resumes_on_recovery(runtime_factory: Any, clock: Any) -> None:
     app = Payments(runtime_factory, "manual", permission="ask")
     parked = await app.fresh().start("payments", "pay", requester="U1")
-    doomed = app.factory(
-        app.agent, checkpoint=crash_at("decision_committed"), lease_seconds=LEASE
-    )
+    doomed = app.factory(app.agent, checkpoint=crash_at("decision_committed"), lease_seconds=LEASE)
     with pytest.raises(Abandon):
         await doomed.approve(parked.pending[0], actor="U1", resume=True)
     assert app.ran == []
