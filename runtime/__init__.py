@@ -36,7 +36,7 @@ from runtime.model import (
     tool_call_reply,
 )
 from runtime.results import PendingEntry, RunResult, ToolCallView
-from runtime.runtime import Runtime
+from runtime.runtime import ReceivedOutcome, Runtime
 from runtime.states import CallState, RunStatus, TicketStatus
 from runtime.store.base import Store, Transaction
 from runtime.store.memory import MemoryStore
@@ -101,6 +101,7 @@ __all__ = [
     "PendingEntry",
     "Permission",
     "RandomIds",
+    "ReceivedOutcome",
     "RemoteInput",
     "ReplayPolicy",
     "ResolutionError",

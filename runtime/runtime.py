@@ -6,6 +6,7 @@ import json
 import os
 import socket
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -29,15 +30,18 @@ from runtime.errors import (
     LeaseLost,
     NotAwaiting,
     ResolutionError,
+    ResumeError,
     RunNotFound,
+    SignoffError,
     UnknownExecutionKey,
     UnknownTicket,
 )
 from runtime.results import PendingEntry, RunResult, pending_entry, run_result
 from runtime.states import CallState, RunStatus, TicketStatus, check_run_move
 from runtime.store.base import DuplicateKey, Store, Transaction
-from runtime.store.records import CallRecord, IdempotencyRecord, RunRecord
+from runtime.store.records import CallRecord, IdempotencyRecord, ReceivedRecord, RunRecord
 from runtime.tickets import (
+    ANSWER,
     Abort,
     Actor,
     Allow,
@@ -66,6 +70,19 @@ TicketRef = PendingEntry | ResumeTicket | str
 def _seq(entry: PendingEntry, calls: dict[str, CallRecord]) -> int:
     call = calls.get(entry.call.call_id)
     return call.seq if call is not None else -1
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedOutcome:
+    """What `Runtime.apply_received` did with one stored decision."""
+
+    command: ReceivedRecord
+    error: SignoffError | None
+
+    @property
+    def applied(self) -> bool:
+        """Whether the decision was applied."""
+        return self.error is None
 
 
 class Runtime:
@@ -474,6 +491,115 @@ class Runtime:
         if correlation is not None:
             command = command.model_copy(update={"correlation": correlation})
         return await self.submit(command, resume=resume)
+
+    async def check(
+        self, ticket_id: str, answer: Answer, actor: Actor, *, correlation: str
+    ) -> ResumeTicket:
+        """Validate a decision without applying it (a chat edge does this before acking).
+
+        Raises the same errors as `decide` would and changes nothing.
+
+        Returns:
+            The committed ticket the decision is about.
+        """
+        deps = self._deps
+        async with deps.store.transaction() as tx:
+            ticket = await tx.get_ticket(ticket_id)
+        if ticket is None:
+            raise UnknownTicket(f"no ticket {ticket_id!r} exists")
+        command = ResumeCommand.from_ticket(ticket, answer, actor, deps.clock.now())
+        command = command.model_copy(update={"correlation": correlation})
+        agent = deps.agents.get(ticket.agent)
+        validate_resume(
+            command,
+            ticket,
+            agent_version=agent.version if agent is not None else None,
+            catalog_fingerprint=agent.catalog_fingerprint if agent is not None else None,
+        )
+        return ticket
+
+    async def receive(
+        self,
+        ticket_id: str,
+        answer: Answer,
+        actor: Actor,
+        *,
+        correlation: str,
+        source: str,
+        delivery_id: str,
+        reply: dict[str, Any] | None = None,
+    ) -> bool:
+        """Store a decision durably, to be applied later by `apply_received`.
+
+        A chat edge calls this before acknowledging a click, so that a crash after the
+        acknowledgement cannot lose it. One short transaction.
+
+        Args:
+            ticket_id: The ticket the click names.
+            answer: The typed answer.
+            actor: The authenticated user.
+            correlation: The token the click carried.
+            source: The platform, e.g. ``slack``.
+            delivery_id: The platform's id of this delivery (retries repeat it).
+            reply: Anything the edge wants back with the outcome (e.g. a response URL).
+
+        Returns:
+            False if this delivery was received before (a retry); nothing is stored then.
+        """
+        deps = self._deps
+        item = ReceivedRecord(
+            command_id=deps.ids.new_id("rc"),
+            source=source,
+            delivery_id=delivery_id,
+            ticket_id=ticket_id,
+            correlation=correlation,
+            answer=ANSWER.dump_python(answer, mode="json"),
+            actor=actor.model_dump(mode="json"),
+            received_at=deps.clock.now(),
+            reply=reply,
+        )
+        try:
+            async with deps.store.transaction() as tx:
+                return await tx.insert_received(item)
+        except DuplicateKey:
+            return False
+
+    async def apply_received(self, limit: int = 20) -> list[ReceivedOutcome]:
+        """Apply stored decisions, oldest first, each exactly once.
+
+        A decision refused now (e.g. the loser of two concurrent clicks, or a ticket that
+        expired meanwhile) is marked refused and changes nothing else. A run whose last
+        decision this was is left ready for a worker.
+
+        Returns:
+            What happened to each command.
+        """
+        deps = self._deps
+        async with deps.store.transaction() as tx:
+            pending = await tx.pending_received(limit)
+        outcomes = []
+        for item in pending:
+            error: SignoffError | None = None
+            try:
+                await self.decide(
+                    item.ticket_id,
+                    ANSWER.validate_python(item.answer),
+                    Actor.model_validate(item.actor),
+                    correlation=item.correlation,
+                )
+            except (ResumeError, RunNotFound) as exc:
+                error = exc
+            item.applied_at = deps.clock.now()
+            if error is None:
+                item.state = "applied"
+            else:
+                item.state = "refused"
+                item.error_code = getattr(error, "code", type(error).__name__)
+                item.error = str(error)
+            async with deps.store.transaction() as tx:
+                await tx.update_received(item)
+            outcomes.append(ReceivedOutcome(item, error))
+        return outcomes
 
     async def submit(self, command: ResumeCommand, *, resume: bool = False) -> RunResult:
         """Validate and apply one resume command. The single ingress of every decision.

@@ -60,6 +60,9 @@ class Worker:
             stopper.cancel()
 
     async def _claim_some(self) -> None:
+        # Decisions received from chat are applied first: they may make runs ready.
+        while len(await self._runtime.apply_received(limit=50)) == 50:
+            pass
         free = self._concurrency - len(self._active)
         if free <= 0:
             return

@@ -18,6 +18,7 @@ from runtime.store.records import (
     EventRecord,
     IdempotencyRecord,
     OutboxRecord,
+    ReceivedRecord,
     RunFlags,
     RunRecord,
 )
@@ -184,6 +185,19 @@ class Transaction(Protocol):
 
     async def insert_idempotency(self, item: IdempotencyRecord) -> None:
         """Remember a key. Raises `DuplicateKey` if (scope, key) exists."""
+        ...
+
+    # received chat commands -----------------------------------------------------------
+    async def insert_received(self, item: ReceivedRecord) -> bool:
+        """Store a received command; False if (source, delivery_id) is already stored."""
+        ...
+
+    async def pending_received(self, limit: int) -> list[ReceivedRecord]:
+        """Received commands not yet applied, oldest first."""
+        ...
+
+    async def update_received(self, item: ReceivedRecord) -> None:
+        """Write a received command's state back."""
         ...
 
     async def stats(self) -> dict[str, int]:

@@ -18,6 +18,7 @@ from runtime.store.records import (
     EventRecord,
     IdempotencyRecord,
     OutboxRecord,
+    ReceivedRecord,
     RunFlags,
     RunRecord,
 )
@@ -34,6 +35,7 @@ class _Tables:
         self.events: dict[str, list[EventRecord]] = {}
         self.outbox: dict[str, OutboxRecord] = {}
         self.keys: dict[tuple[str, str], IdempotencyRecord] = {}
+        self.received: dict[str, ReceivedRecord] = {}
 
     def snapshot(self) -> _Tables:
         # Records are never mutated in place (reads and writes copy), so copying the
@@ -45,6 +47,7 @@ class _Tables:
         other.events = {k: list(v) for k, v in self.events.items()}
         other.outbox = dict(self.outbox)
         other.keys = dict(self.keys)
+        other.received = dict(self.received)
         return other
 
 
@@ -309,6 +312,27 @@ class MemoryTransaction:
         self.wrote = True
         self._t.keys[(item.scope, item.key)] = _copy(item)
 
+    async def insert_received(self, item: ReceivedRecord) -> bool:
+        for other in self._t.received.values():
+            if (other.source, other.delivery_id) == (item.source, item.delivery_id):
+                return False
+        if item.command_id in self._t.received:
+            raise ValueError(f"received command {item.command_id} exists")
+        self.wrote = True
+        self._t.received[item.command_id] = _copy(item)
+        return True
+
+    async def pending_received(self, limit: int) -> list[ReceivedRecord]:
+        found = [r for r in self._t.received.values() if r.state == "pending"]
+        found.sort(key=lambda r: r.received_at)
+        return [_copy(r) for r in found[:limit]]
+
+    async def update_received(self, item: ReceivedRecord) -> None:
+        if item.command_id not in self._t.received:
+            raise ValueError(f"received command {item.command_id} does not exist")
+        self.wrote = True
+        self._t.received[item.command_id] = _copy(item)
+
     async def stats(self) -> dict[str, int]:
         outbox = list(self._t.outbox.values())
         return {
@@ -356,6 +380,7 @@ class MemoryStore:
                 self._tables.events = before.events
                 self._tables.outbox = before.outbox
                 self._tables.keys = before.keys
+                self._tables.received = before.received
                 raise
             if tx.wrote:
                 self._commits += 1

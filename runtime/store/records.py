@@ -130,3 +130,39 @@ class IdempotencyRecord:
     fingerprint: str
     run_id: str
     created_at: datetime
+
+
+@dataclass(slots=True)
+class ReceivedRecord:
+    """A decision received from a chat platform, stored before it is acknowledged.
+
+    Attributes:
+        command_id: Our id.
+        source: The platform (``slack``, ``discord``...).
+        delivery_id: The platform's id of this delivery; a second delivery with the same
+            id is a retry and is ignored.
+        ticket_id: The ticket the click names.
+        correlation: The token the click carried.
+        answer: The answer, as `runtime.tickets.ANSWER` JSON.
+        actor: The authenticated user, as `runtime.tickets.Actor` JSON.
+        reply: Where the platform wants feedback (opaque to the runtime).
+        received_at: When it was stored.
+        state: ``pending`` until ``applied`` or ``refused``.
+        error_code: Why it was refused (an error ``code``), if it was.
+        error: The refusal message.
+        applied_at: When it was applied or refused.
+    """
+
+    command_id: str
+    source: str
+    delivery_id: str
+    ticket_id: str
+    correlation: str
+    answer: dict[str, Any]
+    actor: dict[str, Any]
+    received_at: datetime
+    reply: dict[str, Any] | None = None
+    state: str = "pending"
+    error_code: str | None = None
+    error: str | None = None
+    applied_at: datetime | None = None

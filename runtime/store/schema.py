@@ -27,6 +27,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    UniqueConstraint,
 )
 
 # Named constraints keep migrations reproducible: the same names on every engine.
@@ -187,4 +188,25 @@ idempotency_keys = Table(
     # Not a foreign key: the key is recorded before the run it starts is inserted.
     Column("run_id", String(_ID), nullable=False),
     Column("created_at", BigInteger, nullable=False),
+)
+
+
+received_commands = Table(
+    "received_commands",
+    metadata,
+    Column("command_id", String(_ID), primary_key=True),
+    Column("source", String(_ENUM), nullable=False),
+    Column("delivery_id", String(_NAME), nullable=False),
+    Column("ticket_id", String(_ID), nullable=False),
+    Column("correlation", String(_NAME), nullable=False),
+    Column("answer", JSON, nullable=False),
+    Column("actor", JSON, nullable=False),
+    Column("reply", JSON, nullable=True),
+    Column("received_at", BigInteger, nullable=False),
+    Column("state", String(_ENUM), nullable=False),
+    Column("error_code", String(_ENUM), nullable=True),
+    Column("error", Text, nullable=True),
+    Column("applied_at", BigInteger, nullable=True),
+    UniqueConstraint("source", "delivery_id"),
+    Index(None, "state", "received_at"),
 )

@@ -61,10 +61,19 @@ from runtime.store.records import (
     EventRecord,
     IdempotencyRecord,
     OutboxRecord,
+    ReceivedRecord,
     RunFlags,
     RunRecord,
 )
-from runtime.store.schema import events, idempotency_keys, outbox, runs, tickets, tool_calls
+from runtime.store.schema import (
+    events,
+    idempotency_keys,
+    outbox,
+    received_commands,
+    runs,
+    tickets,
+    tool_calls,
+)
 from runtime.tickets import ANSWER, AWAIT_TARGET, Answer, ResumeTicket
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
@@ -294,6 +303,42 @@ def _outbox_values(item: OutboxRecord) -> dict[str, Any]:
     }
 
 
+def _received_values(item: ReceivedRecord) -> dict[str, Any]:
+    return {
+        "command_id": item.command_id,
+        "source": item.source,
+        "delivery_id": item.delivery_id,
+        "ticket_id": item.ticket_id,
+        "correlation": item.correlation,
+        "answer": item.answer,
+        "actor": item.actor,
+        "reply": item.reply,
+        "received_at": to_micros(item.received_at),
+        "state": item.state,
+        "error_code": item.error_code,
+        "error": item.error,
+        "applied_at": to_micros(item.applied_at) if item.applied_at is not None else None,
+    }
+
+
+def _received_record(row: Row[Any]) -> ReceivedRecord:
+    return ReceivedRecord(
+        command_id=row.command_id,
+        source=row.source,
+        delivery_id=row.delivery_id,
+        ticket_id=row.ticket_id,
+        correlation=row.correlation,
+        answer=row.answer,
+        actor=row.actor,
+        reply=row.reply,
+        received_at=from_micros(row.received_at),
+        state=row.state,
+        error_code=row.error_code,
+        error=row.error,
+        applied_at=from_micros(row.applied_at) if row.applied_at is not None else None,
+    )
+
+
 def _outbox_record(row: Row[Any]) -> OutboxRecord:
     return OutboxRecord(
         outbox_id=row.outbox_id,
@@ -424,6 +469,20 @@ _FIND_OUTBOX = (
     .where(outbox.c.ticket_id == bindparam("ticket_id"), outbox.c.kind == bindparam("kind"))
     .order_by(outbox.c.created_at, outbox.c.outbox_id)
     .limit(1)
+)
+_INSERT_RECEIVED = insert(received_commands)
+_RECEIVED_EXISTS = select(received_commands.c.command_id).where(
+    received_commands.c.source == bindparam("source"),
+    received_commands.c.delivery_id == bindparam("delivery_id"),
+)
+_PENDING_RECEIVED = (
+    select(received_commands)
+    .where(received_commands.c.state == "pending")
+    .order_by(received_commands.c.received_at, received_commands.c.command_id)
+    .limit(bindparam("limit"))
+)
+_UPDATE_RECEIVED = update(received_commands).where(
+    received_commands.c.command_id == bindparam("b_command_id")
 )
 _INSERT_KEY = insert(idempotency_keys)
 _GET_KEY = select(idempotency_keys).where(
@@ -770,6 +829,28 @@ class SQLTransaction:
             "created_at": to_micros(item.created_at),
         }
         await self._execute(_INSERT_KEY, values, violation=DuplicateKey)
+        self.wrote = True
+
+    async def insert_received(self, item: ReceivedRecord) -> bool:
+        """Store a received command; False if (source, delivery_id) was stored before."""
+        params = {"source": item.source, "delivery_id": item.delivery_id}
+        if (await self._execute(_RECEIVED_EXISTS, params)).first() is not None:
+            return False
+        await self._execute(_INSERT_RECEIVED, _received_values(item), violation=DuplicateKey)
+        self.wrote = True
+        return True
+
+    async def pending_received(self, limit: int) -> list[ReceivedRecord]:
+        """Received commands not yet applied, oldest first."""
+        result = await self._execute(_PENDING_RECEIVED, {"limit": limit})
+        return [_received_record(row) for row in result]
+
+    async def update_received(self, item: ReceivedRecord) -> None:
+        """Write a received command's state back; `ValueError` if it is unknown."""
+        values = _without(_received_values(item), "command_id")
+        values["b_command_id"] = item.command_id
+        if (await self._execute(_UPDATE_RECEIVED, values)).rowcount != 1:
+            raise ValueError(f"received command {item.command_id} does not exist")
         self.wrote = True
 
     async def stats(self) -> dict[str, int]:

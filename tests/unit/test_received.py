@@ -1,0 +1,131 @@
+"""Chat decisions stored before they are acknowledged, applied later exactly once."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from runtime import (
+    Actor,
+    Agent,
+    Allow,
+    Deny,
+    NotAwaiting,
+    RunStatus,
+    ScriptedModel,
+    Unauthorized,
+    UnknownTicket,
+    final_reply,
+    tool_call_reply,
+)
+
+
+def agent(ran: list[int]) -> Agent:
+    model = ScriptedModel([tool_call_reply(("pay", {"amount": 5})), final_reply("Paid.")])
+    payments = Agent("payments", "Pay.", model)
+
+    @payments.tool(permission="ask")
+    def pay(amount: int) -> str:
+        """Pay."""
+        ran.append(amount)
+        return "ok"
+
+    return payments
+
+
+async def parked(runtime_factory: Any, ran: list[int]) -> tuple[Any, Any]:
+    rt = runtime_factory(agent(ran))
+    result = await rt.start("payments", "pay 5", requester="U1")
+    assert result.status is RunStatus.AWAITING
+    return rt, result.pending[0].ticket
+
+
+async def test_a_received_click_is_applied_once_by_another_process(
+    runtime_factory: Any, snapshot: Any
+) -> None:
+    ran: list[int] = []
+    first, ticket = await parked(runtime_factory, ran)
+    stored = await first.receive(
+        ticket.ticket_id,
+        Allow(),
+        Actor(id="U1", platform="slack"),
+        correlation=ticket.correlation,
+        source="slack",
+        delivery_id="click-1",
+        reply={"response_url": "http://127.0.0.1/r"},
+    )
+    assert stored
+    # Nothing is applied until someone applies it: the run is still parked.
+    assert (await first.get(ticket.run_id)).status is RunStatus.AWAITING
+
+    second = runtime_factory(agent(ran))  # a fresh process after a crash
+    outcomes = await second.apply_received()
+    assert [o.applied for o in outcomes] == [True]
+    assert await second.apply_received() == []
+    assert (await second.get(ticket.run_id)).status is RunStatus.QUEUED
+    assert (await second.resume(ticket.run_id)).status is RunStatus.DONE
+    assert ran == [5]
+
+
+async def test_a_retried_delivery_is_stored_once(runtime_factory: Any) -> None:
+    ran: list[int] = []
+    rt, ticket = await parked(runtime_factory, ran)
+    actor = Actor(id="U1", platform="slack")
+    for _ in range(3):
+        await rt.receive(
+            ticket.ticket_id,
+            Allow(),
+            actor,
+            correlation=ticket.correlation,
+            source="slack",
+            delivery_id="same",
+        )
+    outcomes = await rt.apply_received()
+    assert len(outcomes) == 1 and outcomes[0].applied
+
+
+async def test_the_loser_of_two_clicks_is_refused_and_changes_nothing(
+    runtime_factory: Any, snapshot: Any
+) -> None:
+    ran: list[int] = []
+    rt, ticket = await parked(runtime_factory, ran)
+    await asyncio.gather(
+        *(
+            rt.receive(
+                ticket.ticket_id,
+                answer,
+                Actor(id="U1", platform="slack"),
+                correlation=ticket.correlation,
+                source="slack",
+                delivery_id=f"click-{n}",
+            )
+            for n, answer in enumerate([Allow(), Deny(reason="no")])
+        )
+    )
+    outcomes = await rt.apply_received()
+    assert [o.applied for o in outcomes] == [True, False]
+    assert isinstance(outcomes[1].error, NotAwaiting)
+    assert outcomes[1].command.state == "refused"
+    assert outcomes[1].command.error_code == "not_awaiting"
+    events = [e["kind"] for e in await rt.events(ticket.run_id)]
+    assert events.count("ticket_decided") == 1
+
+
+async def test_check_refuses_without_storing_anything(runtime_factory: Any, snapshot: Any) -> None:
+    ran: list[int] = []
+    rt, ticket = await parked(runtime_factory, ran)
+    before = await snapshot(ticket.run_id)
+    with pytest.raises(Unauthorized, match="who may: U1"):
+        await rt.check(ticket.ticket_id, Allow(), Actor(id="U2"), correlation=ticket.correlation)
+    with pytest.raises(NotAwaiting):
+        await rt.check(ticket.ticket_id, Allow(), Actor(id="U1"), correlation="forged")
+    with pytest.raises(UnknownTicket):
+        await rt.check("tk_nope", Allow(), Actor(id="U1"), correlation=ticket.correlation)
+    checked = await rt.check(
+        ticket.ticket_id, Allow(), Actor(id="U1"), correlation=ticket.correlation
+    )
+    assert checked.ticket_id == ticket.ticket_id
+    assert await snapshot(ticket.run_id) == before
+    assert await rt.apply_received() == []
