@@ -62,7 +62,10 @@ class Driver:
         self.run = run
         self.fence = run.fence
         self.agent: Agent | None = deps.agents.get(run.agent)
-        self._calls = calls
+        # The current batch's calls when already read (by the claim, or just proposed).
+        self._calls: tuple[int, list[CallRecord]] | None = (
+            (run.batch, calls) if calls is not None else None
+        )
         self._model_marked = model_marked
         self._flags = RunFlags(run.pause_requested, run.cancel_requested)
 
@@ -108,8 +111,11 @@ class Driver:
         recovered = False
         while True:
             if self._batch_open():
-                calls = self._calls if self._calls is not None else await self._batch_calls()
-                self._calls = None
+                known, self._calls = self._calls, None
+                if known is not None and known[0] == self.run.batch:
+                    calls = known[1]
+                else:
+                    calls = await self._batch_calls()
                 if not recovered:
                     calls = await self._recover_dispatched(agent, calls)
                 recovered = True
@@ -424,10 +430,13 @@ class Driver:
             run.batch += 1
             waits = False
             runnable = False
+            proposed: list[CallRecord] = []
+            self._calls = (run.batch, proposed)
             for seq, request in enumerate(response.tool_calls):
                 call = await self._propose(
                     tx, agent, seq, request.id, request.name, request.arguments, response.text
                 )
+                proposed.append(call)
                 waits = waits or (not call.state.settled and call.state is not CallState.APPROVED)
                 runnable = runnable or call.state is CallState.APPROVED
             if waits and not runnable:

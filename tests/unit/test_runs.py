@@ -95,3 +95,34 @@ async def test_agent_not_loaded_fails_a_queued_run(runtime_factory: Any) -> None
     failed = await runtime_factory().get(queued.run_id)
     assert failed.status is RunStatus.FAILED
     assert failed.error is not None and "not loaded" in failed.error
+
+
+async def test_a_queued_run_driven_by_a_worker_runs_its_allowed_tools(
+    runtime_factory: Any,
+) -> None:
+    """The claim reads the (empty) first batch; later batches must still run their tools."""
+    ran: list[str] = []
+    model = ScriptedModel(
+        [
+            tool_call_reply(("lookup", {"key": "a"})),
+            tool_call_reply(("lookup", {"key": "b"})),
+            final_reply("Looked both up."),
+        ]
+    )
+    agent = Agent("finder", "Find things.", model)
+
+    @agent.tool
+    def lookup(key: str) -> str:
+        """Look a key up."""
+        ran.append(key)
+        return f"value of {key}"
+
+    rt = runtime_factory(agent)
+    queued = await rt.start("finder", "find a and b", requester="U1", wait=False)
+    assert queued.status is RunStatus.QUEUED
+    assert await rt.drive(queued.run_id)
+    done = await rt.get(queued.run_id)
+    assert done.status is RunStatus.DONE
+    assert ran == ["a", "b"]
+    tool_messages = [m for m in model.calls[-1].messages if m["role"] == "tool"]
+    assert [m["content"] for m in tool_messages] == ["value of a", "value of b"]
