@@ -184,20 +184,26 @@ class ScriptedModel:
         replies: Chat-completion payloads, one per turn, or a callable taking the request
             and returning a payload.
         name: The model name reported to the run.
+        keep_calls: How many recent requests `calls` keeps (for tests to inspect).
     """
 
     def __init__(
         self,
         replies: Sequence[dict[str, Any]] | Callable[[ModelRequest], dict[str, Any]],
         name: str = "scripted",
+        keep_calls: int = 1000,
     ) -> None:
         self.name = name
         self._replies = replies
+        self._keep = keep_calls
         self.calls: list[ModelRequest] = []
 
     async def complete(self, request: ModelRequest) -> ModelResponse:
         """Answer from the script."""
         self.calls.append(request)
+        if len(self.calls) > self._keep:
+            # A serving process would otherwise keep every transcript it ever sent.
+            del self.calls[: len(self.calls) - self._keep]
         if callable(self._replies):
             return parse_chat_completion(self._replies(request))
         if not self._replies:

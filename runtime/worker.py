@@ -125,8 +125,15 @@ async def outbox_loop(
 ) -> None:
     """Deliver due notifications until `stop` is set."""
 
-    async def step() -> int:
-        return await deliver_due(runtime.store, runtime.clock, notifier, policy=policy)
+    async def step() -> None:
+        # Keep going while full batches come back, so a backlog drains at the platforms'
+        # pace rather than one batch per interval.
+        while not stop.is_set():
+            if (
+                await deliver_due(runtime.store, runtime.clock, notifier, limit=50, policy=policy)
+                < 50
+            ):
+                return
 
     await every(seconds, stop, step, "outbox")
 

@@ -1,0 +1,230 @@
+"""Signed Slack button clicks against ``POST /slack/events``: clicks/s, p50/p99 to ack and apply.
+
+Usage::
+
+    python bench/slack_clicks.py                            # 300 clicks at 1, 10, 100 clickers
+    python bench/slack_clicks.py --clicks 1000 --levels 10,100 --synchronous normal
+
+One process holds everything, as `signoff serve` does: a SQLite file store, a `Runtime`,
+a `Worker` (which applies received clicks and drives the runs they make ready), and the
+real slack-bolt app mounted at ``/slack/events`` on an aiohttp server on 127.0.0.1. The
+Slack Web API is the tests' fake (`tests/adapters/slack/fake_slack.py`; bolt calls only
+``auth.test``, once). Before each level, `--clicks` runs of a one-``ask``-tool agent
+(scripted model, no network) are parked; then `--clicks` Allow clicks, one per ticket,
+each signed like Slack signs them (``v0`` HMAC-SHA256, form-encoded ``payload=``), are
+sent by `level` concurrent clickers (aiohttp, each sending its next click when the
+previous one is answered).
+
+Figures per level:
+
+* ``clicks/s``: clicks answered per second of wall clock (first sent to last answered);
+* ``ack p50/p99``: from sending a click to its HTTP 200 (bolt verified the signature, the
+  runtime checked the decision and stored it durably, then acknowledged);
+* ``applied p50/p99``: from sending a click to its decision being committed by the
+  worker (the run is then ready to continue);
+* ``all applied``: seconds from the first click until every decision was applied;
+* ``all done``: seconds from the first click until every run finished (tool run, model
+  answered), with how many did.
+
+The load generator shares the process (and the event loop) with the server, so figures are
+conservative; the SQLite store commits with ``synchronous=full`` unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "adapters" / "slack"))
+
+import aiohttp  # noqa: E402
+from aiohttp import web  # noqa: E402
+from fake_slack import (  # noqa: E402
+    BOT_TOKEN,
+    SIGNING_SECRET,
+    FakeSlack,
+    click_payload,
+    interaction_body,
+    signed_headers,
+)
+
+from adapters.slack import SlackConfig, add_slack_routes, blocks, build_slack_app  # noqa: E402
+from runtime import (  # noqa: E402
+    Agent,
+    RunStatus,
+    Runtime,
+    ScriptedModel,
+    final_reply,
+    tool,
+    tool_call_reply,
+)
+from runtime.store.sql import SQLStore  # noqa: E402
+from runtime.worker import Worker  # noqa: E402
+
+
+def build_agent() -> Agent:
+    """One ``ask`` tool; the model calls it, then answers."""
+
+    @tool(permission="ask", approvers=["*"])
+    async def refund(order_id: str, amount: float) -> dict[str, Any]:
+        """Refund an order."""
+        return {"order_id": order_id, "amount": amount}
+
+    def reply(request: Any) -> dict[str, Any]:
+        if any(m.get("role") == "tool" for m in request.messages):
+            return final_reply("Refunded.")
+        return tool_call_reply(("refund", {"order_id": "A-1", "amount": 249.0}))
+
+    return Agent("refunds", "Refund orders.", ScriptedModel(reply), tools=[refund])
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The `q` quantile (0..1) of `values`, nearest rank."""
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+async def one_level(level: int, clicks: int, synchronous: str, workers: int) -> dict[str, float]:
+    """Park `clicks` runs, click Allow on each with `level` concurrent clickers."""
+    fake = FakeSlack()
+    api = await fake.start()
+    applied: dict[str, float] = {}
+    all_in = asyncio.Event()
+
+    def observe(point: str, info: dict[str, Any]) -> None:
+        if point == "decision_committed":
+            applied[str(info["ticket_id"])] = time.perf_counter()
+            if len(applied) >= clicks:
+                all_in.set()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        store = SQLStore.sqlite(Path(tmp) / "bench.db", synchronous=synchronous)
+        await store.migrate()
+        runtime = Runtime(store, [build_agent()], checkpoint=observe)
+        origin = {"platform": "slack", "channel": "C1", "thread_ts": "1.1", "user": "U1"}
+        values = []
+        for _ in range(clicks):
+            result = await runtime.start(
+                "refunds", "refund A-1", requester="U1", origin=origin, wait=True
+            )
+            ticket = result.pending[0].ticket
+            values.append(blocks.button_value(ticket.ticket_id, ticket.correlation))
+        worker = Worker(runtime, concurrency=workers, poll_seconds=0.05)
+        stop = asyncio.Event()
+        loop_task = asyncio.create_task(worker.run(stop))
+        config = SlackConfig(bot_token=BOT_TOKEN, signing_secret=SIGNING_SECRET, api_base_url=api)
+        app = web.Application()
+        add_slack_routes(app, build_slack_app(runtime, config, worker.wake))
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}/slack/events"
+
+        bodies = [
+            interaction_body(click_payload(blocks.ACTION_ALLOW, value, user="U1"))
+            for value in values
+        ]
+        sent: dict[str, float] = {}
+        acks: list[float] = []
+        queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+        for value, body in zip(values, bodies, strict=True):
+            queue.put_nowait((blocks.parse_ref(value).ticket_id, body))  # type: ignore[union-attr]
+        connector = aiohttp.TCPConnector(limit=level)
+        async with aiohttp.ClientSession(connector=connector) as http:
+            # Warm up bolt (its one auth.test) outside the measurement: a foreign button.
+            warm = interaction_body(click_payload(blocks.ACTION_ALLOW, "not ours", user="U1"))
+            async with http.post(url, data=warm, headers=signed_headers(warm)) as resp:
+                await resp.read()
+
+            async def clicker() -> None:
+                while not queue.empty():
+                    ticket_id, body = queue.get_nowait()
+                    started = time.perf_counter()
+                    sent[ticket_id] = started
+                    async with http.post(url, data=body, headers=signed_headers(body)) as resp:
+                        await resp.read()
+                        if resp.status != 200:
+                            raise RuntimeError(f"click answered {resp.status}")
+                    acks.append(time.perf_counter() - started)
+
+            first = time.perf_counter()
+            await asyncio.gather(*(clicker() for _ in range(level)))
+            last_ack = time.perf_counter()
+        deadline = time.monotonic() + 120
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(all_in.wait(), timeout=120)
+        all_applied = max(applied.values()) - first if applied else float("nan")
+        while time.monotonic() < deadline:
+            done = await runtime.list_runs(statuses=[RunStatus.DONE], limit=clicks + 1)
+            if len(done) >= clicks:
+                break
+            await asyncio.sleep(0.05)
+        all_done = time.perf_counter() - first
+        stop.set()
+        await loop_task
+        await worker.drain(30)
+        await runner.cleanup()
+        await store.close()
+    await fake.stop()
+    to_apply = [applied[t] - sent[t] for t in sent if t in applied]
+    return {
+        "clicks": float(clicks),
+        "clicks_per_s": clicks / (last_ack - first),
+        "ack_p50": percentile(acks, 0.5) * 1000,
+        "ack_p99": percentile(acks, 0.99) * 1000,
+        "applied_p50": percentile(to_apply, 0.5) * 1000,
+        "applied_p99": percentile(to_apply, 0.99) * 1000,
+        "all_applied": all_applied,
+        "all_done": all_done,
+        "applied": float(len(applied)),
+        "done": float(len(done)),
+        "mean_ack": statistics.fmean(acks) * 1000,
+    }
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clicks", type=int, default=300, help="clicks (and runs) per level")
+    parser.add_argument("--levels", default="1,10,100", help="concurrent clickers per level")
+    parser.add_argument("--synchronous", choices=["full", "normal"], default="full")
+    parser.add_argument("--workers", type=int, default=4, help="the Worker's concurrency")
+    args = parser.parse_args()
+    for name in list(os.environ):  # slack_sdk would route 127.0.0.1 through a proxy
+        if name.upper() in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY") or name.startswith("SLACK_"):
+            del os.environ[name]
+    print(
+        f"python {platform.python_version()}, {os.cpu_count()} cpus, "
+        f"synchronous={args.synchronous}, {args.clicks} clicks per level"
+    )
+    print(
+        "| clickers | clicks/s | ack p50 ms | ack p99 ms | applied p50 ms | applied p99 ms "
+        "| all applied s | all done s |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for level in (int(x) for x in args.levels.split(",")):
+        figures = await one_level(level, args.clicks, args.synchronous, args.workers)
+        print(
+            f"| {level} | {figures['clicks_per_s']:.0f} | {figures['ack_p50']:.1f} "
+            f"| {figures['ack_p99']:.1f} | {figures['applied_p50']:.1f} "
+            f"| {figures['applied_p99']:.1f} | {figures['all_applied']:.2f} "
+            f"| {figures['all_done']:.2f} ({figures['done']:.0f}/{figures['clicks']:.0f}) |",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(main())
