@@ -39,7 +39,13 @@ from runtime.errors import (
 from runtime.results import PendingEntry, RunResult, pending_entry, run_result
 from runtime.states import CallState, RunStatus, TicketStatus, check_run_move
 from runtime.store.base import DuplicateKey, Store, Transaction
-from runtime.store.records import CallRecord, IdempotencyRecord, ReceivedRecord, RunRecord
+from runtime.store.records import (
+    CallRecord,
+    IdempotencyRecord,
+    OutboxRecord,
+    ReceivedRecord,
+    RunRecord,
+)
 from runtime.tickets import (
     ANSWER,
     Abort,
@@ -568,8 +574,9 @@ class Runtime:
         """Apply stored decisions, oldest first, each exactly once.
 
         A decision refused now (e.g. the loser of two concurrent clicks, or a ticket that
-        expired meanwhile) is marked refused and changes nothing else. A run whose last
-        decision this was is left ready for a worker.
+        expired meanwhile) is marked refused and changes nothing else; when the edge gave
+        a `reply` destination, a ``decision_refused`` notification tells the clicker. A
+        run whose last decision this was is left ready for a worker.
 
         Returns:
             What happened to each command.
@@ -598,8 +605,40 @@ class Runtime:
                 item.error = str(error)
             async with deps.store.transaction() as tx:
                 await tx.update_received(item)
+                if error is not None and item.reply is not None:
+                    await self._tell_refused(tx, item)
             outcomes.append(ReceivedOutcome(item, error))
         return outcomes
+
+    async def _tell_refused(self, tx: Transaction, item: ReceivedRecord) -> None:
+        """Queue word to the clicker that their stored decision was refused.
+
+        The click was acknowledged as recorded; this is how the edge learns otherwise.
+        A ticket that never existed has no run to attach the notice to.
+        """
+        ticket = await tx.get_ticket(item.ticket_id)
+        run = await tx.get_run(ticket.run_id) if ticket is not None else None
+        if run is None:
+            return
+        await tx.add_outbox(
+            OutboxRecord(
+                outbox_id=self._deps.ids.new_id("ob"),
+                run_id=run.run_id,
+                kind="decision_refused",
+                payload={
+                    "run_id": run.run_id,
+                    "agent": run.agent,
+                    "ticket_id": item.ticket_id,
+                    "error": item.error_code,
+                    "message": item.error,
+                    "actor": item.actor.get("id"),
+                },
+                destination={**(item.reply or {}), "platform": item.source},
+                created_at=item.applied_at or self._deps.clock.now(),
+                next_attempt_at=item.applied_at or self._deps.clock.now(),
+                ticket_id=item.ticket_id,
+            )
+        )
 
     async def submit(self, command: ResumeCommand, *, resume: bool = False) -> RunResult:
         """Validate and apply one resume command. The single ingress of every decision.

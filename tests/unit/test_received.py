@@ -100,6 +100,7 @@ async def test_the_loser_of_two_clicks_is_refused_and_changes_nothing(
                 correlation=ticket.correlation,
                 source="slack",
                 delivery_id=f"click-{n}",
+                reply={"response_url": f"http://127.0.0.1/r{n}"},
             )
             for n, answer in enumerate([Allow(), Deny(reason="no")])
         )
@@ -111,6 +112,14 @@ async def test_the_loser_of_two_clicks_is_refused_and_changes_nothing(
     assert outcomes[1].command.error_code == "not_awaiting"
     events = [e["kind"] for e in await rt.events(ticket.run_id)]
     assert events.count("ticket_decided") == 1
+    # The loser is told, through the outbox, at the place its click came from.
+    async with rt.store.transaction() as tx:
+        refused = [
+            o for o in await tx.outbox_for_run(ticket.run_id) if o.kind == "decision_refused"
+        ]
+    assert len(refused) == 1
+    assert refused[0].destination == {"response_url": "http://127.0.0.1/r1", "platform": "slack"}
+    assert refused[0].payload["error"] == "not_awaiting"
 
 
 async def test_check_refuses_without_storing_anything(runtime_factory: Any, snapshot: Any) -> None:
