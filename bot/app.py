@@ -1,16 +1,18 @@
-"""The HTTP application of `signoff serve`: console, JSON API and webhooks."""
+"""The HTTP application of `signoff serve`: console, JSON API, webhooks and Slack."""
 
 from __future__ import annotations
 
 import secrets
+from typing import Literal
 
 from aiohttp import web
+from pydantic import SecretStr
 
 from adapters.web import ApiToken, TokenAuth, add_api_routes, add_console_routes
 from adapters.webhook import CallbackNotifier, HookConfig, add_hook_routes
 from bot.notifiers import NOTIFIERS_KEY
 from bot.settings import Settings
-from runtime import Runtime
+from runtime import ConfigurationError, Runtime
 from runtime.outbox import Notifier
 from runtime.worker import Worker
 
@@ -79,5 +81,67 @@ def build_app(
     )
     add_hook_routes(app, runtime, hooks, worker.wake)
     notifiers: dict[str, Notifier] = {"callback": CallbackNotifier(hooks, clock=runtime.clock)}
+    if settings.slack_mode != "off":
+        notifiers["slack"] = add_slack(app, settings, runtime, worker)
     app[NOTIFIERS_KEY] = notifiers
     return app
+
+
+def add_slack(
+    app: web.Application, settings: Settings, runtime: Runtime, worker: Worker
+) -> Notifier:
+    """Mount the Slack edge (``SIGNOFF_SLACK_MODE`` http or socket); return its notifier.
+
+    HTTP mode serves ``POST /slack/events``. Socket Mode connects when the server starts
+    and disconnects when it begins to shut down (aiohttp's startup / shutdown signals).
+
+    Raises:
+        ConfigurationError: The ``slack`` extra is not installed.
+    """
+    try:
+        from adapters.slack import (
+            SlackConfig,
+            SlackNotifier,
+            SlackSocketMode,
+            add_slack_routes,
+            build_slack_app,
+        )
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"SIGNOFF_SLACK_MODE={settings.slack_mode} needs the Slack libraries: "
+            f"pip install 'signoff[slack]' ({exc})"
+        ) from exc
+
+    def secret(value: SecretStr | None) -> str:
+        return value.get_secret_value() if value is not None else ""
+
+    mode: Literal["http", "socket"] = "socket" if settings.slack_mode == "socket" else "http"
+    config = SlackConfig(
+        bot_token=secret(settings.slack_bot_token),
+        signing_secret=secret(settings.slack_signing_secret),
+        app_token=secret(settings.slack_app_token) or None,
+        mode=mode,
+        api_base_url=settings.slack_api_base_url,
+        command=settings.slack_command,
+        default_agent=settings.slack_default_agent,
+    )
+    if config.default_agent is not None and config.default_agent not in runtime.agents:
+        raise ConfigurationError(
+            f"SIGNOFF_SLACK_DEFAULT_AGENT: no agent named {config.default_agent!r} "
+            f"(loaded: {', '.join(sorted(runtime.agents)) or 'none'})"
+        )
+    bolt = build_slack_app(runtime, config, worker.wake)
+    if mode == "http":
+        add_slack_routes(app, bolt)
+    else:
+        socket = SlackSocketMode(bolt, config.app_token or "")
+
+        async def connect(_app: web.Application) -> None:
+            await socket.start()
+
+        async def disconnect(_app: web.Application) -> None:
+            await socket.stop()
+
+        app.on_startup.append(connect)
+        app.on_shutdown.append(disconnect)
+    return SlackNotifier(bolt.client, runtime.store)

@@ -17,6 +17,13 @@ from typing import Any
 
 from aiohttp import web
 
+from bot.discord_wiring import (
+    DiscordHandle,
+    DiscordSettings,
+    discord_notifier,
+    start_discord,
+    stop_discord,
+)
 from bot.health import Metrics, add_health_routes
 from bot.notifiers import NOTIFIERS_KEY
 from bot.settings import Settings
@@ -43,6 +50,8 @@ class Service:
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     _runner: web.AppRunner | None = None
+    discord_settings: DiscordSettings | None = None
+    discord: DiscordHandle | None = None
 
     async def start(self) -> str:
         """Bind the HTTP server, start the loops; return the server's base URL."""
@@ -55,6 +64,8 @@ class Service:
         host = self.settings.bind_host
         shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
         self.url = f"http://{shown}:{port}"
+        if self.discord_settings is not None:
+            self.discord = await start_discord(self.runtime, self.worker, self.discord_settings)
         notifier = self._notifier()
         self._tasks = [
             asyncio.create_task(self.worker.run(self._stop), name="worker"),
@@ -68,6 +79,8 @@ class Service:
         routes: dict[str, Notifier] = {"console": NullNotifier()}
         extra = self.app.get(NOTIFIERS_KEY) or {}
         routes.update(extra)
+        if self.discord is not None:
+            routes["discord"] = discord_notifier(self.discord)
         return RoutingNotifier(routes)
 
     async def stop(self, grace_seconds: float | None = None) -> None:
@@ -83,6 +96,8 @@ class Service:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(task, timeout=2.0)
+        if self.discord is not None:
+            await stop_discord(self.discord)
         await self.worker.drain(grace)
         if self._runner is not None:
             await self._runner.cleanup()
@@ -112,6 +127,7 @@ async def build_service(settings: Settings) -> Service:
         worker=worker,
         app=app,
         operator_token=operator_token,
+        discord_settings=DiscordSettings.from_settings(settings),
     )
 
 

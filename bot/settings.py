@@ -15,13 +15,22 @@ the setting, e.g. ``SIGNOFF_PORT: Input should be a valid integer``.
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -38,7 +47,20 @@ DEFAULT_APP = "examples:demo_agents"
 """The bundled example agents (refunds, deploys, oncall)."""
 
 # Settings whose values never appear in error messages (a URL may carry a password).
-_SENSITIVE = frozenset({"database_url", "operator_token", "api_tokens", "hooks", "cookie_secret"})
+_SENSITIVE = frozenset(
+    {
+        "database_url",
+        "operator_token",
+        "api_tokens",
+        "hooks",
+        "cookie_secret",
+        "slack_bot_token",
+        "slack_signing_secret",
+        "slack_app_token",
+        "discord_bot_token",
+    }
+)
+DEFAULT_SLACK_API_BASE_URL = "https://slack.com/api/"
 
 # The TOML values of the `load_settings` call in progress; read by `_FileSource`.
 _file_values: ContextVar[Mapping[str, Any] | None] = ContextVar("signoff_file_values", default=None)
@@ -99,6 +121,26 @@ class Settings(BaseSettings):
         cookie_secret: Key signing console session cookies (at least 32 characters).
             Unset: random per process, so sessions end with a restart.
         secure_cookies: Mark console cookies ``Secure`` (serve behind HTTPS).
+        slack_bot_token: The Slack app's bot token (``xoxb-...``).
+        slack_signing_secret: The Slack app's signing secret (HTTP mode).
+        slack_app_token: The Slack app-level token (``xapp-...``, Socket Mode).
+        slack_api_base_url: Base URL of Slack's Web API (GovSlack, a test fake).
+        slack_command: The slash command that starts runs, e.g. ``/signoff``.
+        slack_default_agent: The agent a Slack request runs when it names none.
+        slack_mode: ``off`` (default), ``http`` (Slack calls ``POST /slack/events``; needs
+            the bot token and signing secret) or ``socket`` (Socket Mode; needs the bot
+            token and app token).
+        discord_bot_token: The Discord bot's token; unset, Discord is off.
+        discord_api_base_url: Discord's REST base, version included.
+        discord_gateway_url: Discord's gateway websocket.
+        discord_sync: Where ``/agent`` is registered: ``off``, ``global`` or ``guild``.
+        discord_guild_id: The server of ``discord_sync=guild``.
+        discord_approver_roles: ``{"<group>": ["<role id>", ...]}``: members of those roles
+            match approver entries ``group:<group>``.
+        discord_console_url: Public console URL, linked for forms too big for Discord.
+        discord_guild_ready_timeout: Seconds to wait for servers before ready.
+        discord_ready_timeout: Seconds start-up waits for the gateway.
+        discord_ack_budget: Seconds of work before an interaction answer is deferred.
     """
 
     model_config = SettingsConfigDict(
@@ -123,6 +165,24 @@ class Settings(BaseSettings):
     hooks: dict[str, HookSetting] = Field(default_factory=dict)
     cookie_secret: SecretStr | None = Field(default=None, min_length=32)
     secure_cookies: bool = False
+    slack_bot_token: SecretStr | None = Field(default=None, min_length=1)
+    slack_signing_secret: SecretStr | None = Field(default=None, min_length=1)
+    slack_app_token: SecretStr | None = Field(default=None, min_length=1)
+    slack_api_base_url: str = DEFAULT_SLACK_API_BASE_URL
+    slack_command: str = "/signoff"
+    slack_default_agent: str | None = Field(default=None, min_length=1)
+    # Last: its check reads the Slack credentials above.
+    slack_mode: Literal["off", "http", "socket"] = "off"
+    discord_bot_token: SecretStr | None = Field(default=None, min_length=1)
+    discord_api_base_url: str = "https://discord.com/api/v10"
+    discord_gateway_url: str = "wss://gateway.discord.gg/"
+    discord_sync: Literal["off", "global", "guild"] = "global"
+    discord_guild_id: int | None = Field(default=None, gt=0)
+    discord_approver_roles: dict[str, list[str | int]] = Field(default_factory=dict)
+    discord_console_url: str | None = None
+    discord_guild_ready_timeout: float = Field(default=2.0, ge=0)
+    discord_ready_timeout: float = Field(default=30.0, gt=0)
+    discord_ack_budget: float = Field(default=2.0, ge=0, le=2.8)
 
     @field_validator("database_url")
     @classmethod
@@ -142,6 +202,43 @@ class Settings(BaseSettings):
         if not sep or not module.strip() or not attr.strip():
             raise ValueError("expected package.module:attr, e.g. examples:demo_agents")
         return value.strip()
+
+    @field_validator("slack_api_base_url")
+    @classmethod
+    def _slack_url(cls, value: str) -> str:
+        value = value.strip()
+        if not value.startswith(("https://", "http://")):
+            raise ValueError("expected an http(s) URL such as https://slack.com/api/")
+        # slack_sdk appends the method name to the base URL as it is.
+        return value if value.endswith("/") else value + "/"
+
+    @field_validator("slack_command")
+    @classmethod
+    def _slash_command(cls, value: str) -> str:
+        value = value.strip()
+        if not re.fullmatch(r"/[a-z0-9_.-]{1,31}", value):
+            raise ValueError("expected a slash command such as /signoff (lower case, no spaces)")
+        return value
+
+    @field_validator("slack_mode", mode="before")
+    @classmethod
+    def _lower_mode(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("slack_mode")
+    @classmethod
+    def _slack_credentials(cls, value: str, info: ValidationInfo) -> str:
+        needed = {
+            "off": (),
+            "http": ("slack_bot_token", "slack_signing_secret"),
+            "socket": ("slack_bot_token", "slack_app_token"),
+        }[value]
+        # A credential that failed its own validation is reported on its own already.
+        missing = [env_name(f) for f in needed if f in info.data and info.data[f] is None]
+        if missing:
+            wanted = " and ".join(env_name(f) for f in needed)
+            raise ValueError(f"{value} mode needs {wanted} (missing: {', '.join(missing)})")
+        return value
 
     @field_validator("sqlite_synchronous", mode="before")
     @classmethod

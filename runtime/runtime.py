@@ -588,25 +588,32 @@ class Runtime:
         for item in pending:
             error: SignoffError | None = None
             try:
-                await self.decide(
-                    item.ticket_id,
+                async with deps.store.transaction() as tx:
+                    ticket = await tx.get_ticket(item.ticket_id)
+                if ticket is None:
+                    raise UnknownTicket(f"no ticket {item.ticket_id!r} exists")
+                # The decision was made when the click arrived, not when it is applied:
+                # a click acknowledged before the deadline counts.
+                command = ResumeCommand.from_ticket(
+                    ticket,
                     ANSWER.validate_python(item.answer),
                     Actor.model_validate(item.actor),
-                    correlation=item.correlation,
-                )
+                    item.received_at,
+                ).model_copy(update={"correlation": item.correlation})
+                # Marked applied in the decision's own transaction, so a crash cannot
+                # make it look refused on the next try.
+                await self.submit(command, received=item)
             except (ResumeError, RunNotFound) as exc:
                 error = exc
-            item.applied_at = deps.clock.now()
-            if error is None:
-                item.state = "applied"
-            else:
+            if error is not None:
+                item.applied_at = deps.clock.now()
                 item.state = "refused"
                 item.error_code = getattr(error, "code", type(error).__name__)
                 item.error = str(error)
-            async with deps.store.transaction() as tx:
-                await tx.update_received(item)
-                if error is not None and item.reply is not None:
-                    await self._tell_refused(tx, item)
+                async with deps.store.transaction() as tx:
+                    await tx.update_received(item)
+                    if item.reply is not None:
+                        await self._tell_refused(tx, item)
             outcomes.append(ReceivedOutcome(item, error))
         return outcomes
 
@@ -640,12 +647,19 @@ class Runtime:
             )
         )
 
-    async def submit(self, command: ResumeCommand, *, resume: bool = False) -> RunResult:
+    async def submit(
+        self,
+        command: ResumeCommand,
+        *,
+        resume: bool = False,
+        received: ReceivedRecord | None = None,
+    ) -> RunResult:
         """Validate and apply one resume command. The single ingress of every decision.
 
         The ticket is closed with a compare-and-set in the same transaction that applies
-        the decision, so of two concurrent commands on one ticket exactly one wins; the
-        other gets `NotAwaiting`. A refused command changes nothing.
+        the decision (and marks `received`, a stored chat click, applied), so of two
+        concurrent commands on one ticket exactly one wins; the other gets `NotAwaiting`.
+        A refused command changes nothing.
         """
         deps = self._deps
         async with deps.store.transaction() as tx:
@@ -668,6 +682,10 @@ class Runtime:
             ):
                 raise NotAwaiting(f"ticket {ticket.ticket_id} was decided concurrently")
             await self._apply(tx, run, ticket, command)
+            if received is not None:
+                received.state = "applied"
+                received.applied_at = deps.clock.now()
+                await tx.update_received(received)
             remaining = await tx.tickets_for_run(run.run_id, status=TicketStatus.OPEN)
             claimed_calls: list[CallRecord] | None = None
             if not remaining and run.status is RunStatus.AWAITING:

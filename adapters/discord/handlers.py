@@ -1,0 +1,443 @@
+"""What the bot does with each interaction: slash commands, button clicks, modal forms.
+
+The click path keeps every decision durable before it is acknowledged:
+
+1. ``runtime.check`` validates the decision against the committed ticket (read-only);
+   a refusal is answered ephemerally and nothing is stored or changed;
+2. ``runtime.receive`` stores the click as a resume command in one short transaction,
+   keyed by the interaction id, so a redelivered interaction is stored once;
+3. only then is the interaction answered ("recorded"); the worker applies the stored
+   command exactly once, and the runtime's ``decided`` notification edits the card.
+
+Discord wants an answer within 3 seconds. Each interaction gets
+``DiscordConfig.ack_budget_seconds`` to do its work; past that the bot defers (the user
+sees "thinking…") and sends the answer as a follow-up once the work is done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, assert_never, cast
+
+import discord
+
+from adapters.discord import cards, forms, modals, refusals
+from adapters.discord.config import DiscordConfig, actor_of
+from adapters.discord.custom_ids import Action, TicketClick, is_ours, parse_modal
+from runtime import (
+    Abort,
+    Actor,
+    Allow,
+    Answer,
+    Deny,
+    InputData,
+    NotAwaiting,
+    RemoteInput,
+    Resolve,
+    ResumeError,
+    ResumeTicket,
+    Retry,
+    RunNotFound,
+    Runtime,
+    SignoffError,
+)
+
+log = logging.getLogger("signoff.discord")
+
+FORM_BUDGET_SECONDS = 2.5
+"""How long the check before opening a modal may take (a modal cannot follow a deferral)."""
+
+Interaction = discord.Interaction[discord.Client]
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """The answer to one interaction.
+
+    Attributes:
+        content: The message text.
+        embed: An embed (a REST dict), if any.
+        ephemeral: Only the person who acted sees it.
+    """
+
+    content: str
+    embed: dict[str, Any] | None = None
+    ephemeral: bool = True
+
+
+class Handlers:
+    """Turns Discord interactions into runtime calls, and runtime answers into replies.
+
+    Args:
+        runtime: Starts runs and checks and stores decisions.
+        wake: Tells the worker there is something to do (a run queued, a click stored).
+        config: Role groups, console URL and the answer budget.
+    """
+
+    def __init__(self, runtime: Runtime, wake: Callable[[], None], config: DiscordConfig):
+        self._runtime = runtime
+        self._wake = wake
+        self._config = config
+
+    # -- slash commands ------------------------------------------------------------------
+    def agent_names(self, current: str) -> list[str]:
+        """Agent names for the ``agent`` option's autocomplete (at most 25)."""
+        wanted = current.lower()
+        return [name for name in sorted(self._runtime.agents) if wanted in name.lower()][:25]
+
+    async def run(self, interaction: Interaction, agent: str, prompt: str) -> None:
+        """``/agent run <agent> <prompt>``: start a run whose messages go to this channel."""
+
+        async def work() -> Reply:
+            agents = self._runtime.agents
+            if agent not in agents:
+                known = ", ".join(cards.code(name) for name in sorted(agents)) or "none"
+                return Reply(f"⚠️ No agent named {cards.code(agent)}. Loaded: {known}.")
+            if not prompt.strip():
+                return Reply("⚠️ Tell the agent what to do: the prompt is empty.")
+            requester = str(interaction.user.id)
+            origin: dict[str, Any] = {
+                "platform": "discord",
+                "channel_id": str(interaction.channel_id),
+            }
+            if interaction.guild_id is not None:
+                origin["guild_id"] = str(interaction.guild_id)
+            # A Discord thread is one conversation: later runs there see earlier ones.
+            thread = (
+                f"discord:{interaction.channel_id}"
+                if isinstance(interaction.channel, discord.Thread)
+                else None
+            )
+            result = await self._runtime.start(
+                agent, prompt, requester=requester, origin=origin, thread_id=thread, wait=False
+            )
+            self._wake()
+            return Reply(
+                cards.started_text(requester, agent, result.run_id, prompt), ephemeral=False
+            )
+
+        await self._respond(interaction, work, ephemeral_if_slow=False)
+
+    async def pending(self, interaction: Interaction) -> None:
+        """``/agent pending``: the open requests the caller may decide (ephemeral)."""
+
+        async def work() -> Reply:
+            actor = self._actor(interaction)
+            entries = [
+                e for e in await self._runtime.open_tickets(limit=500) if e.ticket.may_decide(actor)
+            ]
+            shown = []
+            for entry in entries[:15]:
+                shown.append((entry, await self._card_link(entry.ticket_id)))
+            return Reply("", embed=cards.pending_embed(shown, len(entries)))
+
+        await self._respond(interaction, work)
+
+    async def status(self, interaction: Interaction, run_id: str) -> None:
+        """``/agent status <run>``: where a run stands (ephemeral)."""
+
+        async def work() -> Reply:
+            try:
+                result = await self._runtime.get(run_id.strip())
+            except RunNotFound:
+                return Reply(f"⚠️ No run {cards.code(run_id)}.")
+            return Reply("", embed=cards.status_embed(result))
+
+        await self._respond(interaction, work)
+
+    async def cancel(self, interaction: Interaction, run_id: str) -> None:
+        """``/agent cancel <run>``: cancel a run (its requester or a server manager)."""
+
+        async def work() -> Reply:
+            try:
+                run = await self._runtime.get(run_id.strip())
+            except RunNotFound:
+                return Reply(f"⚠️ No run {cards.code(run_id)}.")
+            actor = self._actor(interaction)
+            if actor.id != run.requester and not interaction.permissions.manage_guild:
+                return Reply(
+                    f"⛔ Only {cards.user(run.requester)} (who started it) or a member with "
+                    "Manage Server may cancel this run. Nothing was changed."
+                )
+            try:
+                await self._runtime.cancel(
+                    run.run_id, actor=actor, reason=f"cancelled in Discord by {actor.name}"
+                )
+            except NotAwaiting:
+                return Reply(f"📌 Run {cards.code(run.run_id)} already ended ({run.status}).")
+            self._wake()
+            return Reply(
+                f"⏹ {cards.user(actor.id)} cancelled run {cards.code(run.run_id)} "
+                f"(**{cards.escape(run.agent)}**).",
+                ephemeral=False,
+            )
+
+        await self._respond(interaction, work)
+
+    # -- buttons -----------------------------------------------------------------------
+    async def clicked(self, interaction: Interaction, click: TicketClick) -> None:
+        """A signoff button was clicked."""
+        match click.action:
+            case Action.ALLOW:
+                await self._decide(interaction, click, Allow())
+            case Action.DENY:
+                await self._decide(interaction, click, Deny())
+            case Action.RETRY:
+                await self._decide(interaction, click, Retry())
+            case Action.ABORT:
+                await self._decide(interaction, click, Abort())
+            case Action.REASON | Action.INPUT | Action.RESULT:
+                await self._open_form(interaction, click)
+            case _:
+                assert_never(click.action)
+
+    async def unrecognised(self, interaction: Interaction) -> None:
+        """A component or modal claiming to be signoff's whose ``custom_id`` is malformed."""
+        await self._respond(interaction, _constant(Reply(refusals.UNRECOGNISED)))
+
+    async def _open_form(self, interaction: Interaction, click: TicketClick) -> None:
+        """Open the modal of a button, after checking the clicker may decide at all."""
+        # A modal must be the first answer, so it cannot follow a deferral: check fast.
+        probe: Answer = Retry() if click.action is Action.RESULT else Deny()
+        actor = self._actor(interaction)
+        try:
+            ticket = await asyncio.wait_for(
+                self._runtime.check(click.ticket_id, probe, actor, correlation=click.correlation),
+                timeout=FORM_BUDGET_SECONDS,
+            )
+        except ResumeError as exc:
+            await self._send(interaction, Reply(await self._refusal(exc, click.ticket_id)))
+            return
+        except TimeoutError:
+            await self._send(
+                interaction, Reply("⚠️ The database is slow right now; please click again.")
+            )
+            return
+        except SignoffError as exc:  # the database failed
+            await self._send(interaction, Reply(refusals.refusal_text(exc, None)))
+            return
+        modal = _form_for(click, ticket, self._config)
+        if isinstance(modal, Reply):
+            await self._send(interaction, modal)
+            return
+        try:
+            await interaction.response.send_modal(modal)
+        except discord.HTTPException as exc:
+            log.warning("could not open a form for interaction %s: %s", interaction.id, exc)
+        # The submission is handled from its custom_id, not by this object: forget it, so
+        # a submission after a restart and one before it take the same path.
+        modal.stop()
+
+    # -- modal submissions -------------------------------------------------------------
+    async def submitted(self, interaction: Interaction) -> None:
+        """A modal was submitted; those of signoff name their ticket in the custom_id."""
+        data = cast(dict[str, Any], interaction.data or {})
+        custom_id = str(data.get("custom_id", ""))
+        click = parse_modal(custom_id)
+        if click is None:
+            if is_ours(custom_id):
+                await self.unrecognised(interaction)
+            return
+        values = forms.submitted_values(data.get("components", []))
+
+        async def answer() -> Answer | Reply:
+            match click.action:
+                case Action.REASON:
+                    reason = values.get(modals.REASON_FIELD, "").strip()
+                    return Deny(reason=reason or None)
+                case Action.RESULT:
+                    return Resolve(result=forms.parse_result(values.get(modals.RESULT_FIELD, "")))
+                case Action.INPUT:
+                    return await self._typed_input(click, values)
+                case _:
+                    return Reply(refusals.UNRECOGNISED)
+
+        await self._decide(interaction, click, answer)
+
+    async def _typed_input(self, click: TicketClick, values: dict[str, str]) -> Answer | Reply:
+        async with self._runtime.store.transaction() as tx:
+            ticket = await tx.get_ticket(click.ticket_id)
+        if ticket is None or not isinstance(ticket.target, RemoteInput):
+            return Reply(refusals.UNRECOGNISED)
+        fields = forms.form_fields(ticket.target.schema_)
+        data, errors = forms.read_values(fields, values)
+        if errors:
+            labels = {f.name: f.label for f in fields}
+            return Reply(refusals.form_errors_text(errors, labels))
+        return InputData(data=data)
+
+    # -- the decision path ---------------------------------------------------------------
+    async def _decide(
+        self,
+        interaction: Interaction,
+        click: TicketClick,
+        answer: Answer | Callable[[], Awaitable[Answer | Reply]],
+    ) -> None:
+        """Check, store, then acknowledge one decision."""
+        actor = self._actor(interaction)
+
+        async def work() -> Reply:
+            chosen = answer if not callable(answer) else await answer()
+            if isinstance(chosen, Reply):
+                return chosen
+            try:
+                await self._runtime.check(
+                    click.ticket_id, chosen, actor, correlation=click.correlation
+                )
+            except ResumeError as exc:
+                return Reply(await self._refusal(exc, click.ticket_id))
+            stored = await self._runtime.receive(
+                click.ticket_id,
+                chosen,
+                actor,
+                correlation=click.correlation,
+                source="discord",
+                delivery_id=str(interaction.id),
+                reply=_where(interaction),
+            )
+            if not stored:
+                return Reply("📌 This click was already received; nothing more to do.")
+            self._wake()
+            return Reply(_received_text(chosen))
+
+        await self._respond(interaction, work)
+
+    async def _refusal(self, exc: SignoffError, ticket_id: str) -> str:
+        ticket: ResumeTicket | None = None
+        try:
+            async with self._runtime.store.transaction() as tx:
+                ticket = await tx.get_ticket(ticket_id)
+        except SignoffError:
+            ticket = None
+        return refusals.refusal_text(exc, ticket, self._config.role_groups)
+
+    async def _card_link(self, ticket_id: str) -> str | None:
+        async with self._runtime.store.transaction() as tx:
+            for kind in cards.CARD_KINDS:
+                item = await tx.find_outbox(ticket_id=ticket_id, kind=kind)
+                if (
+                    item is not None
+                    and item.platform_ref
+                    and item.destination.get("platform") == "discord"
+                ):
+                    ref = item.platform_ref
+                    return cards.jump_url(
+                        item.destination.get("guild_id"),
+                        str(ref.get("channel_id")),
+                        str(ref.get("message_id")),
+                    )
+        return None
+
+    def _actor(self, interaction: Interaction) -> Actor:
+        return actor_of(interaction.user, self._config)
+
+    # -- answering in time ---------------------------------------------------------------
+    async def _respond(
+        self,
+        interaction: Interaction,
+        work: Callable[[], Awaitable[Reply]],
+        *,
+        ephemeral_if_slow: bool = True,
+    ) -> None:
+        """Do `work` and answer with its reply, deferring first if it takes too long."""
+        task = asyncio.ensure_future(self._guarded(work))
+        done, _ = await asyncio.wait({task}, timeout=self._config.ack_budget_seconds)
+        if not done:
+            try:
+                await interaction.response.defer(ephemeral=ephemeral_if_slow, thinking=True)
+            except discord.HTTPException as exc:
+                log.warning("could not defer interaction %s: %s", interaction.id, exc)
+        await self._send(interaction, await task)
+
+    async def _guarded(self, work: Callable[[], Awaitable[Reply]]) -> Reply:
+        try:
+            return await work()
+        except SignoffError as exc:
+            log.warning("a Discord interaction failed: %s", exc)
+            return Reply(refusals.refusal_text(exc, None, self._config.role_groups))
+        except Exception:
+            log.exception("a Discord interaction failed")
+            return Reply("⚠️ Something went wrong on our side; please try again.")
+
+    async def _send(self, interaction: Interaction, reply: Reply) -> None:
+        embeds = [discord.Embed.from_dict(reply.embed)] if reply.embed else []
+        mentions = discord.AllowedMentions.none()
+        try:
+            if interaction.response.is_done():
+                await interaction.followup.send(
+                    reply.content,
+                    embeds=embeds,
+                    ephemeral=reply.ephemeral,
+                    allowed_mentions=mentions,
+                )
+            else:
+                await interaction.response.send_message(
+                    reply.content,
+                    embeds=embeds,
+                    ephemeral=reply.ephemeral,
+                    allowed_mentions=mentions,
+                )
+        except discord.HTTPException as exc:
+            # Typically 40060 (already answered: a redelivered interaction) or 10062 (too
+            # late). A stored decision stays stored either way.
+            log.warning("could not answer interaction %s: %s", interaction.id, exc)
+
+
+def _constant(reply: Reply) -> Callable[[], Awaitable[Reply]]:
+    async def work() -> Reply:
+        return reply
+
+    return work
+
+
+def _where(interaction: Interaction) -> dict[str, Any]:
+    """Where the click came from, kept with the stored decision (no credentials)."""
+    where: dict[str, Any] = {"channel_id": str(interaction.channel_id)}
+    if interaction.message is not None:
+        where["message_id"] = str(interaction.message.id)
+    return where
+
+
+def _received_text(answer: Answer) -> str:
+    match answer:
+        case Allow():
+            what = "✅ Allow recorded"
+        case Deny():
+            what = "⛔ Deny recorded"
+        case InputData():
+            what = "📝 Answer recorded"
+        case Resolve():
+            what = "📝 Result recorded"
+        case Retry():
+            what = "🔁 Retry recorded"
+        case Abort():
+            what = "🛑 Abort recorded"
+        case _:
+            what = "Decision recorded"
+    return f"{what}. The message above updates once it is applied."
+
+
+def _form_for(
+    click: TicketClick, ticket: ResumeTicket, config: DiscordConfig
+) -> discord.ui.Modal | Reply:
+    match click.action:
+        case Action.REASON:
+            return modals.reason_modal(click)
+        case Action.RESULT:
+            tool = getattr(ticket.target, "tool", "")
+            return modals.result_modal(click, str(tool))
+        case _:
+            target = ticket.target
+            if not isinstance(target, RemoteInput):
+                return Reply(refusals.UNRECOGNISED)
+            if not forms.fits_modal(target.schema_):
+                where = f"/runs/{ticket.run_id}"
+                link = (config.console_url or "").rstrip("/") + where
+                return Reply(
+                    "📌 This form is larger than a Discord form; answer it in the web console: "
+                    + (link if config.console_url else cards.code(where))
+                )
+            return modals.input_modal(click, target.prompt, forms.form_fields(target.schema_))

@@ -1,0 +1,75 @@
+"""The modals a card's buttons open: deny with reason, typed input, record a result.
+
+Each modal's ``custom_id`` names its ticket and token (`custom_ids.TicketClick.modal_id`),
+so a submission is handled from the id alone, even by a bot that restarted while the
+person was typing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import discord
+
+from adapters.discord.custom_ids import TicketClick
+from adapters.discord.forms import LABEL_LENGTH, VALUE_LENGTH, FormField, clip
+
+TITLE_LENGTH = 45
+REASON_FIELD = "reason"
+RESULT_FIELD = "result"
+
+
+def _modal(title: str, click: TicketClick) -> discord.ui.Modal:
+    return discord.ui.Modal(title=clip(title, TITLE_LENGTH), custom_id=click.modal_id, timeout=None)
+
+
+def reason_modal(click: TicketClick) -> discord.ui.Modal:
+    """Deny with a reason the model will read."""
+    modal = _modal("Deny with reason", click)
+    modal.add_item(
+        discord.ui.TextInput(
+            label="Why is this denied?",
+            custom_id=REASON_FIELD,
+            style=discord.TextStyle.paragraph,
+            required=True,
+            max_length=1000,
+            placeholder="The agent sees this reason.",
+        )
+    )
+    return modal
+
+
+def result_modal(click: TicketClick, tool: str) -> discord.ui.Modal:
+    """Record what an uncertain call really did."""
+    modal = _modal(f"What did {tool} do?", click)
+    modal.add_item(
+        discord.ui.TextInput(
+            label="Verified result (JSON or text)",
+            custom_id=RESULT_FIELD,
+            style=discord.TextStyle.paragraph,
+            required=True,
+            max_length=VALUE_LENGTH,
+            placeholder='e.g. "paged by phone" or {"refund_id": "re_123"}',
+        )
+    )
+    return modal
+
+
+def input_modal(click: TicketClick, prompt: str, fields: Sequence[FormField]) -> discord.ui.Modal:
+    """One text input per schema property (at most five)."""
+    modal = _modal(prompt or "Input needed", click)
+    for field in fields[:5]:
+        modal.add_item(
+            discord.ui.TextInput(
+                label=clip(field.label, LABEL_LENGTH),
+                custom_id=field.name,
+                style=(
+                    discord.TextStyle.paragraph if field.kind == "json" else discord.TextStyle.short
+                ),
+                required=field.required,
+                default=field.initial,
+                placeholder=field.placeholder or None,
+                max_length=VALUE_LENGTH,
+            )
+        )
+    return modal

@@ -1,0 +1,628 @@
+"""The Slack edge: a slack-bolt `AsyncApp` that starts runs and records decisions.
+
+Starting runs (the run's thread is the Slack thread; a new request in a thread that
+already had a run continues that conversation with the same agent):
+
+- the slash command (``/signoff refunds refund order A-1``; the first word names the
+  agent, else the default agent runs): the bot posts the request in the channel and the
+  run lives in that message's thread;
+- an ``@signoff refunds ...`` mention in a channel, and a direct message.
+
+Mentions and DMs are stored as runs *before* Slack gets its 200 (a listener middleware
+does it), so a failure makes Slack retry, and a retry (same ``event_id``) starts nothing
+new.
+
+Decisions (buttons, modals) follow one path, so no click is lost, doubled or accepted
+from someone who may not decide:
+
+1. bolt verifies the signature and timestamp (401 otherwise, nothing parsed further);
+2. the button's value names the ticket and its correlation token, nothing else;
+3. the clicker becomes an `Actor` whose ``group:`` memberships Slack vouched for;
+4. `Runtime.check` validates the decision without changing anything; a refusal is
+   acknowledged and explained in an ephemeral message (who may decide, already decided,
+   expired ...);
+5. `Runtime.receive` stores the click durably (one short transaction; a repeated delivery
+   is recognised by its ``trigger_id`` and stored once), then ``ack()``;
+6. the serving process applies it asynchronously; the runtime's ``decided`` notification
+   makes `SlackNotifier` update the card.
+
+Nothing here reads ``SLACK_*`` environment variables: the Web API client is built from
+`SlackConfig` (its base URL included) and bolt is constructed with those variables
+hidden, so it cannot turn on OAuth or pick up other credentials by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import html
+import logging
+import os
+import re
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.app.async_app import AsyncApp
+from slack_bolt.context.ack.async_ack import AsyncAck
+from slack_bolt.context.respond.async_respond import AsyncRespond
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.slack import blocks, modals
+from adapters.slack.blocks import TicketRef
+from adapters.slack.config import SlackConfig
+from adapters.slack.directory import Directory
+from adapters.slack.refusals import refusal_text
+from runtime import (
+    Abort,
+    Actor,
+    Allow,
+    Answer,
+    Deny,
+    IdempotencyConflict,
+    InputData,
+    InvalidAnswer,
+    RemoteInput,
+    ResolutionError,
+    Resolve,
+    ResumeTicket,
+    Retry,
+    Runtime,
+    SignoffError,
+    ToolPermission,
+    Uncertain,
+)
+
+log = logging.getLogger("signoff.slack")
+
+EVENTS_PATH = "/slack/events"
+SOURCE = "slack"
+_MENTIONS = re.compile(r"^\s*(?:<@[A-Z0-9]+(?:\|[^>]*)?>[\s,:]*)+")
+_ACTION_PATTERN = re.compile(r"^signoff\.")
+_BUTTON_ANSWERS: dict[str, Answer] = {
+    blocks.ACTION_ALLOW: Allow(),
+    blocks.ACTION_DENY: Deny(),
+    blocks.ACTION_RETRY: Retry(),
+    blocks.ACTION_ABORT: Abort(),
+}
+# Buttons that open a modal: the decision they stand for when checking the clicker.
+_MODAL_PROBES: dict[str, Answer] = {
+    blocks.ACTION_DENY_REASON: Deny(),
+    blocks.ACTION_ANSWER: Deny(),
+    blocks.ACTION_RESOLVE: Resolve(result=None),
+}
+
+OnChange = Callable[[], None]
+
+
+@contextlib.contextmanager
+def _slack_environment_hidden() -> Iterator[None]:
+    """Hide ``SLACK_*`` variables while bolt is constructed (it reads them on its own)."""
+    names = [key for key in os.environ if key.upper().startswith("SLACK_")]
+    hidden = {key: os.environ.pop(key) for key in names}
+    try:
+        yield
+    finally:
+        os.environ.update(hidden)
+
+
+def build_client(config: SlackConfig) -> AsyncWebClient:
+    """The Web API client: the bot token and base URL of `config`, nothing from the environment."""
+    return AsyncWebClient(
+        token=config.bot_token,
+        base_url=config.api_base_url,
+        timeout=max(1, int(config.timeout_seconds)),
+    )
+
+
+def build_slack_app(
+    runtime: Runtime,
+    config: SlackConfig,
+    on_change: OnChange,
+    *,
+    client: AsyncWebClient | None = None,
+    directory: Directory | None = None,
+) -> AsyncApp:
+    """The bolt app with signoff's listeners (slash command, mentions, DMs, buttons, modals).
+
+    Args:
+        runtime: Where runs start and decisions are received.
+        config: Credentials and options.
+        on_change: Called after a run was started or a decision stored (wakes the worker).
+        client: The Web API client (default: `build_client(config)`).
+        directory: Resolves approver groups (default: one over `client`).
+    """
+    web_client = client or build_client(config)
+    with _slack_environment_hidden():
+        app = AsyncApp(
+            name="signoff",
+            client=web_client,
+            signing_secret=config.signing_secret,
+            process_before_response=False,
+            request_verification_enabled=True,
+            url_verification_enabled=True,
+            ignoring_self_events_enabled=True,
+        )
+    if app.oauth_flow is not None:  # cannot happen with the environment hidden
+        raise RuntimeError("bolt turned on OAuth; signoff's Slack app is single-workspace")
+    edge = _SlackEdge(
+        runtime,
+        config,
+        on_change,
+        directory or Directory(web_client, ttl=config.group_cache_seconds),
+    )
+    app.command(config.command)(edge.on_command)
+    app.event("app_mention", middleware=[edge.start_from_event])(edge.acknowledged)
+    app.event("message", middleware=[edge.start_from_event])(edge.acknowledged)
+    app.action(_ACTION_PATTERN)(edge.on_button)
+    for callback_id in modals.VIEWS:
+        app.view(callback_id)(edge.on_view)
+    return app
+
+
+def add_slack_routes(app: web.Application, bolt: AsyncApp, path: str = EVENTS_PATH) -> None:
+    """Serve Slack's requests (commands, events, interactions) at ``POST path``."""
+
+    async def slack_events(request: web.Request) -> web.Response:
+        bolt_request = await to_bolt_request(request)
+        bolt_response = await bolt.async_dispatch(bolt_request)
+        return await to_aiohttp_response(bolt_response)
+
+    app.router.add_post(path, slack_events)
+
+
+def thread_key(channel: str, thread_ts: str) -> str:
+    """The runtime thread id of a Slack thread."""
+    return f"slack:{channel}:{thread_ts}"
+
+
+def unescape(text: str) -> str:
+    """Undo Slack's escaping of ``&``, ``<`` and ``>`` in message text."""
+    return html.unescape(text) if "&" in text else text
+
+
+def _fingerprint(*parts: str) -> str:
+    return hashlib.sha256("\x00".join(parts).encode()).hexdigest()
+
+
+def _delivery_id(body: Mapping[str, Any]) -> str:
+    """Slack's id of one interaction: its ``trigger_id``, else a digest of the payload."""
+    trigger = body.get("trigger_id")
+    if isinstance(trigger, str) and trigger:
+        return f"{body.get('type')}:{trigger}"
+    actions = body.get("actions") or [{}]
+    action = actions[0] if isinstance(actions, list) and actions else {}
+    view = body.get("view") or {}
+    return "digest:" + _fingerprint(
+        str(body.get("type")),
+        str((body.get("user") or {}).get("id")),
+        str(action.get("action_id") if isinstance(action, Mapping) else ""),
+        str(action.get("action_ts") if isinstance(action, Mapping) else ""),
+        str(view.get("id") if isinstance(view, Mapping) else ""),
+        str(view.get("hash") if isinstance(view, Mapping) else ""),
+    )
+
+
+def _user(body: Mapping[str, Any]) -> tuple[str, str | None]:
+    user = body.get("user") or {}
+    if not isinstance(user, Mapping):
+        return "", None
+    name = user.get("name") or user.get("username")
+    return str(user.get("id") or ""), str(name) if name else None
+
+
+class _SlackEdge:
+    """The listeners; each translates one Slack payload into one runtime call."""
+
+    def __init__(
+        self, runtime: Runtime, config: SlackConfig, on_change: OnChange, directory: Directory
+    ) -> None:
+        self._runtime = runtime
+        self._config = config
+        self._on_change = on_change
+        self._directory = directory
+
+    # -- choosing the agent ------------------------------------------------------------
+    def _usage(self) -> str:
+        names = sorted(self._runtime.agents)
+        command = self._config.command
+        example = names[0] if names else "refunds"
+        text = (
+            f"Usage: `{command} <agent> <request>`, e.g. `{command} {example} refund order A-1`, "
+            "or mention me with the same words, or send me a direct message."
+        )
+        if self._config.default_agent:
+            text += f" Without an agent name, *{self._config.default_agent}* runs."
+        agents = ", ".join(f"`{blocks.escape(n)}`" for n in names) or "none loaded"
+        return f"{text}\nAgents: {agents}."
+
+    def _choose(self, text: str, previous: str | None) -> tuple[str, str] | str:
+        """(agent, request) for a request text, or the help text to answer instead."""
+        request = text.strip()
+        agents = self._runtime.agents
+        head, _, rest = request.partition(" ")
+        if request.lower() in ("", "help"):
+            return self._usage()
+        named = head if head in agents else None
+        named = named or next((a for a in agents if a.lower() == head.lower()), None)
+        if named is not None:
+            if not rest.strip():
+                return f"What should *{blocks.escape(named)}* do?\n" + self._usage()
+            return named, rest.strip()
+        chosen = previous or self._config.default_agent
+        if chosen is None or chosen not in agents:
+            return f"No agent named `{blocks.escape(head)}`.\n" + self._usage()
+        return chosen, request
+
+    async def _start(
+        self,
+        agent: str,
+        request: str,
+        *,
+        user: str,
+        channel: str,
+        thread_ts: str,
+        idempotency: tuple[str, str],
+    ) -> None:
+        scope, key = idempotency
+        origin = {"platform": SOURCE, "channel": channel, "thread_ts": thread_ts, "user": user}
+        try:
+            result = await self._runtime.start(
+                agent,
+                request,
+                requester=user,
+                thread_id=thread_key(channel, thread_ts),
+                origin=origin,
+                wait=False,
+                idempotency=(scope, key, _fingerprint(agent, request)),
+            )
+        except IdempotencyConflict:
+            log.warning("Slack delivery %s reused with another request; ignored", key)
+            return
+        log.info(
+            "started %s from Slack",
+            agent,
+            extra={"run_id": result.run_id, "channel": channel, "user": user},
+        )
+        self._on_change()
+
+    # -- the slash command -------------------------------------------------------------
+    async def on_command(
+        self, ack: AsyncAck, command: dict[str, Any], client: AsyncWebClient
+    ) -> None:
+        """``/signoff [agent] request``: post the request, start its run in that thread."""
+        user = str(command.get("user_id") or "")
+        channel = str(command.get("channel_id") or "")
+        chosen = self._choose(unescape(str(command.get("text") or "")), None)
+        if isinstance(chosen, str):
+            await ack(text=chosen, response_type="ephemeral")
+            return
+        agent, request = chosen
+        try:
+            posted = await client.chat_postMessage(
+                channel=channel,
+                text=f"<@{user}> asked *{blocks.escape(agent)}*: {blocks.escape(request)}"[:3000],
+                unfurl_links=False,
+            )
+        except SlackApiError as exc:
+            code = exc.response.get("error") if exc.response is not None else None
+            await ack(
+                text=f"I cannot post in this channel ({code or 'error'}). Invite me with "
+                f"`/invite @signoff`, or send me a direct message.",
+                response_type="ephemeral",
+            )
+            return
+        thread_ts = str(posted["ts"])
+        trigger = str(command.get("trigger_id") or thread_ts)
+        try:
+            await self._start(
+                agent,
+                request,
+                user=user,
+                channel=str(posted.get("channel") or channel),
+                thread_ts=thread_ts,
+                idempotency=("slack:command", trigger),
+            )
+        except SignoffError as exc:
+            await ack(
+                text=f"Could not start *{blocks.escape(agent)}*: {blocks.escape(str(exc))}",
+                response_type="ephemeral",
+            )
+            return
+        await ack()
+
+    # -- mentions and direct messages ----------------------------------------------------
+    async def start_from_event(
+        self, body: dict[str, Any], next: Callable[[], Any], client: AsyncWebClient
+    ) -> None:
+        """Listener middleware: start the run *before* bolt acknowledges the event."""
+        event = body.get("event") or {}
+        if self._wanted(event):
+            await self._start_from(body, event, client)
+        await next()
+
+    async def acknowledged(self) -> None:
+        """The event listener proper: the middleware already did the work."""
+
+    @staticmethod
+    def _wanted(event: Mapping[str, Any]) -> bool:
+        if event.get("subtype") or event.get("bot_id") or not event.get("user"):
+            return False
+        if event.get("type") == "app_mention":
+            return True
+        return event.get("type") == "message" and event.get("channel_type") == "im"
+
+    async def _start_from(
+        self, body: Mapping[str, Any], event: Mapping[str, Any], client: AsyncWebClient
+    ) -> None:
+        user = str(event["user"])
+        channel = str(event.get("channel") or "")
+        ts = str(event.get("ts") or "")
+        thread_ts = str(event.get("thread_ts") or ts)
+        text = unescape(_MENTIONS.sub("", str(event.get("text") or "")))
+        earlier = await self._runtime.list_runs(thread_id=thread_key(channel, thread_ts), limit=1)
+        chosen = self._choose(text, earlier[0].agent if earlier else None)
+        if isinstance(chosen, str):
+            await self._reply(client, channel, thread_ts, chosen)
+            return
+        agent, request = chosen
+        event_id = str(body.get("event_id") or f"{channel}:{ts}")
+        await self._start(
+            agent,
+            request,
+            user=user,
+            channel=channel,
+            thread_ts=thread_ts,
+            idempotency=("slack:event", event_id),
+        )
+
+    async def _reply(self, client: AsyncWebClient, channel: str, thread_ts: str, text: str) -> None:
+        try:
+            await client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=text)
+        except (SlackApiError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+            log.warning("cannot reply in Slack channel %s: %s", channel, exc)
+
+    # -- who is clicking -------------------------------------------------------------------
+    async def _ticket(self, ticket_id: str) -> ResumeTicket | None:
+        async with self._runtime.store.transaction() as tx:
+            return await tx.get_ticket(ticket_id)
+
+    async def _actor(self, user: str, name: str | None, ticket: ResumeTicket | None) -> Actor:
+        approvers = ticket.approvers if ticket is not None else ()
+        try:
+            async with asyncio.timeout(self._config.lookup_timeout_seconds):
+                return await self._directory.actor(user, approvers, name=name)
+        except TimeoutError:
+            log.warning("Slack membership look-up for %s timed out; no groups", user)
+            return Actor(id=user, platform=SOURCE, name=name)
+
+    async def _refuse(
+        self,
+        client: AsyncWebClient,
+        respond: AsyncRespond | None,
+        body: Mapping[str, Any],
+        ticket_id: str | None,
+        exc: SignoffError | None,
+        text: str | None = None,
+    ) -> None:
+        """Tell the clicker (only them) why nothing happened."""
+        if text is None:
+            assert exc is not None
+            ticket = await self._ticket(ticket_id) if ticket_id else None
+            text = refusal_text(exc, ticket)
+        user, _name = _user(body)
+        channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get(
+            "channel_id"
+        )
+        message = body.get("message") or {}
+        thread_ts = message.get("thread_ts") if isinstance(message, Mapping) else None
+        if channel and user:
+            arguments: dict[str, Any] = {"channel": channel, "user": user, "text": text}
+            if thread_ts:
+                arguments["thread_ts"] = thread_ts
+            try:
+                await client.chat_postEphemeral(**arguments)
+                return
+            except (SlackApiError, aiohttp.ClientError, OSError, TimeoutError) as error:
+                log.warning("chat.postEphemeral failed (%s); using the response URL", error)
+        if respond is not None:
+            try:
+                await respond(text=text, response_type="ephemeral", replace_original=False)
+            except (aiohttp.ClientError, OSError, TimeoutError) as error:
+                log.warning("cannot tell %s why their click was refused: %s", user, error)
+
+    # -- buttons -----------------------------------------------------------------------------
+    async def on_button(
+        self,
+        ack: AsyncAck,
+        body: dict[str, Any],
+        action: dict[str, Any],
+        client: AsyncWebClient,
+        respond: AsyncRespond | None,
+    ) -> None:
+        """A signoff button: check, store durably, then acknowledge (or open a modal)."""
+        action_id = str(action.get("action_id") or "")
+        ref = blocks.parse_ref(action.get("value"))
+        user, name = _user(body)
+        if ref is None or action_id not in blocks.ACTIONS or not user:
+            await ack()
+            await self._refuse(
+                client, respond, body, None, None, ":warning: This button is not valid."
+            )
+            return
+        ticket = await self._ticket(ref.ticket_id)
+        actor = await self._actor(user, name, ticket)
+        answer = _BUTTON_ANSWERS.get(action_id) or _MODAL_PROBES[action_id]
+        try:
+            checked = await self._runtime.check(
+                ref.ticket_id, answer, actor, correlation=ref.correlation
+            )
+            if action_id in _MODAL_PROBES:
+                view = _modal_for(action_id, checked, ref)
+        except SignoffError as exc:
+            await ack()
+            await self._refuse(client, respond, body, ref.ticket_id, exc)
+            return
+        if action_id in _MODAL_PROBES:
+            await ack()
+            try:
+                await client.views_open(trigger_id=str(body.get("trigger_id") or ""), view=view)
+            except (SlackApiError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+                log.warning("views.open failed: %s", exc, extra={"ticket_id": ref.ticket_id})
+                await self._refuse(
+                    client,
+                    respond,
+                    body,
+                    None,
+                    None,
+                    ":warning: Could not open the form; please try again.",
+                )
+            return
+        await self._receive(ack, body, ref, answer, actor, client, respond)
+
+    async def _receive(
+        self,
+        ack: AsyncAck,
+        body: Mapping[str, Any],
+        ref: TicketRef,
+        answer: Answer,
+        actor: Actor,
+        client: AsyncWebClient,
+        respond: AsyncRespond | None,
+        **ack_arguments: Any,
+    ) -> None:
+        """Store the decision durably, then acknowledge; wake the worker if it was new.
+
+        The stored ``reply`` says where to tell the clicker if the decision is refused
+        when it is applied: the channel and thread of the card they clicked.
+        """
+        channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get(
+            "channel_id"
+        )
+        message = body.get("message") or {}
+        thread_ts = message.get("thread_ts") if isinstance(message, Mapping) else None
+        if not channel:  # a modal: find the card it came from
+            channel, thread_ts = await self._card_location(ref.ticket_id)
+        reply = {
+            "channel": channel,
+            "thread_ts": thread_ts,
+            "user": actor.id,
+            "message_ts": (body.get("container") or {}).get("message_ts"),
+            "response_url": body.get("response_url"),
+        }
+        try:
+            stored = await self._runtime.receive(
+                ref.ticket_id,
+                answer,
+                actor,
+                correlation=ref.correlation,
+                source=SOURCE,
+                delivery_id=_delivery_id(body),
+                reply={k: v for k, v in reply.items() if v},
+            )
+        except SignoffError as exc:
+            # Not stored: say so, so the person clicks again (Slack sees an ack either way).
+            log.error("could not store a Slack decision on %s: %s", ref.ticket_id, exc)
+            await ack(**ack_arguments)
+            await self._refuse(
+                client,
+                respond,
+                body,
+                None,
+                None,
+                ":warning: Your decision could not be recorded (the database did not answer); "
+                "nothing changed. Please try again.",
+            )
+            return
+        await ack(**ack_arguments)
+        if stored:
+            self._on_change()
+        else:
+            log.info("duplicate Slack delivery for %s ignored", ref.ticket_id)
+
+    async def _card_location(self, ticket_id: str) -> tuple[str | None, str | None]:
+        """The channel and thread of a ticket's card, if it was posted to Slack."""
+        async with self._runtime.store.transaction() as tx:
+            for kind in blocks.CARD_KINDS:
+                card = await tx.find_outbox(ticket_id=ticket_id, kind=kind)
+                if card is not None and card.destination.get("platform") == SOURCE:
+                    ref = card.platform_ref or {}
+                    channel = ref.get("channel") or card.destination.get("channel")
+                    thread = card.destination.get("thread_ts")
+                    return (str(channel) if channel else None, str(thread) if thread else None)
+        return None, None
+
+    # -- modals ------------------------------------------------------------------------------
+    async def on_view(
+        self, ack: AsyncAck, body: dict[str, Any], view: dict[str, Any], client: AsyncWebClient
+    ) -> None:
+        """A submitted signoff modal: convert, check (field errors stay in the modal), store."""
+        ref = blocks.parse_ref(view.get("private_metadata"))
+        user, name = _user(body)
+        if ref is None or not user:
+            await ack(
+                response_action="update",
+                view=modals.notice_view("Not recorded", ":warning: This form is not valid."),
+            )
+            return
+        ticket = await self._ticket(ref.ticket_id)
+        actor = await self._actor(user, name, ticket)
+        state = (view.get("state") or {}).get("values") or {}
+        callback_id = view.get("callback_id")
+        schema = (
+            ticket.target.schema_
+            if ticket is not None and isinstance(ticket.target, RemoteInput)
+            else None
+        )
+        answer: Answer
+        if callback_id == modals.VIEW_DENY_REASON:
+            reason = modals.submitted_text(state, modals.REASON_BLOCK).strip()
+            answer = Deny(reason=reason or None)
+        elif callback_id == modals.VIEW_RESOLVE:
+            text = modals.submitted_text(state, modals.RESULT_BLOCK)
+            if not text.strip():
+                await ack(
+                    response_action="errors",
+                    errors={modals.RESULT_BLOCK: "Describe what really happened."},
+                )
+                return
+            answer = Resolve(result=modals.parse_result(text))
+        else:
+            data, errors = modals.read_input(schema, state)
+            if errors:
+                await ack(response_action="errors", errors=errors)
+                return
+            answer = InputData(data=data)
+        try:
+            await self._runtime.check(ref.ticket_id, answer, actor, correlation=ref.correlation)
+        except InvalidAnswer as exc:
+            await ack(response_action="errors", errors=modals.field_errors(schema, exc.errors))
+            return
+        except SignoffError as exc:
+            current = await self._ticket(ref.ticket_id)
+            await ack(
+                response_action="update",
+                view=modals.notice_view("Not recorded", refusal_text(exc, current)),
+            )
+            return
+        await self._receive(ack, body, ref, answer, actor, client, None)
+
+
+def _modal_for(action_id: str, ticket: ResumeTicket, ref: TicketRef) -> dict[str, Any]:
+    """The modal a button opens, for the ticket it was checked against.
+
+    Raises:
+        ResolutionError: The button does not fit what the ticket waits for.
+    """
+    target = ticket.target
+    if action_id == blocks.ACTION_DENY_REASON and isinstance(target, ToolPermission | RemoteInput):
+        return modals.deny_reason_modal(ref, target.tool)
+    if action_id == blocks.ACTION_ANSWER and isinstance(target, RemoteInput):
+        return modals.input_modal(ref, target.tool, target.prompt, target.schema_)
+    if action_id == blocks.ACTION_RESOLVE and isinstance(target, Uncertain):
+        return modals.resolve_modal(ref, target.tool, target.args)
+    raise ResolutionError(f"this button does not fit a {target.kind} request")

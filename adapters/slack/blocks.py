@@ -1,0 +1,480 @@
+"""Block Kit messages for signoff's notifications: pure functions from outbox payloads.
+
+Every card is built from the payload the runtime committed with the notification (agent,
+tool, masked arguments, requester, deadline, who may decide) plus, for open tickets, the
+ticket's correlation token. Buttons carry only ``{"t": ticket_id, "c": correlation}`` in
+their ``value``; everything else is looked up server-side when they are clicked.
+
+Slack's limits are enforced here, never left to chance: section text 3000 characters,
+button values 2000, header text 150, at most 50 blocks per message, modal titles 24.
+Text is cut on a character boundary, never inside an ``&amp;`` entity, and marked with
+an ellipsis.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+Block = dict[str, Any]
+
+MAX_SECTION_TEXT = 3000
+MAX_BUTTON_VALUE = 2000
+MAX_HEADER_TEXT = 150
+MAX_BLOCKS = 50
+MAX_MODAL_TITLE = 24
+MAX_FALLBACK_TEXT = 3000
+MAX_FIELD_TEXT = 2000
+MAX_BUTTON_TEXT = 75
+
+ACTION_ALLOW = "signoff.allow"
+ACTION_DENY = "signoff.deny"
+ACTION_DENY_REASON = "signoff.deny_reason"
+ACTION_ANSWER = "signoff.answer"
+ACTION_RESOLVE = "signoff.resolve"
+ACTION_RETRY = "signoff.retry"
+ACTION_ABORT = "signoff.abort"
+ACTIONS = (
+    ACTION_ALLOW,
+    ACTION_DENY,
+    ACTION_DENY_REASON,
+    ACTION_ANSWER,
+    ACTION_RESOLVE,
+    ACTION_RETRY,
+    ACTION_ABORT,
+)
+"""Every ``action_id`` a signoff button can have."""
+
+ELLIPSIS = "…"
+_SLACK_USER = re.compile(r"^[UW][A-Z0-9]+$")
+_SLACK_GROUP = re.compile(r"^S[A-Z0-9]+$")
+_SLACK_CHANNEL = re.compile(r"^[CG][A-Z0-9]+$")
+
+
+@dataclass(frozen=True, slots=True)
+class TicketRef:
+    """What a button or modal carries: the ticket and the token it must echo."""
+
+    ticket_id: str
+    correlation: str
+
+
+# -- text helpers ----------------------------------------------------------------------
+
+
+def escape(text: str) -> str:
+    """Escape the three characters Slack's mrkdwn treats as control characters."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def truncate(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` characters, ending in an ellipsis when cut.
+
+    The cut never splits an HTML entity produced by `escape` (``&amp;`` and friends).
+    """
+    if limit <= 0:
+        return ""
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - len(ELLIPSIS)]
+    amp = cut.rfind("&")
+    if amp != -1 and ";" not in cut[amp:] and len(cut) - amp < 5:
+        cut = cut[:amp]
+    return cut + ELLIPSIS
+
+
+def plain(text: str, limit: int) -> dict[str, Any]:
+    """A ``plain_text`` object (no escaping needed), cut to `limit`."""
+    return {"type": "plain_text", "text": truncate(text, limit) or " ", "emoji": True}
+
+
+def mrkdwn(text: str, limit: int = MAX_SECTION_TEXT) -> dict[str, Any]:
+    """A ``mrkdwn`` object whose (already escaped) text is cut to `limit`."""
+    return {"type": "mrkdwn", "text": truncate(text, limit) or " "}
+
+
+def code_block(value: Any, limit: int = MAX_SECTION_TEXT) -> str:
+    """`value` as pretty JSON in a mrkdwn code block of at most `limit` characters."""
+    try:
+        pretty = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    except ValueError:  # a circular structure: show its repr
+        pretty = repr(value)
+    fence = "```"
+    return fence + truncate(escape(pretty), limit - 2 * len(fence)) + fence
+
+
+def user(ref: str | None) -> str:
+    """Render a user id: a Slack mention for Slack ids, the escaped id otherwise."""
+    if not ref:
+        return "someone"
+    if _SLACK_USER.match(ref):
+        return f"<@{ref}>"
+    return f"`{escape(ref)}`"
+
+
+def approver(entry: str) -> str:
+    """Render one approver entry (see the README's approver syntax)."""
+    if entry == "*":
+        return "anyone"
+    if entry.startswith("group:"):
+        group = entry[len("group:") :]
+        if _SLACK_GROUP.match(group):
+            return f"<!subteam^{group}>"
+        if _SLACK_CHANNEL.match(group):
+            return f"members of <#{group}>"
+        return f"group `{escape(group)}`"
+    return user(entry)
+
+
+def who_may_decide(payload: Mapping[str, Any]) -> str:
+    """Who may decide a ticket, from its notification payload."""
+    four_eyes = bool(payload.get("four_eyes"))
+    requester = payload.get("requester")
+    people = [] if four_eyes or not requester else [user(str(requester))]
+    people += [approver(str(a)) for a in payload.get("approvers") or ()]
+    described = ", ".join(dict.fromkeys(people)) if people else "an operator"
+    if four_eyes:
+        described += " (not the requester)"
+    return described
+
+
+def when(iso: str | None) -> str:
+    """A timestamp as Slack's localised date, falling back to the ISO text."""
+    if not iso:
+        return "unknown time"
+    try:
+        moment = datetime.fromisoformat(iso)
+    except ValueError:
+        return escape(iso)
+    return f"<!date^{int(moment.timestamp())}^{{date_short_pretty}} at {{time}}|{escape(iso)}>"
+
+
+# -- buttons ---------------------------------------------------------------------------
+
+
+def button_value(ticket_id: str, correlation: str) -> str:
+    """The ``value`` of a signoff button: the ticket id and its correlation token only.
+
+    Raises:
+        ValueError: The two would not fit Slack's 2000-character limit.
+    """
+    value = json.dumps({"t": ticket_id, "c": correlation}, separators=(",", ":"))
+    if len(value) > MAX_BUTTON_VALUE:
+        raise ValueError("ticket id and correlation token exceed Slack's button value limit")
+    return value
+
+
+def parse_ref(value: Any) -> TicketRef | None:
+    """Read a button value or modal ``private_metadata``; None if it is not ours."""
+    if not isinstance(value, str) or len(value) > MAX_SECTION_TEXT:
+        return None
+    try:
+        data = json.loads(value)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    ticket_id, correlation = data.get("t"), data.get("c")
+    if not isinstance(ticket_id, str) or not isinstance(correlation, str):
+        return None
+    if not ticket_id or not correlation:
+        return None
+    return TicketRef(ticket_id, correlation)
+
+
+def button(text: str, action_id: str, value: str, style: str | None = None) -> dict[str, Any]:
+    """A button element."""
+    element: dict[str, Any] = {
+        "type": "button",
+        "text": plain(text, MAX_BUTTON_TEXT),
+        "action_id": action_id,
+        "value": value,
+    }
+    if style is not None:
+        element["style"] = style
+    return element
+
+
+# -- cards -----------------------------------------------------------------------------
+
+
+def _header(text: str) -> Block:
+    return {"type": "header", "text": plain(text, MAX_HEADER_TEXT)}
+
+
+def _section(text: str) -> Block:
+    return {"type": "section", "text": mrkdwn(text)}
+
+
+def _fields(*pairs: tuple[str, str]) -> Block:
+    return {
+        "type": "section",
+        "fields": [mrkdwn(f"*{label}*\n{value}", MAX_FIELD_TEXT) for label, value in pairs],
+    }
+
+
+def _context(text: str) -> Block:
+    return {"type": "context", "elements": [mrkdwn(text)]}
+
+
+def _details(payload: Mapping[str, Any]) -> Block:
+    deadline = payload.get("deadline")
+    return _fields(
+        ("Agent", f"`{escape(str(payload.get('agent') or '?'))}`"),
+        ("Requested by", user(payload.get("requester"))),
+        ("Who may decide", who_may_decide(payload)),
+        ("Deadline", when(deadline) if deadline else "none"),
+    )
+
+
+def _actions(ticket_id: str, buttons: Sequence[dict[str, Any]]) -> Block:
+    return {"type": "actions", "block_id": f"signoff:{ticket_id}"[:255], "elements": list(buttons)}
+
+
+def finish(blocks: list[Block]) -> list[Block]:
+    """Keep a message within Slack's block count (the outcome and buttons come last)."""
+    if len(blocks) <= MAX_BLOCKS:
+        return blocks
+    return [*blocks[: MAX_BLOCKS - 2], *blocks[-2:]]
+
+
+def _target(payload: Mapping[str, Any]) -> dict[str, Any]:
+    target = payload.get("target")
+    return dict(target) if isinstance(target, Mapping) else {}
+
+
+def approval_card(
+    payload: Mapping[str, Any], ref: TicketRef | None, outcome: str | None = None
+) -> list[Block]:
+    """The card of an ``approval_requested`` notification.
+
+    Args:
+        payload: The notification payload (``agent``, ``target`` with the tool and its
+            masked arguments, ``requester``, ``approvers``, ``deadline`` ...).
+        ref: The open ticket; None renders the card without buttons.
+        outcome: A line saying how it was decided (the decided-state card).
+    """
+    target = _target(payload)
+    tool = str(target.get("tool") or "?")
+    blocks: list[Block] = [
+        _header(f"Approval needed: {tool}"),
+        _section(
+            f"*{escape(str(payload.get('agent') or '?'))}* wants to run `{escape(tool)}` "
+            "with these arguments:"
+        ),
+        _section(code_block(target.get("args") or {})),
+        _details(payload),
+    ]
+    if target.get("reason"):
+        blocks.append(_context(f"Why: {escape(str(target['reason']))}"))
+    if outcome is not None:
+        blocks.append(_section(outcome))
+    if ref is not None:
+        value = button_value(ref.ticket_id, ref.correlation)
+        blocks.append(
+            _actions(
+                ref.ticket_id,
+                [
+                    button("Allow", ACTION_ALLOW, value, "primary"),
+                    button("Deny", ACTION_DENY, value, "danger"),
+                    button("Deny with reason", ACTION_DENY_REASON, value),
+                ],
+            )
+        )
+    return finish(blocks)
+
+
+def input_card(
+    payload: Mapping[str, Any], ref: TicketRef | None, outcome: str | None = None
+) -> list[Block]:
+    """The card of an ``input_requested`` notification: a button opens the form."""
+    target = _target(payload)
+    tool = str(target.get("tool") or "?")
+    blocks: list[Block] = [
+        _header(f"Input needed: {tool}"),
+        _section(escape(str(target.get("prompt") or "The agent asks for input."))),
+        _details(payload),
+    ]
+    if outcome is not None:
+        blocks.append(_section(outcome))
+    if ref is not None:
+        value = button_value(ref.ticket_id, ref.correlation)
+        blocks.append(
+            _actions(
+                ref.ticket_id,
+                [
+                    button("Answer…", ACTION_ANSWER, value, "primary"),
+                    button("Deny", ACTION_DENY, value, "danger"),
+                    button("Deny with reason", ACTION_DENY_REASON, value),
+                ],
+            )
+        )
+    return finish(blocks)
+
+
+def uncertain_card(
+    payload: Mapping[str, Any], ref: TicketRef | None, outcome: str | None = None
+) -> list[Block]:
+    """The card of an ``uncertain`` notification: record a result, retry or abort."""
+    target = _target(payload)
+    tool = str(target.get("tool") or "?")
+    blocks: list[Block] = [
+        _header(f"Did it happen? {tool}"),
+        _section(
+            f"`{escape(tool)}` was started but its outcome was never recorded (the process "
+            "running it stopped). Check what really happened, then record the result, run it "
+            "again, or abort it."
+        ),
+        _section(code_block(target.get("args") or {})),
+        _details(payload),
+        _context(f"Execution key: `{escape(str(target.get('execution_key') or '?'))}`"),
+    ]
+    if outcome is not None:
+        blocks.append(_section(outcome))
+    if ref is not None:
+        value = button_value(ref.ticket_id, ref.correlation)
+        blocks.append(
+            _actions(
+                ref.ticket_id,
+                [
+                    button("Record verified result…", ACTION_RESOLVE, value, "primary"),
+                    button("Run it again", ACTION_RETRY, value),
+                    button("Abort", ACTION_ABORT, value, "danger"),
+                ],
+            )
+        )
+    return finish(blocks)
+
+
+CARD_KINDS = ("approval_requested", "input_requested", "uncertain")
+"""Outbox kinds that post a card with buttons."""
+
+
+def card(
+    kind: str, payload: Mapping[str, Any], ref: TicketRef | None, outcome: str | None = None
+) -> list[Block]:
+    """The card of a notification `kind` (one of `CARD_KINDS`)."""
+    if kind == "input_requested":
+        return input_card(payload, ref, outcome)
+    if kind == "uncertain":
+        return uncertain_card(payload, ref, outcome)
+    return approval_card(payload, ref, outcome)
+
+
+def card_text(kind: str, payload: Mapping[str, Any]) -> str:
+    """The notification text (fallback) of a card."""
+    tool = str(_target(payload).get("tool") or "a tool")
+    agent = str(payload.get("agent") or "an agent")
+    match kind:
+        case "input_requested":
+            text = f"{agent} needs input for {tool}"
+        case "uncertain":
+            text = f"{agent}: did {tool} happen? It needs a person to resolve it"
+        case _:
+            text = f"{agent} asks to run {tool}"
+    return truncate(escape(text), MAX_FALLBACK_TEXT)
+
+
+# -- outcomes --------------------------------------------------------------------------
+
+_DECISIONS = {
+    "allow": ":white_check_mark: Approved",
+    "deny": ":no_entry: Denied",
+    "input": ":memo: Answered",
+    "resolve": ":white_check_mark: Result recorded",
+    "retry": ":repeat: Retry accepted",
+    "abort": ":no_entry: Aborted",
+    "continue": ":arrow_forward: Resumed",
+}
+
+
+def decided_line(payload: Mapping[str, Any]) -> str:
+    """ "Approved by @user at time" / "Denied by @user: reason", from a ``decided`` payload."""
+    decision = str(payload.get("decision") or "")
+    head = _DECISIONS.get(decision, f"Decided ({escape(decision)})")
+    line = f"{head} by {user(payload.get('actor'))} at {when(payload.get('decided_at'))}"
+    reason = payload.get("reason")
+    if reason:
+        line += f": {escape(str(reason))}"
+    return truncate(line, MAX_SECTION_TEXT)
+
+
+def expired_line(payload: Mapping[str, Any]) -> str:
+    """ "Expired", with what happened then, from an ``expired`` payload."""
+    action = payload.get("action")
+    if action == "escalate":
+        to = ", ".join(approver(str(a)) for a in payload.get("escalated_to") or ()) or "others"
+        return truncate(f":hourglass: Expired without a decision; escalated to {to}", 3000)
+    if action == "cancel":
+        return ":hourglass: Expired without a decision; the run was cancelled"
+    return ":hourglass: Expired without a decision; the call was denied"
+
+
+def voided_line(payload: Mapping[str, Any]) -> str:
+    """The line of a ``ticket_voided`` payload."""
+    reason = payload.get("reason")
+    suffix = f": {escape(str(reason))}" if reason else ""
+    return truncate(f":heavy_multiplication_x: Voided (the run was cancelled){suffix}", 3000)
+
+
+def outcome_line(kind: str, payload: Mapping[str, Any]) -> str:
+    """The outcome line of a ``decided``, ``expired`` or ``ticket_voided`` notification."""
+    if kind == "decided":
+        return decided_line(payload)
+    if kind == "expired":
+        return expired_line(payload)
+    return voided_line(payload)
+
+
+# -- run messages ------------------------------------------------------------------------
+
+
+def finished_message(payload: Mapping[str, Any]) -> tuple[str, list[Block]]:
+    """The text and blocks of a ``run_finished`` notification: the run's final answer."""
+    status = str(payload.get("status") or "done")
+    agent = escape(str(payload.get("agent") or "The agent"))
+    if status == "done":
+        raw = str(payload.get("text") or "(no answer)")
+        # Chunk before escaping so an entity is never split; each chunk still fits.
+        step = MAX_SECTION_TEXT - 100
+        chunks = [escape(raw[i : i + step]) for i in range(0, len(raw), step)]
+        room = MAX_BLOCKS - 1
+        if len(chunks) > room:
+            chunks = [*chunks[: room - 1], chunks[room - 1] + ELLIPSIS * 3]
+        blocks = [_section(chunk) for chunk in chunks]
+        blocks.append(_context(f"{agent} finished · run `{escape(str(payload.get('run_id')))}`"))
+        return truncate(escape(raw), MAX_FALLBACK_TEXT), blocks
+    if status == "failed":
+        error = escape(str(payload.get("error") or "unknown error"))
+        text = f":x: {agent} failed: {error}"
+    else:
+        reason = payload.get("reason")
+        text = f":heavy_multiplication_x: {agent} was cancelled" + (
+            f": {escape(str(reason))}" if reason else ""
+        )
+    text = truncate(text, MAX_SECTION_TEXT)
+    return text, [_section(text)]
+
+
+def paused_message(payload: Mapping[str, Any]) -> tuple[str, list[Block]]:
+    """The text and blocks of a ``run_paused`` notification."""
+    text = (
+        f":double_vertical_bar: {escape(str(payload.get('agent') or 'The run'))} is paused; "
+        "an operator can resume it from the console or with `signoff resume`."
+    )
+    return text, [_section(text)]
+
+
+def notice_section(text: str) -> Block:
+    """A section of already-escaped mrkdwn `text` (cut to Slack's limit)."""
+    return _section(text)
+
+
+def notice(text: str) -> tuple[str, list[Block]]:
+    """A one-section message (help, errors), escaped and cut to Slack's limits."""
+    escaped = truncate(escape(text), MAX_SECTION_TEXT)
+    return escaped, [_section(escaped)]

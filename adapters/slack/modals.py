@@ -1,0 +1,438 @@
+"""Slack modals: deny with a reason, typed input from a JSON schema, an uncertain call's result.
+
+Every modal carries the ticket id and correlation token in ``private_metadata`` (set by
+us, stored by Slack, returned with the signed ``view_submission``) and nothing else.
+
+Typed input: each property of the ticket's object schema becomes one input block, in the
+schema's order: strings, numbers and integers a ``plain_text_input``, enums and booleans
+a ``static_select`` (also behind a local ``$ref`` or a nullable ``anyOf``); anything else
+a multiline input that takes JSON. What a person typed is converted to JSON types here;
+whether it fits the schema is decided by the runtime's one validation
+(`runtime.InvalidAnswer`), whose field errors go back with ``response_action: errors``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from adapters.slack.blocks import (
+    MAX_MODAL_TITLE,
+    MAX_SECTION_TEXT,
+    Block,
+    TicketRef,
+    code_block,
+    escape,
+    mrkdwn,
+    plain,
+    truncate,
+)
+
+VIEW_DENY_REASON = "signoff.deny_reason"
+VIEW_INPUT = "signoff.input"
+VIEW_RESOLVE = "signoff.resolve"
+VIEWS = (VIEW_DENY_REASON, VIEW_INPUT, VIEW_RESOLVE)
+"""Every ``callback_id`` of a signoff modal."""
+
+REASON_BLOCK = "reason"
+RESULT_BLOCK = "result"
+VALUE_ACTION = "value"
+MAX_LABEL = 2000
+MAX_HINT = 2000
+MAX_PLACEHOLDER = 150
+MAX_INPUT_LENGTH = 3000
+MAX_OPTIONS = 100
+MAX_OPTION_TEXT = 75
+MAX_OPTION_VALUE = 150
+MAX_INPUT_BLOCKS = 45
+FIELD_BLOCK_PREFIX = "field_"
+
+FieldKind = Literal["text", "number", "integer", "boolean", "select", "json"]
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """One input of a generated form.
+
+    Attributes:
+        name: The property name in the answer.
+        block_id: The input block's id (``field_<index>``: property names can be long).
+        label: What the person reads.
+        kind: The element to render.
+        required: Whether the schema requires it.
+        description: Help text.
+        options: For ``select``: the allowed values.
+        default: The schema's default, pre-filled.
+    """
+
+    name: str
+    block_id: str
+    label: str
+    kind: FieldKind
+    required: bool = False
+    description: str | None = None
+    options: tuple[Any, ...] = ()
+    default: Any = None
+
+
+def _title(text: str) -> dict[str, Any]:
+    return plain(text, MAX_MODAL_TITLE)
+
+
+def _metadata(ref: TicketRef) -> str:
+    return json.dumps({"t": ref.ticket_id, "c": ref.correlation}, separators=(",", ":"))
+
+
+def _modal(
+    callback_id: str, title: str, submit: str, ref: TicketRef, blocks: list[Block]
+) -> dict[str, Any]:
+    return {
+        "type": "modal",
+        "callback_id": callback_id,
+        "title": _title(title),
+        "submit": _title(submit),
+        "close": _title("Cancel"),
+        "private_metadata": _metadata(ref),
+        "blocks": blocks[:100],
+    }
+
+
+def _intro(text: str) -> Block:
+    return {"type": "section", "text": mrkdwn(text)}
+
+
+# -- deny with reason ------------------------------------------------------------------
+
+
+def deny_reason_modal(ref: TicketRef, tool: str) -> dict[str, Any]:
+    """The modal behind "Deny with reason"; the reason is what the model will see."""
+    return _modal(
+        VIEW_DENY_REASON,
+        "Deny with reason",
+        "Deny",
+        ref,
+        [
+            _intro(f"Deny `{escape(tool)}`. The agent is told your reason."),
+            {
+                "type": "input",
+                "block_id": REASON_BLOCK,
+                "label": plain("Reason", MAX_LABEL),
+                "element": {
+                    "type": "plain_text_input",
+                    "action_id": VALUE_ACTION,
+                    "multiline": True,
+                    "max_length": MAX_INPUT_LENGTH,
+                },
+            },
+        ],
+    )
+
+
+# -- uncertain: record the verified result ---------------------------------------------
+
+
+def resolve_modal(ref: TicketRef, tool: str, args: Mapping[str, Any]) -> dict[str, Any]:
+    """The modal that records what an uncertain call really did."""
+    return _modal(
+        VIEW_RESOLVE,
+        "Record verified result",
+        "Record",
+        ref,
+        [
+            _intro(
+                f"What did `{escape(tool)}` really do? The agent continues with this as the "
+                "call's result; the tool is not run again."
+            ),
+            {"type": "section", "text": mrkdwn(code_block(dict(args)))},
+            {
+                "type": "input",
+                "block_id": RESULT_BLOCK,
+                "label": plain("Verified result (JSON or plain text)", MAX_LABEL),
+                "element": {
+                    "type": "plain_text_input",
+                    "action_id": VALUE_ACTION,
+                    "multiline": True,
+                    "max_length": MAX_INPUT_LENGTH,
+                },
+            },
+        ],
+    )
+
+
+def parse_result(text: str) -> Any:
+    """A recorded result: JSON when it parses, the text itself otherwise."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+# -- typed input -----------------------------------------------------------------------
+
+
+def _resolve(prop: dict[str, Any], defs: Mapping[str, Any], depth: int = 0) -> dict[str, Any]:
+    """Follow a local ``$ref`` and unwrap ``anyOf [X, null]`` / a single ``allOf``."""
+    if depth > 10:
+        return prop
+    ref = prop.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        target = defs.get(ref[len("#/$defs/") :], {})
+        merged = {**target, **{k: v for k, v in prop.items() if k != "$ref"}}
+        return _resolve(merged, defs, depth + 1)
+    for key in ("anyOf", "oneOf", "allOf"):
+        variants = prop.get(key)
+        if isinstance(variants, list):
+            real = [v for v in variants if isinstance(v, dict) and v.get("type") != "null"]
+            if len(real) == 1:
+                outer = {k: v for k, v in prop.items() if k != key}
+                return _resolve({**real[0], **outer}, defs, depth + 1)
+    return prop
+
+
+def _kind(prop: Mapping[str, Any]) -> tuple[FieldKind, tuple[Any, ...]]:
+    enum = prop.get("enum")
+    if isinstance(enum, list) and 0 < len(enum) <= MAX_OPTIONS:
+        return "select", tuple(enum)
+    if "const" in prop:
+        return "select", (prop["const"],)
+    match prop.get("type"):
+        case "string":
+            return "text", ()
+        case "integer":
+            return "integer", ()
+        case "number":
+            return "number", ()
+        case "boolean":
+            return "boolean", (True, False)
+        case _:
+            return "json", ()
+
+
+def form_fields(schema: Mapping[str, Any] | None) -> list[Field]:
+    """The inputs for an object schema's properties, in the schema's order."""
+    if not schema:
+        return []
+    defs = schema.get("$defs") or {}
+    required = set(schema.get("required") or [])
+    fields = []
+    properties = schema.get("properties") or {}
+    for index, (name, raw) in enumerate(list(properties.items())[:MAX_INPUT_BLOCKS]):
+        prop = _resolve(raw if isinstance(raw, dict) else {}, defs)
+        kind, options = _kind(prop)
+        label = prop.get("title") or str(name).replace("_", " ").capitalize()
+        description = prop.get("description")
+        fields.append(
+            Field(
+                name=str(name),
+                block_id=f"{FIELD_BLOCK_PREFIX}{index}",
+                label=str(label),
+                kind=kind,
+                required=name in required,
+                description=str(description) if description else None,
+                options=options,
+                default=prop.get("default"),
+            )
+        )
+    return fields
+
+
+def _option(value: Any) -> dict[str, Any]:
+    if value is True:
+        shown = "Yes"
+    elif value is False:
+        shown = "No"
+    else:
+        shown = value if isinstance(value, str) else json.dumps(value)
+    encoded = json.dumps(value, separators=(",", ":"))
+    return {"text": plain(shown, MAX_OPTION_TEXT), "value": encoded[:MAX_OPTION_VALUE]}
+
+
+def _element(item: Field) -> dict[str, Any]:
+    if item.kind in ("select", "boolean"):
+        element: dict[str, Any] = {
+            "type": "static_select",
+            "action_id": VALUE_ACTION,
+            "placeholder": plain("Choose…", MAX_PLACEHOLDER),
+            "options": [_option(v) for v in item.options],
+        }
+        if item.default is not None and item.default in item.options:
+            element["initial_option"] = _option(item.default)
+        return element
+    element = {
+        "type": "plain_text_input",
+        "action_id": VALUE_ACTION,
+        "multiline": item.kind == "json",
+        "max_length": MAX_INPUT_LENGTH,
+    }
+    if item.default is not None:
+        shown = (
+            json.dumps(item.default, indent=2)
+            if item.kind == "json"
+            else str(item.default)
+            if not isinstance(item.default, str)
+            else item.default
+        )
+        if len(shown) <= MAX_INPUT_LENGTH:
+            element["initial_value"] = shown
+    placeholder = {"integer": "A whole number", "number": "A number", "json": "JSON"}.get(item.kind)
+    if placeholder:
+        element["placeholder"] = plain(placeholder, MAX_PLACEHOLDER)
+    return element
+
+
+def input_modal(
+    ref: TicketRef, tool: str, prompt: str, schema: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """The form for a typed-input request, built from its JSON schema."""
+    blocks: list[Block] = [_intro(truncate(escape(prompt), MAX_SECTION_TEXT))]
+    fields = form_fields(schema)
+    for item in fields:
+        block: Block = {
+            "type": "input",
+            "block_id": item.block_id,
+            "label": plain(item.label, MAX_LABEL),
+            "element": _element(item),
+            "optional": not item.required,
+        }
+        if item.description:
+            block["hint"] = plain(item.description, MAX_HINT)
+        blocks.append(block)
+    if not fields:
+        blocks.append(
+            {
+                "type": "input",
+                "block_id": f"{FIELD_BLOCK_PREFIX}json",
+                "label": plain("Answer (a JSON object)", MAX_LABEL),
+                "element": {
+                    "type": "plain_text_input",
+                    "action_id": VALUE_ACTION,
+                    "multiline": True,
+                    "max_length": MAX_INPUT_LENGTH,
+                },
+            }
+        )
+    return _modal(VIEW_INPUT, truncate(f"Input: {tool}", MAX_MODAL_TITLE), "Submit", ref, blocks)
+
+
+def _raw(state: Mapping[str, Any], block_id: str) -> Any:
+    """The submitted value of a block's ``value`` element (text or selected option)."""
+    block = state.get(block_id)
+    if not isinstance(block, Mapping):
+        return None
+    element = block.get(VALUE_ACTION)
+    if not isinstance(element, Mapping):
+        return None
+    if "selected_option" in element:
+        option = element.get("selected_option")
+        return option.get("value") if isinstance(option, Mapping) else None
+    return element.get("value")
+
+
+def submitted_text(state: Mapping[str, Any], block_id: str) -> str:
+    """The text typed into a single-input modal's block (reason, result)."""
+    value = _raw(state, block_id)
+    return value if isinstance(value, str) else ""
+
+
+def read_input(
+    schema: Mapping[str, Any] | None, state: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Convert a submitted input modal into answer data.
+
+    Args:
+        schema: The ticket's JSON schema.
+        state: ``view.state.values`` of the submission.
+
+    Returns:
+        The answer data and conversion errors by block id (empty when all converted).
+    """
+    fields = form_fields(schema)
+    if not fields:
+        text = _raw(state, f"{FIELD_BLOCK_PREFIX}json")
+        try:
+            whole = json.loads(text) if isinstance(text, str) else None
+        except ValueError:
+            whole = None
+        if not isinstance(whole, dict):
+            return {}, {f"{FIELD_BLOCK_PREFIX}json": "Enter a JSON object."}
+        return whole, {}
+    data: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    for item in fields:
+        raw = _raw(state, item.block_id)
+        if raw is None or (isinstance(raw, str) and not raw.strip()):
+            if item.required:
+                errors[item.block_id] = "This field is required."
+            continue
+        try:
+            data[item.name] = _convert(item, str(raw))
+        except ValueError as exc:
+            errors[item.block_id] = str(exc)
+    return data, errors
+
+
+def _convert(item: Field, text: str) -> Any:
+    match item.kind:
+        case "text":
+            return text
+        case "integer":
+            try:
+                return int(text.strip())
+            except ValueError:
+                raise ValueError("Enter a whole number.") from None
+        case "number":
+            try:
+                return float(text.strip())
+            except ValueError:
+                raise ValueError("Enter a number.") from None
+        case "select" | "boolean":
+            try:
+                chosen = json.loads(text)
+            except ValueError:
+                raise ValueError("Choose one of the options.") from None
+            if chosen not in item.options:
+                raise ValueError("Choose one of the options.")
+            return chosen
+        case "json":
+            try:
+                return json.loads(text)
+            except ValueError:
+                raise ValueError("Enter valid JSON.") from None
+    raise ValueError(f"unsupported field kind {item.kind}")
+
+
+def field_errors(schema: Mapping[str, Any] | None, errors: list[dict[str, Any]]) -> dict[str, str]:
+    """The runtime's validation errors (``path`` + ``message``) as errors by block id.
+
+    An error not about one field (e.g. a missing required property reported at the
+    root) is shown on the field it names, or else on the first input.
+    """
+    fields = form_fields(schema)
+    by_name = {item.name: item.block_id for item in fields}
+    first = fields[0].block_id if fields else f"{FIELD_BLOCK_PREFIX}json"
+    shown: dict[str, str] = {}
+    for error in errors:
+        path = str(error.get("path") or "")
+        message = truncate(str(error.get("message") or "invalid"), MAX_LABEL)
+        head = path.split("/", 1)[0]
+        block = by_name.get(head)
+        if block is None:
+            named = [name for name in by_name if f"'{name}'" in message]
+            block = by_name[named[0]] if named else first
+        shown.setdefault(block, message)
+    return shown
+
+
+# -- notices ---------------------------------------------------------------------------
+
+
+def notice_view(title: str, text: str) -> dict[str, Any]:
+    """A view that replaces a modal to say why its submission was refused."""
+    return {
+        "type": "modal",
+        "title": _title(title),
+        "close": _title("Close"),
+        "blocks": [_intro(truncate(escape(text), MAX_SECTION_TEXT))],
+    }

@@ -1,0 +1,385 @@
+"""`SlackNotifier`: the outbox's notifications as Slack messages, within Slack's limits.
+
+- ``approval_requested`` / ``input_requested`` / ``uncertain``: ``chat.postMessage`` of a
+  card with buttons in the run's channel and thread; the platform reference
+  ``{"channel", "ts"}`` is stored with the outbox item.
+- ``decided`` / ``expired`` / ``ticket_voided``: ``chat.update`` of that card: buttons
+  gone, the outcome in their place. A card that was never posted is not waited for
+  forever: once its own delivery failed, the outcome is posted as a new message.
+- ``run_paused`` / ``run_finished``: a message in the thread (the final answer).
+- ``decision_refused``: a click that was acknowledged and stored but refused when it was
+  applied (e.g. the loser of two concurrent clicks): an ephemeral message to the clicker
+  where they clicked, or a direct message when that is not possible.
+
+A run's thread is the Slack thread its origin names (``thread_ts``); a run started
+elsewhere (a webhook routed to a channel) threads under its first posted message.
+
+Delivery respects Slack's limits: about one message per second per channel
+(`ChannelLimiter`), HTTP 429 becomes ``DeliveryError(retry_after=Retry-After)``,
+transient failures (5xx, timeouts, connection errors) are retried by the outbox, and
+permanent ones (``channel_not_found``, ``not_in_channel``, ``invalid_auth`` ...) are
+given up loudly: the outbox marks the item failed and writes the error to the run's
+flight recorder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import aiohttp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from adapters.slack import blocks
+from adapters.slack.blocks import Block, TicketRef
+from adapters.slack.refusals import applied_refusal_text
+from runtime import ResumeTicket, Store, TicketStatus
+from runtime.outbox import DeliveryError
+from runtime.store.records import OutboxRecord
+
+log = logging.getLogger("signoff.slack")
+
+PERMANENT_ERRORS = frozenset(
+    {
+        "access_denied",
+        "account_inactive",
+        "as_user_not_supported",
+        "channel_not_found",
+        "ekm_access_denied",
+        "enterprise_is_restricted",
+        "invalid_arguments",
+        "invalid_auth",
+        "invalid_blocks",
+        "invalid_blocks_format",
+        "is_archived",
+        "message_limit_exceeded",
+        "missing_scope",
+        "msg_too_long",
+        "no_permission",
+        "no_text",
+        "not_allowed_token_type",
+        "not_authed",
+        "not_in_channel",
+        "org_login_required",
+        "restricted_action",
+        "restricted_action_non_threadable_channel",
+        "restricted_action_read_only_channel",
+        "restricted_action_thread_only_channel",
+        "team_access_not_granted",
+        "token_expired",
+        "token_revoked",
+        "too_many_attachments",
+        "user_is_bot",
+    }
+)
+"""Slack error codes retrying cannot fix."""
+
+TRANSIENT_ERRORS = frozenset(
+    {"fatal_error", "internal_error", "ratelimited", "request_timeout", "service_unavailable"}
+)
+"""Slack error codes worth retrying."""
+
+_GONE = frozenset({"message_not_found", "cant_update_message", "edit_window_closed"})
+_CARD_KINDS = (*blocks.CARD_KINDS, "run_paused")
+
+
+class ChannelLimiter:
+    """Spaces messages to one channel at least `interval` seconds apart.
+
+    Slack allows about one message per second per channel; bursts beyond that are
+    answered with 429. Each caller reserves the next free slot of its channel and sleeps
+    until it comes, so concurrent deliveries queue in order.
+
+    Args:
+        interval: Seconds between two messages to one channel.
+        monotonic: The time source (tests inject one).
+        sleep: How to wait (tests inject one).
+    """
+
+    def __init__(
+        self,
+        interval: float = 1.0,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+    ) -> None:
+        self._interval = interval
+        self._monotonic = monotonic
+        self._sleep = sleep
+        self._next: dict[str, float] = {}
+
+    async def wait(self, channel: str) -> None:
+        """Wait for the channel's next slot."""
+        now = self._monotonic()
+        slot = max(now, self._next.get(channel, now))
+        self._next[channel] = slot + self._interval
+        if len(self._next) > 10_000:  # forget channels quiet for a while
+            self._next = {c: t for c, t in self._next.items() if t > now}
+        if slot > now:
+            await self._sleep(slot - now)
+
+    def hold(self, channel: str, seconds: float) -> None:
+        """Send nothing to `channel` for `seconds` (Slack answered 429)."""
+        until = self._monotonic() + seconds
+        self._next[channel] = max(self._next.get(channel, until), until)
+
+
+def delivery_error(exc: Exception, what: str) -> DeliveryError:
+    """Translate a Slack client failure into the outbox's `DeliveryError`."""
+    if isinstance(exc, SlackApiError):
+        response = exc.response
+        status = int(getattr(response, "status_code", 0) or 0)
+        data = getattr(response, "data", None)
+        code = str(data.get("error") or "") if isinstance(data, Mapping) else ""
+        if status == 429 or code == "ratelimited":
+            headers = getattr(response, "headers", None) or {}
+            retry_after = _seconds(headers.get("Retry-After") or headers.get("retry-after"))
+            return DeliveryError(
+                f"{what}: rate limited by Slack (retry after {retry_after:g}s)",
+                retry_after=retry_after,
+            )
+        if code in PERMANENT_ERRORS:
+            return DeliveryError(f"{what}: Slack refused it: {code}", permanent=True)
+        if status >= 500 or status == 408 or code in TRANSIENT_ERRORS:
+            return DeliveryError(f"{what}: Slack failed ({status} {code or 'no error code'})")
+        if code:
+            return DeliveryError(f"{what}: Slack refused it: {code}", permanent=True)
+        return DeliveryError(f"{what}: unexpected Slack answer (HTTP {status})")
+    if isinstance(exc, aiohttp.ClientError | TimeoutError | OSError):
+        return DeliveryError(f"{what}: cannot reach Slack: {type(exc).__name__}: {exc}")
+    return DeliveryError(f"{what}: {type(exc).__name__}: {exc}")
+
+
+def _seconds(value: Any) -> float:
+    try:
+        return max(float(value), 0.0)
+    except (TypeError, ValueError):
+        return 1.0
+
+
+def _error_code(exc: SlackApiError) -> str:
+    data = getattr(exc.response, "data", None)
+    return str(data.get("error") or "") if isinstance(data, Mapping) else ""
+
+
+def closed_outcome(ticket: ResumeTicket) -> str:
+    """The outcome line of a ticket that was closed before its card was posted."""
+    match ticket.status:
+        case TicketStatus.DECIDED:
+            decision = ticket.decision
+            return blocks.decided_line(
+                {
+                    "decision": decision.kind if decision is not None else None,
+                    "actor": ticket.decided_by,
+                    "decided_at": ticket.decided_at.isoformat() if ticket.decided_at else None,
+                    "reason": getattr(decision, "reason", None),
+                }
+            )
+        case TicketStatus.EXPIRED:
+            return ":hourglass: Expired without a decision"
+        case _:
+            return blocks.voided_line({})
+
+
+class SlackNotifier:
+    """Delivers outbox items whose destination platform is ``slack``.
+
+    Args:
+        client: The Slack Web API client (its base URL may point at GovSlack or a fake).
+        store: The runtime's store (to read tickets and find a card's message).
+        limiter: Per-channel spacing (default: one message per second per channel).
+    """
+
+    def __init__(
+        self, client: AsyncWebClient, store: Store, *, limiter: ChannelLimiter | None = None
+    ) -> None:
+        self._client = client
+        self._store = store
+        self._limiter = limiter or ChannelLimiter()
+
+    async def deliver(self, item: OutboxRecord) -> dict[str, Any] | None:
+        """Post or update the Slack message of one outbox item.
+
+        Raises:
+            DeliveryError: Slack refused it (``permanent``), rate-limited it
+                (``retry_after``) or could not be reached.
+        """
+        if item.kind == "decision_refused":
+            return await self._tell_refused(item)
+        channel = item.destination.get("channel")
+        if not isinstance(channel, str) or not channel:
+            raise DeliveryError(
+                f"outbox item {item.outbox_id} has no Slack channel in its destination",
+                permanent=True,
+            )
+        if item.kind in blocks.CARD_KINDS:
+            return await self._post_card(item, channel)
+        if item.kind in ("decided", "expired", "ticket_voided"):
+            return await self._update_card(item, channel)
+        if item.kind == "run_finished":
+            text, shown = blocks.finished_message(item.payload)
+            return await self._post(item, channel, text, shown)
+        if item.kind == "run_paused":
+            text, shown = blocks.paused_message(item.payload)
+            return await self._post(item, channel, text, shown)
+        log.info("no Slack message for outbox kind %s", item.kind, extra={"run_id": item.run_id})
+        return None
+
+    # -- posting ---------------------------------------------------------------------
+    async def _post_card(self, item: OutboxRecord, channel: str) -> dict[str, Any] | None:
+        ticket = None
+        if item.ticket_id is not None:
+            async with self._store.transaction() as tx:
+                ticket = await tx.get_ticket(item.ticket_id)
+        if ticket is not None and ticket.status is TicketStatus.OPEN:
+            ref = TicketRef(ticket.ticket_id, ticket.correlation)
+            shown = blocks.card(item.kind, item.payload, ref)
+        else:
+            # Decided (or expired) before its card could be posted: show how, no buttons.
+            outcome = closed_outcome(ticket) if ticket is not None else None
+            shown = blocks.card(item.kind, item.payload, None, outcome)
+        return await self._post(item, channel, blocks.card_text(item.kind, item.payload), shown)
+
+    async def _post(
+        self, item: OutboxRecord, channel: str, text: str, shown: list[Block]
+    ) -> dict[str, Any]:
+        thread_ts = await self._thread_of(item, channel)
+        arguments: dict[str, Any] = {
+            "channel": channel,
+            "text": text,
+            "blocks": shown,
+            "unfurl_links": False,
+            "unfurl_media": False,
+        }
+        if thread_ts:
+            arguments["thread_ts"] = thread_ts
+        response = await self._call("chat_postMessage", channel, item, arguments)
+        return {"channel": str(response.get("channel") or channel), "ts": str(response["ts"])}
+
+    async def _thread_of(self, item: OutboxRecord, channel: str) -> str | None:
+        """The run's thread: its origin's, or else its first message posted in `channel`."""
+        thread_ts = item.destination.get("thread_ts")
+        if isinstance(thread_ts, str) and thread_ts:
+            return thread_ts
+        async with self._store.transaction() as tx:
+            earlier = await tx.outbox_for_run(item.run_id)
+        for other in earlier:
+            ref = other.platform_ref or {}
+            if (
+                other.outbox_id != item.outbox_id
+                and other.state == "delivered"
+                and ref.get("channel") == channel
+                and ref.get("ts")
+            ):
+                return str(ref["ts"])
+        return None
+
+    async def _tell_refused(self, item: OutboxRecord) -> dict[str, Any] | None:
+        """Tell the clicker, and only them, that their stored decision was refused."""
+        destination = item.destination
+        user = destination.get("user")
+        if not isinstance(user, str) or not user:
+            raise DeliveryError("a refused decision without a user to tell", permanent=True)
+        ticket = None
+        if item.ticket_id is not None:
+            async with self._store.transaction() as tx:
+                ticket = await tx.get_ticket(item.ticket_id)
+        text = applied_refusal_text(item.payload, ticket)
+        channel = destination.get("channel")
+        if isinstance(channel, str) and channel:
+            arguments: dict[str, Any] = {"channel": channel, "user": user, "text": text}
+            if destination.get("thread_ts"):
+                arguments["thread_ts"] = str(destination["thread_ts"])
+            try:
+                await self._call("chat_postEphemeral", channel, item, arguments)
+                return {"channel": channel, "user": user}
+            except DeliveryError as exc:
+                if not exc.permanent:
+                    raise
+                log.info("ephemeral refusal to %s failed (%s); sending a DM", user, exc)
+        # No channel (or not allowed there): a direct message from the bot.
+        response = await self._call("chat_postMessage", user, item, {"channel": user, "text": text})
+        return {"channel": str(response.get("channel") or user), "ts": str(response.get("ts"))}
+
+    # -- updating ----------------------------------------------------------------------
+    async def _update_card(self, item: OutboxRecord, channel: str) -> dict[str, Any] | None:
+        outcome = blocks.outcome_line(item.kind, item.payload)
+        original = await self._card_of(item)
+        if original is not None and original.state == "pending":
+            # Update the card once it is posted (the outbox delivers it first, normally).
+            raise DeliveryError(
+                f"the card of ticket {item.ticket_id} is not posted yet", retry_after=1.0
+            )
+        ref = (original.platform_ref or {}) if original is not None else {}
+        text = outcome
+        if original is not None and ref.get("ts"):
+            shown = self._closed_card(original, outcome)
+            target = str(ref.get("channel") or channel)
+            arguments: dict[str, Any] = {
+                "channel": target,
+                "ts": str(ref["ts"]),
+                "text": text,
+                "blocks": shown,
+            }
+            try:
+                response = await self._call("chat_update", target, item, arguments)
+            except _Gone:
+                log.warning(
+                    "the card of ticket %s is gone from Slack; posting the outcome instead",
+                    item.ticket_id,
+                    extra={"run_id": item.run_id, "ticket_id": item.ticket_id},
+                )
+            else:
+                return {
+                    "channel": str(response.get("channel") or target),
+                    "ts": str(response.get("ts") or ref["ts"]),
+                }
+        # No card to edit (its post failed for good, or it was deleted): say it anew.
+        return await self._post(item, channel, text, [blocks.notice_section(outcome)])
+
+    async def _card_of(self, item: OutboxRecord) -> OutboxRecord | None:
+        if item.ticket_id is None:
+            return None
+        async with self._store.transaction() as tx:
+            for kind in _CARD_KINDS:
+                found = await tx.find_outbox(ticket_id=item.ticket_id, kind=kind)
+                if found is not None:
+                    return found
+        return None
+
+    @staticmethod
+    def _closed_card(original: OutboxRecord, outcome: str) -> list[Block]:
+        if original.kind == "run_paused":
+            _text, shown = blocks.paused_message(original.payload)
+            return [*shown, blocks.notice_section(outcome)]
+        return blocks.card(original.kind, original.payload, None, outcome)
+
+    # -- the Web API -------------------------------------------------------------------
+    async def _call(
+        self, method: str, channel: str, item: OutboxRecord, arguments: dict[str, Any]
+    ) -> Mapping[str, Any]:
+        what = f"Slack {method.replace('_', '.')} for {item.kind} of run {item.run_id}"
+        await self._limiter.wait(channel)
+        try:
+            response = await getattr(self._client, method)(**arguments)
+        except SlackApiError as exc:
+            if method == "chat_update" and _error_code(exc) in _GONE:
+                raise _Gone(_error_code(exc)) from exc
+            error = delivery_error(exc, what)
+            if error.retry_after is not None:
+                self._limiter.hold(channel, error.retry_after)
+            raise error from exc
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise delivery_error(exc, what) from exc
+        data = response.data
+        if not isinstance(data, Mapping):
+            raise DeliveryError(f"{what}: unexpected Slack answer")
+        return data
+
+
+class _Gone(Exception):
+    """The message to update no longer exists (or can no longer be edited)."""

@@ -1,0 +1,61 @@
+"""Socket Mode: the bot opens a websocket to Slack instead of exposing ``/slack/events``.
+
+Useful behind a firewall or on a laptop. The same bolt app handles the envelopes, so a
+click is checked, stored durably and only then acknowledged, exactly as over HTTP.
+"""
+
+from __future__ import annotations
+
+from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+from slack_bolt.app.async_app import AsyncApp
+from slack_sdk.errors import SlackApiError
+
+from runtime import ConfigurationError
+
+
+class SlackSocketMode:
+    """Holds the Socket Mode connection of one bolt app.
+
+    Args:
+        app: The bolt app (its Web API client opens the connection).
+        app_token: The app-level token (``xapp-...``) with ``connections:write``.
+        ping_interval: Seconds between websocket pings.
+    """
+
+    def __init__(self, app: AsyncApp, app_token: str, *, ping_interval: float = 10.0) -> None:
+        self._app = app
+        self._app_token = app_token
+        self._ping_interval = ping_interval
+        self._handler: AsyncSocketModeHandler | None = None
+
+    async def start(self) -> None:
+        """Connect: ``apps.connections.open``, then the websocket; returns once connected.
+
+        Raises:
+            ConfigurationError: Slack refused the app token (the client would otherwise
+                retry for ever).
+        """
+        # Built here, inside the running loop: the client opens an aiohttp session.
+        handler = AsyncSocketModeHandler(
+            self._app,
+            app_token=self._app_token,
+            web_client=self._app.client,
+            ping_interval=self._ping_interval,
+        )
+        try:
+            handler.client.wss_uri = await handler.client.issue_new_wss_url()
+        except SlackApiError as exc:
+            await handler.client.aiohttp_client_session.close()
+            error = exc.response.get("error") if exc.response is not None else None
+            raise ConfigurationError(
+                f"Slack refused to open a Socket Mode connection: {error or exc}; check "
+                "SIGNOFF_SLACK_APP_TOKEN (an xapp- token with connections:write)"
+            ) from exc
+        self._handler = handler
+        await handler.client.connect()  # type: ignore[no-untyped-call]
+
+    async def stop(self) -> None:
+        """Disconnect and release the connection."""
+        if self._handler is not None:
+            await self._handler.client.close()  # type: ignore[no-untyped-call]
+            self._handler = None

@@ -1,0 +1,265 @@
+"""Wiring of the Discord edge into `signoff serve`: its settings, start and stop.
+
+The settings below become ``Settings`` fields named ``discord_<name>`` (environment
+variables ``SIGNOFF_DISCORD_<NAME>``); `DiscordSettings.from_settings` reads them from
+any object that has them, so this module works before and after that merge.
+
+========================================  =====================================================
+Variable                                  Meaning
+========================================  =====================================================
+``SIGNOFF_DISCORD_BOT_TOKEN``             The bot's token; unset, Discord is off.
+``SIGNOFF_DISCORD_API_BASE_URL``          REST base incl. version (``https://discord.com/api/v10``).
+``SIGNOFF_DISCORD_GATEWAY_URL``           Gateway websocket (``wss://gateway.discord.gg/``).
+``SIGNOFF_DISCORD_SYNC``                  Where ``/agent`` is registered: ``off``, ``global``
+                                          (default) or ``guild``.
+``SIGNOFF_DISCORD_GUILD_ID``              The server of ``SIGNOFF_DISCORD_SYNC=guild``.
+``SIGNOFF_DISCORD_APPROVER_ROLES``        JSON ``{"<group>": ["<role id>", ...]}``: members of
+                                          those roles match approver entries ``group:<group>``.
+``SIGNOFF_DISCORD_CONSOLE_URL``           Public console URL for forms too big for Discord.
+``SIGNOFF_DISCORD_GUILD_READY_TIMEOUT``   Seconds discord.py waits for servers before ready (2).
+``SIGNOFF_DISCORD_READY_TIMEOUT``         Seconds `start_discord` waits for the gateway (30).
+``SIGNOFF_DISCORD_ACK_BUDGET``            Seconds of work before an answer is deferred (2).
+========================================  =====================================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from runtime import ConfigurationError, Runtime
+from runtime.outbox import Notifier
+from runtime.worker import Worker
+
+if TYPE_CHECKING:  # discord.py is an optional extra: imported when Discord is started
+    from adapters.discord import DiscordBot, DiscordNotifier
+
+log = logging.getLogger("signoff.discord")
+
+DEFAULT_API_BASE_URL = "https://discord.com/api/v10"
+DEFAULT_GATEWAY_URL = "wss://gateway.discord.gg/"
+
+
+class DiscordSettings(BaseModel):
+    """The Discord edge's settings (``SIGNOFF_DISCORD_*`` once merged into ``Settings``).
+
+    Attributes:
+        bot_token: ``SIGNOFF_DISCORD_BOT_TOKEN``: the bot's token (Developer Portal, Bot).
+        api_base_url: ``SIGNOFF_DISCORD_API_BASE_URL``: REST base URL with the version.
+        gateway_url: ``SIGNOFF_DISCORD_GATEWAY_URL``: gateway websocket URL.
+        sync: ``SIGNOFF_DISCORD_SYNC``: register ``/agent`` ``off`` / ``global`` / ``guild``.
+        guild_id: ``SIGNOFF_DISCORD_GUILD_ID``: the server of ``sync=guild``.
+        approver_roles: ``SIGNOFF_DISCORD_APPROVER_ROLES``: group name -> role ids; a member
+            with one of the roles matches approver entries ``group:<name>``. Any role also
+            matches ``group:role:<role id>`` without configuration.
+        console_url: ``SIGNOFF_DISCORD_CONSOLE_URL``: public base URL of the web console.
+        guild_ready_timeout: ``SIGNOFF_DISCORD_GUILD_READY_TIMEOUT``: seconds.
+        ready_timeout: ``SIGNOFF_DISCORD_READY_TIMEOUT``: seconds `start_discord` waits
+            for the gateway before going on without it (it keeps connecting).
+        ack_budget: ``SIGNOFF_DISCORD_ACK_BUDGET``: seconds an interaction may take before
+            the bot defers its answer (Discord allows 3 in all).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    bot_token: SecretStr = Field(min_length=1)
+    api_base_url: str = DEFAULT_API_BASE_URL
+    gateway_url: str = DEFAULT_GATEWAY_URL
+    sync: Literal["off", "global", "guild"] = "global"
+    guild_id: int | None = Field(default=None, gt=0)
+    approver_roles: dict[str, list[str]] = Field(default_factory=dict)
+    console_url: str | None = None
+    guild_ready_timeout: float = Field(default=2.0, ge=0)
+    ready_timeout: float = Field(default=30.0, gt=0)
+    ack_budget: float = Field(default=2.0, ge=0, le=2.8)
+
+    @field_validator("api_base_url", "console_url")
+    @classmethod
+    def _http(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError("expected an http:// or https:// URL")
+        return value.rstrip("/") if value is not None else None
+
+    @field_validator("gateway_url")
+    @classmethod
+    def _ws(cls, value: str) -> str:
+        if not value.startswith(("ws://", "wss://")):
+            raise ValueError("expected a ws:// or wss:// URL")
+        return value
+
+    @field_validator("sync", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("approver_roles", mode="before")
+    @classmethod
+    def _role_ids(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        roles_by_group: dict[str, list[str]] = {}
+        for group, roles in value.items():
+            listed = roles if isinstance(roles, list | tuple) else [roles]
+            bad = [r for r in listed if not str(r).isdigit()]
+            if bad:
+                raise ValueError(f"group {group!r}: role ids are numbers, got {bad!r}")
+            roles_by_group[str(group)] = [str(r) for r in listed]
+        return roles_by_group
+
+    @model_validator(mode="after")
+    def _guild_given(self) -> DiscordSettings:
+        if self.sync == "guild" and self.guild_id is None:
+            raise ValueError("SIGNOFF_DISCORD_SYNC=guild needs SIGNOFF_DISCORD_GUILD_ID")
+        return self
+
+    @classmethod
+    def from_settings(cls, settings: object) -> DiscordSettings | None:
+        """Read ``discord_<name>`` attributes of the process settings.
+
+        Returns:
+            None when no bot token is set (Discord is off).
+
+        Raises:
+            ConfigurationError: A value is invalid; the message names its variable.
+        """
+        if getattr(settings, "discord_bot_token", None) is None:
+            return None
+        values = {
+            name: getattr(settings, f"discord_{name}")
+            for name in cls.model_fields
+            if getattr(settings, f"discord_{name}", None) is not None
+        }
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"SIGNOFF_DISCORD_{str(e['loc'][0]).upper() if e['loc'] else 'SETTINGS'}: "
+                f"{str(e['msg']).removeprefix('Value error, ')}"
+                for e in exc.errors()
+            )
+            raise ConfigurationError(problems) from None
+
+
+@dataclass
+class DiscordHandle:
+    """A running Discord edge: the gateway client, its task and the notifier."""
+
+    client: DiscordBot
+    notifier: DiscordNotifier
+    task: asyncio.Task[None]
+
+
+async def start_discord(
+    runtime: Runtime, worker: Worker, settings: DiscordSettings
+) -> DiscordHandle:
+    """Log in, register the commands and connect the gateway; return once it is ready.
+
+    Raises:
+        ConfigurationError: discord.py is not installed, Discord refused the token, or
+            the commands could not be registered.
+    """
+    try:
+        import discord
+
+        from adapters.discord import (
+            DiscordBot,
+            DiscordConfig,
+            DiscordNotifier,
+            Handlers,
+            SyncMode,
+            configure_endpoints,
+        )
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"SIGNOFF_DISCORD_BOT_TOKEN is set but discord.py is missing ({exc}); "
+            "install signoff[discord]"
+        ) from exc
+    config = DiscordConfig(
+        bot_token=settings.bot_token.get_secret_value(),
+        api_base_url=settings.api_base_url,
+        gateway_url=settings.gateway_url,
+        sync=SyncMode(settings.sync),
+        guild_id=settings.guild_id,
+        role_groups={group: tuple(roles) for group, roles in settings.approver_roles.items()},
+        console_url=settings.console_url,
+        guild_ready_timeout=settings.guild_ready_timeout,
+        ack_budget_seconds=settings.ack_budget,
+    )
+    configure_endpoints(config.api_base_url, config.gateway_url)
+    client = DiscordBot(Handlers(runtime, worker.wake, config), config)
+    try:
+        await client.login(config.bot_token)
+    except discord.LoginFailure as exc:
+        await client.close()
+        raise ConfigurationError(f"SIGNOFF_DISCORD_BOT_TOKEN: Discord refused it ({exc})") from exc
+    except (discord.HTTPException, OSError) as exc:
+        await client.close()
+        raise ConfigurationError(
+            f"cannot log in to Discord at {config.api_base_url}: {exc}"
+        ) from exc
+    except BaseException:
+        await client.close()
+        raise
+    task = asyncio.create_task(client.connect(reconnect=True), name="discord-gateway")
+    ready = asyncio.create_task(client.wait_until_ready(), name="discord-ready")
+    done, _ = await asyncio.wait(
+        {task, ready}, timeout=settings.ready_timeout, return_when=asyncio.FIRST_COMPLETED
+    )
+    if task in done:
+        ready.cancel()
+        await client.close()
+        error = task.exception()
+        raise ConfigurationError(f"the Discord gateway connection ended: {error!r}")
+    if ready not in done:
+        ready.cancel()
+        log.warning(
+            "the Discord gateway is not ready after %ss; going on while it connects",
+            settings.ready_timeout,
+        )
+    task.add_done_callback(_gateway_ended)
+    notifier = DiscordNotifier(config, runtime.store)
+    return DiscordHandle(client=client, notifier=notifier, task=task)
+
+
+def _gateway_ended(task: asyncio.Task[None]) -> None:
+    if task.cancelled():
+        return
+    error = task.exception()
+    if error is not None:
+        log.error("the Discord gateway connection ended: %r", error, exc_info=error)
+
+
+async def stop_discord(handle: DiscordHandle) -> None:
+    """Close the gateway connection and the notifier's HTTP session."""
+    await handle.client.close()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await asyncio.wait_for(handle.task, timeout=5.0)
+    await handle.notifier.close()
+
+
+def discord_notifier(handle: DiscordHandle) -> Notifier:
+    """The notifier to route ``{"platform": "discord"}`` outbox items to."""
+    notifier: Notifier = handle.notifier
+    return notifier
+
+
+__all__ = [
+    "DiscordHandle",
+    "DiscordSettings",
+    "discord_notifier",
+    "start_discord",
+    "stop_discord",
+]

@@ -1,0 +1,362 @@
+"""Agents, people and a harness for the Discord tests: real SQLite store, worker, outbox loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from fake_discord import (
+    CHANNEL_ID,
+    MANAGE_GUILD,
+    TOKEN,
+    FakeDiscord,
+    InteractionRecord,
+    User,
+)
+from pydantic import BaseModel, Field
+
+from bot.discord_wiring import (
+    DiscordHandle,
+    DiscordSettings,
+    discord_notifier,
+    start_discord,
+    stop_discord,
+)
+from runtime import (
+    Agent,
+    InputRequest,
+    ManualClock,
+    ModelRequest,
+    RunResult,
+    Runtime,
+    ScriptedModel,
+    current_tool_context,
+    final_reply,
+    tool,
+    tool_call_reply,
+)
+from runtime.outbox import NullNotifier, RoutingNotifier
+from runtime.store.sql import SQLStore
+from runtime.worker import Worker, outbox_loop
+
+# People and roles of the fake server.
+ROLE_APPROVER = 810000000000000001
+ROLE_OTHER = 810000000000000002
+ROLE_FINANCE = 810000000000000003
+ALICE = User(710000000000000001, "alice")
+BOB = User(710000000000000002, "bob", roles=(ROLE_OTHER,))
+CAROL = User(710000000000000003, "carol", roles=(ROLE_APPROVER,))
+DAVE = User(710000000000000004, "dave", roles=(ROLE_FINANCE,))
+MALLORY = User(710000000000000005, "mallory", permissions=MANAGE_GUILD)
+ROLES = {ROLE_APPROVER: "approvers", ROLE_OTHER: "others", ROLE_FINANCE: "finance"}
+
+
+class Crash(BaseException):
+    """Stands in for the process dying at a checkpoint."""
+
+
+# -- scripted agents -------------------------------------------------------------------
+
+
+def _this_run(request: ModelRequest) -> list[dict[str, Any]]:
+    start = max(i for i, m in enumerate(request.messages) if m.get("role") == "user")
+    return request.messages[start:]
+
+
+def echo_model(*calls: tuple[str, dict[str, Any]]) -> ScriptedModel:
+    """Turn 1 asks for `calls`; turn 2 reports every tool result it saw."""
+
+    def reply(request: ModelRequest) -> dict[str, Any]:
+        messages = _this_run(request)
+        if not any(m.get("role") == "assistant" for m in messages):
+            return tool_call_reply(*calls, content="I need these tools for the task.")
+        results = [str(m.get("content")) for m in messages if m.get("role") == "tool"]
+        return final_reply("Finished. " + " | ".join(results))
+
+    return ScriptedModel(reply)
+
+
+class RollbackPlan(BaseModel):
+    """How to undo a deploy."""
+
+    previous_version: str = Field(min_length=1, description="The version to go back to.")
+    strategy: Literal["redeploy_previous", "disable_feature_flag"]
+    max_minutes: int = Field(default=15, ge=1, le=240)
+    notify_team: bool = False
+
+
+class Survey(BaseModel):
+    """Seven fields: more than a Discord modal holds."""
+
+    a: str
+    b: str
+    c: str
+    d: str
+    e: str
+    f: str
+    g: str
+
+
+def build_agents(ledger: list[tuple[str, dict[str, Any]]]) -> list[Agent]:
+    """The test agents; every real tool execution is appended to `ledger`."""
+
+    @tool(permission="ask", secret=["api_key"])
+    async def transfer(account: str, amount: float, api_key: str) -> dict[str, Any]:
+        """Move money."""
+        ledger.append(("transfer", {"account": account, "amount": amount}))
+        return {"transferred": amount, "to": account}
+
+    @tool(permission="ask", deadline=60)
+    async def wire(amount: float) -> str:
+        """Wire money abroad (a decision is due within a minute)."""
+        ledger.append(("wire", {"amount": amount}))
+        return f"wired {amount}"
+
+    @tool(
+        permission="ask", approvers=[f"group:role:{ROLE_APPROVER}", "group:finance"], four_eyes=True
+    )
+    async def payout(amount: float) -> str:
+        """Pay out (the approvers role or finance decides; never the requester)."""
+        ledger.append(("payout", {"amount": amount}))
+        return f"paid {amount}"
+
+    @tool(permission="allow", replay_policy="safe")
+    async def rollback_plan(service: str) -> Any:
+        """Ask a person for a rollback plan."""
+        answer = current_tool_context().answer
+        if answer is None:
+            return InputRequest(prompt=f"How do we roll {service} back?", schema=RollbackPlan)
+        ledger.append(("rollback_plan", dict(answer)))
+        return {"service": service, **answer}
+
+    @tool(permission="allow", replay_policy="safe")
+    async def survey(topic: str) -> Any:
+        """Ask seven questions."""
+        answer = current_tool_context().answer
+        if answer is None:
+            return InputRequest(prompt=f"Tell us about {topic}", schema=Survey)
+        return answer
+
+    @tool(permission="allow", replay_policy="manual")
+    async def page(engineer: str) -> str:
+        """Page an engineer (never repeated on its own)."""
+        ledger.append(("page", {"engineer": engineer}))
+        return f"paged {engineer}"
+
+    big = {"account": "ACME-1", "memo": "x" * 9000, "amount": 1.0, "api_key": "sk-live-123456"}
+    return [
+        Agent(
+            "bank",
+            "Pay invoices.",
+            echo_model(
+                ("transfer", {"account": "ACME-1", "amount": 250.0, "api_key": "sk-live-123456"})
+            ),
+            tools=[transfer],
+        ),
+        Agent("bigbank", "Pay huge memos.", echo_model(("transfer", big)), tools=[transfer]),
+        Agent("wires", "Wire money.", echo_model(("wire", {"amount": 99.0})), tools=[wire]),
+        Agent("treasury", "Pay out.", echo_model(("payout", {"amount": 500.0})), tools=[payout]),
+        Agent(
+            "release",
+            "Deploy carefully.",
+            echo_model(("rollback_plan", {"service": "checkout"})),
+            tools=[rollback_plan],
+        ),
+        Agent("surveys", "Ask.", echo_model(("survey", {"topic": "deploys"})), tools=[survey]),
+        Agent("pager", "Page people.", echo_model(("page", {"engineer": "grace"})), tools=[page]),
+    ]
+
+
+# -- the harness -------------------------------------------------------------------------
+
+
+@dataclass
+class Bot:
+    """One bot "process": a runtime, its worker and outbox loops, and the Discord edge."""
+
+    runtime: Runtime
+    worker: Worker
+    handle: DiscordHandle
+    stop: asyncio.Event
+    tasks: list[asyncio.Task[Any]]
+
+    async def close(self) -> None:
+        """Stop the loops and the Discord client (what dying gracefully looks like)."""
+        self.stop.set()
+        for task in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(task, timeout=5)
+        await self.worker.drain(5)
+        await stop_discord(self.handle)
+
+
+@dataclass
+class Harness:
+    """A fake Discord, a SQLite store and a way to start bots against them."""
+
+    fake: FakeDiscord
+    store: SQLStore
+    path: Path
+    clock: ManualClock
+    ledger: list[tuple[str, dict[str, Any]]]
+    agents: list[Agent]
+    bots: list[Bot] = field(default_factory=list)
+    extra_stores: list[SQLStore] = field(default_factory=list)
+
+    def settings(self, **overrides: Any) -> DiscordSettings:
+        """Discord settings pointing at the fake."""
+        values: dict[str, Any] = {
+            "bot_token": TOKEN,
+            "api_base_url": self.fake.api_base_url,
+            "gateway_url": self.fake.gateway_url,
+            "sync": "guild",
+            "guild_id": 800000000000000001,
+            "approver_roles": {"finance": [str(ROLE_FINANCE)]},
+            "console_url": "https://signoff.example.com",
+            "guild_ready_timeout": 0.01,
+            "ready_timeout": 10,
+        }
+        values.update(overrides)
+        return DiscordSettings(**values)
+
+    def runtime(self, **kwargs: Any) -> Runtime:
+        """Another runtime on the same store (another process, in effect)."""
+        return Runtime(self.store, self.agents, clock=self.clock, **kwargs)
+
+    def fresh_runtime(self, **kwargs: Any) -> Runtime:
+        """A runtime on a new connection pool to the same SQLite file: a new process."""
+        store = SQLStore.sqlite(self.path)
+        self.extra_stores.append(store)
+        return Runtime(store, self.agents, clock=self.clock, **kwargs)
+
+    async def start_bot(
+        self,
+        *,
+        runtime: Runtime | None = None,
+        apply: bool = True,
+        **overrides: Any,
+    ) -> Bot:
+        """Start a bot; with ``apply=False`` its worker never runs (it only stores clicks)."""
+        chosen = runtime or self.runtime()
+        worker = Worker(chosen, poll_seconds=0.02)
+        handle = await start_discord(chosen, worker, self.settings(**overrides))
+        stop = asyncio.Event()
+        tasks: list[asyncio.Task[Any]] = []
+        if apply:
+            notifier = RoutingNotifier(
+                {"discord": discord_notifier(handle), "console": NullNotifier()}
+            )
+            tasks = [
+                asyncio.create_task(worker.run(stop)),
+                asyncio.create_task(outbox_loop(chosen, notifier, stop, seconds=0.02)),
+            ]
+        bot = Bot(chosen, worker, handle, stop, tasks)
+        self.bots.append(bot)
+        return bot
+
+    # runs ------------------------------------------------------------------------------
+    async def wait(
+        self, run_id: str, check: Callable[[RunResult], bool], runtime: Runtime | None = None
+    ) -> RunResult:
+        """Poll the run until `check` holds (for up to ten seconds)."""
+        chosen = runtime or self.bots[-1].runtime
+        deadline = time.monotonic() + 10.0
+        while True:
+            result = await chosen.get(run_id)
+            if check(result):
+                return result
+            if time.monotonic() > deadline:
+                raise AssertionError(f"run {run_id} never got there; it is {result}")
+            await asyncio.sleep(0.02)
+
+    async def finished(self, run_id: str) -> RunResult:
+        """Wait until the run ended."""
+        return await self.wait(run_id, lambda r: r.status.finished)
+
+    async def start_run(
+        self, user: User, agent: str, prompt: str = "go", channel_id: int = CHANNEL_ID
+    ) -> tuple[str, InteractionRecord]:
+        """``/agent run`` as `user`; returns the run id and the interaction."""
+        before = {r.run_id for r in await self.bots[-1].runtime.list_runs()}
+        command = self.fake.slash(user, "run", channel_id, agent=agent, prompt=prompt)
+        record = await self.fake.interact(command)
+        await self.fake.answered(record)
+        runs = [r for r in await self.bots[-1].runtime.list_runs() if r.run_id not in before]
+        assert len(runs) == 1, record.text
+        return runs[0].run_id, record
+
+    async def card_for(self, run_id: str) -> dict[str, Any]:
+        """Wait for the card of `run_id`'s open ticket and return the message."""
+
+        def find() -> dict[str, Any] | None:
+            for message in reversed(self.fake.cards()):
+                footer = (message["embeds"][0].get("footer") or {}).get("text", "")
+                if f"run {run_id} " in footer:
+                    return message
+            return None
+
+        found: dict[str, Any] = await self.fake.wait_for(find, what=f"the card of {run_id}")
+        return found
+
+    async def park(self, user: User, agent: str) -> tuple[str, dict[str, Any]]:
+        """Start a run from Discord and wait for its card."""
+        run_id, _ = await self.start_run(user, agent)
+        return run_id, await self.card_for(run_id)
+
+    async def click(
+        self, user: User, card: dict[str, Any], label: str, **kwargs: Any
+    ) -> InteractionRecord:
+        """Click a button and wait for the bot's answer."""
+        record = await self.fake.interact(self.fake.click(user, card, label, **kwargs))
+        await self.fake.answered(record)
+        return record
+
+    async def submit(
+        self, user: User, opened: InteractionRecord, values: dict[str, str]
+    ) -> InteractionRecord:
+        """Submit the modal a click opened, and wait for the bot's answer."""
+        assert opened.modal is not None, opened.text
+        record = await self.fake.interact(self.fake.submit(user, opened.modal, values))
+        await self.fake.answered(record)
+        return record
+
+    async def outcome(self, card: dict[str, Any]) -> dict[str, Any]:
+        """Wait until the card was edited to show its outcome; return the message."""
+
+        def edited() -> dict[str, Any] | None:
+            message = self.fake.messages[card["id"]]
+            fields = message["embeds"][0].get("fields", [])
+            return message if any(f["name"] == "Outcome" for f in fields) else None
+
+        found: dict[str, Any] = await self.fake.wait_for(edited, what="the card's outcome")
+        return found
+
+    async def final_message(self, run_id: str) -> dict[str, Any]:
+        """Wait for the run's final message in the channel."""
+
+        def find() -> dict[str, Any] | None:
+            for message in self.fake.channel_messages(CHANNEL_ID):
+                embeds = message.get("embeds") or []
+                if embeds and embeds[0].get("footer", {}).get("text") == f"run {run_id}":
+                    return message
+            return None
+
+        found: dict[str, Any] = await self.fake.wait_for(
+            find, what=f"the final message of {run_id}"
+        )
+        return found
+
+    async def snapshot(self, run_id: str) -> tuple[Any, ...]:
+        """The run, its events, tickets, stored clicks and the ledger: "nothing changed"."""
+        runtime = self.bots[-1].runtime if self.bots else self.runtime()
+        result = await runtime.get(run_id)
+        events = await runtime.events(run_id)
+        async with self.store.transaction() as tx:
+            tickets = await tx.tickets_for_run(run_id)
+            received = await tx.pending_received(100)
+        return result, events, tickets, received, list(self.ledger)

@@ -1,0 +1,43 @@
+"""Starting the bot: command sync modes and a refused token."""
+
+from __future__ import annotations
+
+import pytest
+from discord_harness import Harness
+from fake_discord import APP_ID, GUILD_ID
+
+from bot.discord_wiring import start_discord
+from runtime import ConfigurationError
+from runtime.worker import Worker
+
+pytestmark = pytest.mark.timeout(30)
+
+
+@pytest.mark.parametrize(
+    ("sync", "expected"),
+    [
+        ("global", ("PUT", f"/applications/{APP_ID}/commands")),
+        ("guild", ("PUT", f"/applications/{APP_ID}/guilds/{GUILD_ID}/commands")),
+        ("off", None),
+    ],
+)
+async def test_commands_are_synced_as_configured(
+    harness: Harness, sync: str, expected: tuple[str, str] | None
+) -> None:
+    await harness.start_bot(sync=sync)
+    puts = [r for r in harness.fake.requests if r[0] == "PUT"]
+    assert puts == ([expected] if expected else [])
+
+
+async def test_a_refused_token_is_a_configuration_error(harness: Harness) -> None:
+    runtime = harness.runtime()
+    with pytest.raises(ConfigurationError, match="SIGNOFF_DISCORD_BOT_TOKEN"):
+        await start_discord(runtime, Worker(runtime), harness.settings(bot_token="wrong"))
+    assert harness.fake.connected == 0
+
+
+async def test_refused_command_registration_is_a_configuration_error(harness: Harness) -> None:
+    harness.fake.fail_next("PUT", r"/commands$", 403, {"message": "Missing Access", "code": 50001})
+    runtime = harness.runtime()
+    with pytest.raises(ConfigurationError, match=r"applications\.commands"):
+        await start_discord(runtime, Worker(runtime), harness.settings())
