@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from runtime.forms import FieldType, parse_number, parse_whole, schema_fields
+
 MAX_FIELDS = 5
 """Text inputs a Discord modal holds."""
 LABEL_LENGTH = 45
@@ -80,64 +82,30 @@ def clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
 
 
-def _resolve(prop: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
-    """Follow a local ``$ref`` and unwrap ``anyOf [X, null]`` / a single ``allOf``."""
-    ref = prop.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#/$defs/"):
-        target = defs.get(ref[len("#/$defs/") :], {})
-        merged = {**target, **{k: v for k, v in prop.items() if k != "$ref"}}
-        return _resolve(merged, defs)
-    for key in ("anyOf", "oneOf", "allOf"):
-        variants = prop.get(key)
-        if isinstance(variants, list):
-            real = [v for v in variants if isinstance(v, dict) and v.get("type") != "null"]
-            if len(real) == 1:
-                outer = {k: v for k, v in prop.items() if k != key}
-                return _resolve({**real[0], **outer}, defs)
-    return prop
-
-
-def _kind(prop: dict[str, Any]) -> tuple[FieldKind, tuple[Any, ...]]:
-    if isinstance(prop.get("enum"), list):
-        return "select", tuple(prop["enum"])
-    if "const" in prop:
-        return "select", (prop["const"],)
-    match prop.get("type"):
-        case "string":
-            return "text", ()
-        case "integer":
-            return "integer", ()
-        case "number":
-            return "number", ()
-        case "boolean":
-            return "boolean", ()
-        case _:
-            return "json", ()
+_KINDS: dict[FieldType, FieldKind] = {
+    "string": "text",
+    "integer": "integer",
+    "number": "number",
+    "boolean": "boolean",
+    "enum": "select",
+    "json": "json",
+}
 
 
 def form_fields(schema: Mapping[str, Any] | None) -> list[FormField]:
     """The inputs for an object schema's properties, in the schema's order."""
-    if not schema:
-        return []
-    defs = schema.get("$defs") or {}
-    required = set(schema.get("required") or [])
-    fields = []
-    for name, raw in (schema.get("properties") or {}).items():
-        prop = _resolve(raw if isinstance(raw, dict) else {}, defs)
-        kind, options = _kind(prop)
-        label = prop.get("title") or str(name).replace("_", " ").capitalize()
-        fields.append(
-            FormField(
-                name=str(name),
-                label=clip(str(label), LABEL_LENGTH),
-                kind=kind,
-                required=name in required,
-                description=prop.get("description"),
-                options=options,
-                default=prop.get("default"),
-            )
+    return [
+        FormField(
+            name=item.name,
+            label=clip(item.label, LABEL_LENGTH),
+            kind=_KINDS[item.type],
+            required=item.required,
+            description=item.description,
+            options=item.options,
+            default=item.default,
         )
-    return fields
+        for item in schema_fields(schema)
+    ]
 
 
 def fits_modal(schema: Mapping[str, Any] | None) -> bool:
@@ -174,15 +142,9 @@ def _convert(item: FormField, text: str) -> Any:
         case "text":
             return text
         case "integer":
-            try:
-                return int(text)
-            except ValueError:
-                raise ValueError("Enter a whole number.") from None
+            return parse_whole(text)
         case "number":
-            try:
-                return float(text)
-            except ValueError:
-                raise ValueError("Enter a number.") from None
+            return parse_number(text)
         case "boolean":
             lowered = text.lower()
             if lowered in ("true", "yes", "y", "1", "on"):

@@ -29,6 +29,7 @@ from adapters.slack.blocks import (
     plain,
     truncate,
 )
+from runtime.forms import SchemaField, parse_number, parse_whole, schema_fields
 
 VIEW_DENY_REASON = "signoff.deny_reason"
 VIEW_INPUT = "signoff.input"
@@ -172,67 +173,37 @@ def parse_result(text: str) -> Any:
 # -- typed input -----------------------------------------------------------------------
 
 
-def _resolve(prop: dict[str, Any], defs: Mapping[str, Any], depth: int = 0) -> dict[str, Any]:
-    """Follow a local ``$ref`` and unwrap ``anyOf [X, null]`` / a single ``allOf``."""
-    if depth > 10:
-        return prop
-    ref = prop.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#/$defs/"):
-        target = defs.get(ref[len("#/$defs/") :], {})
-        merged = {**target, **{k: v for k, v in prop.items() if k != "$ref"}}
-        return _resolve(merged, defs, depth + 1)
-    for key in ("anyOf", "oneOf", "allOf"):
-        variants = prop.get(key)
-        if isinstance(variants, list):
-            real = [v for v in variants if isinstance(v, dict) and v.get("type") != "null"]
-            if len(real) == 1:
-                outer = {k: v for k, v in prop.items() if k != key}
-                return _resolve({**real[0], **outer}, defs, depth + 1)
-    return prop
-
-
-def _kind(prop: Mapping[str, Any]) -> tuple[FieldKind, tuple[Any, ...]]:
-    enum = prop.get("enum")
-    if isinstance(enum, list) and 0 < len(enum) <= MAX_OPTIONS:
-        return "select", tuple(enum)
-    if "const" in prop:
-        return "select", (prop["const"],)
-    match prop.get("type"):
+def _kind(item: SchemaField) -> tuple[FieldKind, tuple[Any, ...]]:
+    match item.type:
+        case "enum" if len(item.options) <= MAX_OPTIONS:
+            return "select", item.options
+        case "enum":
+            # Too many options for a menu: typed as text (or JSON when not all strings).
+            return ("text" if all(isinstance(o, str) for o in item.options) else "json"), ()
         case "string":
             return "text", ()
-        case "integer":
-            return "integer", ()
-        case "number":
-            return "number", ()
         case "boolean":
             return "boolean", (True, False)
-        case _:
-            return "json", ()
+        case "integer" | "number" | "json":
+            return item.type, ()
+    raise ValueError(f"unsupported field type {item.type}")
 
 
 def form_fields(schema: Mapping[str, Any] | None) -> list[Field]:
     """The inputs for an object schema's properties, in the schema's order."""
-    if not schema:
-        return []
-    defs = schema.get("$defs") or {}
-    required = set(schema.get("required") or [])
     fields = []
-    properties = schema.get("properties") or {}
-    for index, (name, raw) in enumerate(list(properties.items())[:MAX_INPUT_BLOCKS]):
-        prop = _resolve(raw if isinstance(raw, dict) else {}, defs)
-        kind, options = _kind(prop)
-        label = prop.get("title") or str(name).replace("_", " ").capitalize()
-        description = prop.get("description")
+    for index, item in enumerate(schema_fields(schema)[:MAX_INPUT_BLOCKS]):
+        kind, options = _kind(item)
         fields.append(
             Field(
-                name=str(name),
+                name=item.name,
                 block_id=f"{FIELD_BLOCK_PREFIX}{index}",
-                label=str(label),
+                label=item.label,
                 kind=kind,
-                required=name in required,
-                description=str(description) if description else None,
+                required=item.required,
+                description=item.description,
                 options=options,
-                default=prop.get("default"),
+                default=item.default,
             )
         )
     return fields
@@ -378,15 +349,9 @@ def _convert(item: Field, text: str) -> Any:
         case "text":
             return text
         case "integer":
-            try:
-                return int(text.strip())
-            except ValueError:
-                raise ValueError("Enter a whole number.") from None
+            return parse_whole(text)
         case "number":
-            try:
-                return float(text.strip())
-            except ValueError:
-                raise ValueError("Enter a number.") from None
+            return parse_number(text)
         case "select" | "boolean":
             try:
                 chosen = json.loads(text)

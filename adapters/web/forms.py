@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from runtime.forms import FieldType, parse_number, parse_whole, schema_fields
+
 FieldKind = Literal["text", "number", "integer", "checkbox", "select", "json"]
 FIELD_PREFIX = "field."
 
@@ -73,64 +75,30 @@ class FormState:
     general: list[str] = field(default_factory=list)
 
 
-def _resolve(prop: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
-    """Follow a local ``$ref`` and unwrap ``anyOf [X, null]`` / single ``allOf``."""
-    ref = prop.get("$ref")
-    if isinstance(ref, str) and ref.startswith("#/$defs/"):
-        target = defs.get(ref[len("#/$defs/") :], {})
-        merged = {**target, **{k: v for k, v in prop.items() if k != "$ref"}}
-        return _resolve(merged, defs)
-    for key in ("anyOf", "oneOf", "allOf"):
-        variants = prop.get(key)
-        if isinstance(variants, list):
-            real = [v for v in variants if isinstance(v, dict) and v.get("type") != "null"]
-            if len(real) == 1:
-                outer = {k: v for k, v in prop.items() if k != key}
-                return _resolve({**real[0], **outer}, defs)
-    return prop
-
-
-def _kind(prop: dict[str, Any]) -> tuple[FieldKind, tuple[Any, ...]]:
-    if isinstance(prop.get("enum"), list):
-        return "select", tuple(prop["enum"])
-    if "const" in prop:
-        return "select", (prop["const"],)
-    match prop.get("type"):
-        case "string":
-            return "text", ()
-        case "integer":
-            return "integer", ()
-        case "number":
-            return "number", ()
-        case "boolean":
-            return "checkbox", ()
-        case _:
-            return "json", ()
+_KINDS: dict[FieldType, FieldKind] = {
+    "string": "text",
+    "integer": "integer",
+    "number": "number",
+    "boolean": "checkbox",
+    "enum": "select",
+    "json": "json",
+}
 
 
 def form_fields(schema: dict[str, Any] | None) -> list[FormField]:
     """The inputs for an object schema's properties, in the schema's order."""
-    if not schema:
-        return []
-    defs = schema.get("$defs") or {}
-    required = set(schema.get("required") or [])
-    fields = []
-    for name, raw in (schema.get("properties") or {}).items():
-        prop = _resolve(raw if isinstance(raw, dict) else {}, defs)
-        kind, options = _kind(prop)
-        label = prop.get("title") or name.replace("_", " ").capitalize()
-        fields.append(
-            FormField(
-                name=name,
-                label=str(label),
-                kind=kind,
-                required=name in required,
-                description=prop.get("description"),
-                options=options,
-                default=prop.get("default"),
-            )
+    return [
+        FormField(
+            name=item.name,
+            label=item.label,
+            kind=_KINDS[item.type],
+            required=item.required,
+            description=item.description,
+            options=item.options,
+            default=item.default,
         )
-    return fields
+        for item in schema_fields(schema)
+    ]
 
 
 def read_fields(fields: list[FormField], form: Any) -> tuple[dict[str, Any], FormState]:
@@ -169,15 +137,9 @@ def _convert(item: FormField, text: str) -> Any:
         case "text":
             return text
         case "integer":
-            try:
-                return int(text.strip())
-            except ValueError:
-                raise ValueError("Enter a whole number.") from None
+            return parse_whole(text)
         case "number":
-            try:
-                return float(text.strip())
-            except ValueError:
-                raise ValueError("Enter a number.") from None
+            return parse_number(text)
         case "select":
             for option in item.options:
                 if str(option) == text:
