@@ -152,6 +152,8 @@ def serve_env(db: Path, synchronous: str, workers: int) -> dict[str, str]:
         "SIGNOFF_APP": APP,
         "SIGNOFF_PORT": "0",
         "SIGNOFF_WORKERS": str(workers),
+        # Measure how fast requests are accepted, not the back-pressure limit.
+        "SIGNOFF_MAX_QUEUED_RUNS": "0",
         "SIGNOFF_OPERATOR_TOKEN": OPERATOR_TOKEN,
         "SIGNOFF_API_TOKENS": json.dumps(
             [{"token": API_TOKEN, "actor": "U-bench", "operator": True, "name": "bench"}]

@@ -79,7 +79,7 @@ def build_app(
         cookie_secret=cookie_secret,
         secure_cookies=settings.secure_cookies,
     )
-    add_hook_routes(app, runtime, hooks, worker.wake)
+    add_hook_routes(app, runtime, hooks, worker.wake, max_queued=settings.max_queued_runs or None)
     notifiers: dict[str, Notifier] = {"callback": CallbackNotifier(hooks, clock=runtime.clock)}
     if settings.slack_mode != "off":
         notifiers["slack"] = add_slack(app, settings, runtime, worker)

@@ -110,6 +110,8 @@ class Settings(BaseSettings):
         port: TCP port of the HTTP server (0 picks a free one).
         log_level: ``DEBUG``, ``INFO``, ``WARNING``, ``ERROR`` or ``CRITICAL``.
         workers: Runs `signoff serve` drives at the same time.
+        max_queued_runs: Webhooks answer 503 with ``Retry-After`` while this many runs
+            wait for a worker (0: never).
         shutdown_grace_seconds: On SIGTERM, how long running tools may take to settle.
         operator_token: Sign-in token of the built-in operator (console and API). Unset:
             a random one is made at start-up and printed.
@@ -159,6 +161,7 @@ class Settings(BaseSettings):
     port: int = Field(default=8080, ge=0, le=65535)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "WARNING"
     workers: int = Field(default=4, ge=1, le=256)
+    max_queued_runs: int = Field(default=1000, ge=0)
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)
     operator_token: SecretStr | None = Field(default=None, min_length=16)
     api_tokens: list[ApiTokenSetting] = Field(default_factory=list)

@@ -335,6 +335,11 @@ class Runtime:
             found = await tx.list_runs(statuses=wanted, thread_id=thread_id, limit=limit)
         return [run_result(run, ()) for run in found]
 
+    async def run_counts(self) -> dict[str, int]:
+        """How many runs there are in each status."""
+        async with self._deps.store.transaction() as tx:
+            return await tx.count_runs()
+
     async def events(self, run_id: str) -> list[dict[str, Any]]:
         """The run's flight recorder as plain dicts, oldest first."""
         async with self._deps.store.transaction() as tx:

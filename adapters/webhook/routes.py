@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
@@ -44,6 +45,7 @@ REPLAYED_HEADER = "Idempotent-Replayed"
 MAX_IDEMPOTENCY_KEY = 255
 AUTH_CHALLENGE = 'Signoff-HMAC-SHA256 headers="X-Signoff-Timestamp X-Signoff-Signature"'
 _READ_CHUNK = 16 * 1024
+BUSY_RETRY_AFTER = 5
 
 
 def _answer(status: int, payload: dict[str, Any], **headers: str) -> web.Response:
@@ -154,11 +156,14 @@ class HookHandler:
         hooks: Mapping[str, HookConfig],
         on_change: Callable[[], None],
         clock: Clock,
+        max_queued: int | None = None,
     ) -> None:
         self._runtime = runtime
         self._hooks = hooks
         self._on_change = on_change
         self._clock = clock
+        self._max_queued = max_queued
+        self._queued_seen: tuple[float, int] = (float("-inf"), 0)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         """Answer one request; never raises for a caller's mistake."""
@@ -206,6 +211,18 @@ class HookHandler:
             (hook.scope, key, hashlib.sha256(body).hexdigest()) if key is not None else None
         )
         replayed = key is not None and await self._key_used(hook.scope, key)
+        if not replayed and await self._too_busy():
+            log.warning("hook %s refused a request: too many runs are waiting for a worker", name)
+            raise _Refused(
+                _answer(
+                    503,
+                    {
+                        "error": "busy",
+                        "message": "too many runs are waiting to be worked on; retry later",
+                    },
+                    **{"Retry-After": str(BUSY_RETRY_AFTER)},
+                )
+            )
         try:
             run = await self._runtime.start(
                 hook.agent,
@@ -237,6 +254,18 @@ class HookHandler:
         except Exception:
             log.exception("on_change failed after a hook started a run")
 
+    async def _too_busy(self) -> bool:
+        """Whether the queue of runs waiting for a worker is full (read at most 2x/s)."""
+        if self._max_queued is None:
+            return False
+        seen_at, queued = self._queued_seen
+        now = time.monotonic()
+        if now - seen_at > 0.5:
+            counts = await self._runtime.run_counts()
+            queued = counts.get("queued", 0)
+            self._queued_seen = (now, queued)
+        return queued >= self._max_queued
+
     async def _key_used(self, scope: str, key: str) -> bool:
         # Only decides the Idempotent-Replayed header; `Runtime.start` is what enforces
         # the key. Two concurrent first uses may both answer without the header, but
@@ -256,6 +285,7 @@ def add_hook_routes(
     on_change: Callable[[], None],
     *,
     clock: Clock | None = None,
+    max_queued: int | None = None,
 ) -> HookHandler:
     """Serve ``/hooks/{name}`` on `app` for `hooks`.
 
@@ -265,6 +295,8 @@ def add_hook_routes(
         hooks: Hook configurations by name.
         on_change: Called after a run was started (e.g. `runtime.worker.Worker.wake`).
         clock: The time source for the signature window (default: the runtime's clock).
+        max_queued: Refuse new runs with 503 and ``Retry-After`` while this many runs
+            wait for a worker (None: never refuse). Replays of a used key still answer.
 
     Returns:
         The handler (for tests and metrics).
@@ -281,7 +313,9 @@ def add_hook_routes(
             raise ConfigurationError(
                 f"hook {hook.name!r}: no agent named {hook.agent!r} (loaded: {known})"
             )
-    handler = HookHandler(runtime, dict(hooks), on_change, clock or runtime.clock)
+    handler = HookHandler(
+        runtime, dict(hooks), on_change, clock or runtime.clock, max_queued=max_queued
+    )
     # Any name (even empty or with a slash) reaches the handler, so every answer under
     # /hooks/ is JSON, including 404 and 405.
     app.router.add_route("*", r"/hooks/{name:.*}", handler.handle)
