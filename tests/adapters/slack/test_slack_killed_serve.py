@@ -1,0 +1,148 @@
+"""A real `signoff serve` process SIGKILLed right after acking a Slack click.
+
+The click is stored before Slack gets its 200; a process killed before applying it leaves
+a pending command that the next process applies exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from fake_slack import (
+    BOT_TOKEN,
+    SIGNING_SECRET,
+    FakeSlack,
+    click_payload,
+    command_body,
+    interaction_body,
+    signed_headers,
+)
+from slackbed import buttons
+
+ROOT = Path(__file__).resolve().parents[3]
+pytestmark = [pytest.mark.timeout(120), pytest.mark.crash]
+
+
+class Served:
+    """One `signoff serve` subprocess."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "bot", "serve"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.startswith("signoff serving at "):
+                self.url = line.split("signoff serving at ", 1)[1].strip()
+                return
+        raise AssertionError("signoff serve did not start")
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        assert self.process.wait(timeout=10) == -signal.SIGKILL
+        assert self.process.stdout is not None
+        self.process.stdout.close()
+
+    def stop(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(timeout=30)
+        assert self.process.stdout is not None
+        self.process.stdout.close()
+
+
+async def post(url: str, body: str) -> int:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(f"{url}/slack/events", data=body, headers=signed_headers(body)) as answer,
+    ):
+        await answer.read()
+        return answer.status
+
+
+def query(db: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(db) as connection:
+        return connection.execute(sql, args).fetchall()
+
+
+async def until(check: Any, what: str, seconds: float = 20.0) -> Any:
+    for _ in range(int(seconds / 0.05)):
+        found = check()
+        if found:
+            return found
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"never saw {what}")
+
+
+async def test_a_click_acked_by_a_killed_process_is_applied_once_after_restart(
+    fake: FakeSlack, tmp_path: Path
+) -> None:
+    db = tmp_path / "serve.db"
+    ledger = tmp_path / "ledger.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith(("SIGNOFF_", "SLACK_"))}
+    env.update(
+        {
+            "PYTHONPATH": str(ROOT),
+            "SIGNOFF_DATABASE_URL": f"sqlite+aiosqlite:///{db}",
+            "SIGNOFF_APP": "tests.e2e.serve_app:agents",
+            "SIGNOFF_PORT": "0",
+            "SIGNOFF_LEASE_SECONDS": "1",
+            "SIGNOFF_OPERATOR_TOKEN": "operator-token-0123456789",
+            "SIGNOFF_SLACK_MODE": "http",
+            "SIGNOFF_SLACK_BOT_TOKEN": BOT_TOKEN,
+            "SIGNOFF_SLACK_SIGNING_SECRET": SIGNING_SECRET,
+            "SIGNOFF_SLACK_API_BASE_URL": f"{fake.url}/api/",
+            "SIGNOFF_TEST_LEDGER": str(ledger),
+        }
+    )
+    caught_pending = False
+    seen: set[str] = set()
+    for attempt in range(5):
+        served = Served(env)
+        assert await post(served.url, command_body("payments pay ACC-1", user="U1")) == 200
+        card = await until(
+            lambda: [m for m in fake.messages.values() if buttons(m) and m.ts not in seen],
+            "the approval card",
+        )
+        seen.add(card[0].ts)
+        allow = next(v for k, v in buttons(card[0]).items() if "allow" in k)
+        payload = click_payload("signoff_allow", allow, user="U1", message={"ts": card[0].ts})
+        payload["actions"][0]["action_id"] = next(k for k in buttons(card[0]) if "allow" in k)
+        assert await post(served.url, interaction_body(payload)) == 200
+        served.kill()  # right after Slack's 200: the click may not be applied yet
+        states = query(db, "SELECT state FROM received_commands ORDER BY received_at")
+        assert len(states) == attempt + 1, states  # stored before the ack, every time
+        caught_pending = caught_pending or states[-1] == ("pending",)
+
+        again = Served(env)
+        try:
+            await until(
+                lambda n=attempt: (
+                    query(db, "SELECT count(*) FROM runs WHERE status='done'")[0][0] == n + 1
+                ),
+                "the run finishing after the restart",
+            )
+        finally:
+            again.stop()
+        assert query(db, "SELECT state FROM received_commands")[-1] == ("applied",)
+        executions = [json.loads(line) for line in ledger.read_text().splitlines()]
+        assert len(executions) == attempt + 1  # each approved transfer ran exactly once
+        decided = query(db, "SELECT count(*) FROM events WHERE kind='ticket_decided'")[0][0]
+        assert decided == attempt + 1
+        if caught_pending:
+            break
+    assert caught_pending, "the kill never landed between the ack and the apply"
