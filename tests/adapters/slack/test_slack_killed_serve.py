@@ -34,9 +34,10 @@ pytestmark = [pytest.mark.timeout(120), pytest.mark.crash]
 
 
 class Served:
-    """One `signoff serve` subprocess."""
+    """One `signoff serve` subprocess. Start it with `Served.start`."""
 
     def __init__(self, env: dict[str, str]) -> None:
+        self.url = ""
         self.process = subprocess.Popen(
             [sys.executable, "-m", "bot", "serve"],
             cwd=ROOT,
@@ -45,6 +46,20 @@ class Served:
             stderr=subprocess.DEVNULL,
             text=True,
         )
+
+    @classmethod
+    async def start(cls, env: dict[str, str]) -> Served:
+        """Start and wait until it serves; the fake Slack keeps answering meanwhile."""
+        served = cls(env)
+        try:
+            await asyncio.wait_for(asyncio.to_thread(served._wait_ready), timeout=60)
+        except BaseException:
+            served.process.kill()
+            served.process.wait(timeout=10)
+            raise
+        return served
+
+    def _wait_ready(self) -> None:
         assert self.process.stdout is not None
         for line in self.process.stdout:
             if line.startswith("signoff serving at "):
@@ -58,9 +73,9 @@ class Served:
         assert self.process.stdout is not None
         self.process.stdout.close()
 
-    def stop(self) -> None:
+    async def stop(self) -> None:
         self.process.send_signal(signal.SIGTERM)
-        self.process.wait(timeout=30)
+        await asyncio.to_thread(self.process.wait, 30)
         assert self.process.stdout is not None
         self.process.stdout.close()
 
@@ -112,7 +127,7 @@ async def test_a_click_acked_by_a_killed_process_is_applied_once_after_restart(
     caught_pending = False
     seen: set[str] = set()
     for attempt in range(5):
-        served = Served(env)
+        served = await Served.start(env)
         assert await post(served.url, command_body("payments pay ACC-1", user="U1")) == 200
         card = await until(
             lambda: [m for m in fake.messages.values() if buttons(m) and m.ts not in seen],
@@ -128,7 +143,7 @@ async def test_a_click_acked_by_a_killed_process_is_applied_once_after_restart(
         assert len(states) == attempt + 1, states  # stored before the ack, every time
         caught_pending = caught_pending or states[-1] == ("pending",)
 
-        again = Served(env)
+        again = await Served.start(env)
         try:
             await until(
                 lambda n=attempt: (
@@ -137,7 +152,7 @@ async def test_a_click_acked_by_a_killed_process_is_applied_once_after_restart(
                 "the run finishing after the restart",
             )
         finally:
-            again.stop()
+            await again.stop()
         assert query(db, "SELECT state FROM received_commands")[-1] == ("applied",)
         executions = [json.loads(line) for line in ledger.read_text().splitlines()]
         assert len(executions) == attempt + 1  # each approved transfer ran exactly once

@@ -1,0 +1,142 @@
+"""A real `signoff serve` process SIGKILLed right after answering a Discord click.
+
+The click is stored before Discord gets its answer; a process killed before applying it
+leaves a pending command that the next process applies exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from discord_harness import ALICE
+from fake_discord import FakeDiscord
+
+ROOT = Path(__file__).resolve().parents[3]
+pytestmark = [pytest.mark.timeout(120), pytest.mark.crash]
+
+
+class Served:
+    """One `signoff serve` subprocess. Start it with `Served.start`."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "bot", "serve"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+
+    @classmethod
+    async def start(cls, env: dict[str, str]) -> Served:
+        """Start and wait until it serves; the fake Discord keeps running meanwhile."""
+        served = cls(env)
+        try:
+            await asyncio.wait_for(asyncio.to_thread(served._wait_ready), timeout=60)
+        except BaseException:
+            served.process.kill()
+            served.process.wait(timeout=10)
+            raise
+        return served
+
+    def _wait_ready(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.startswith("signoff serving at "):
+                return
+        raise AssertionError("signoff serve did not start")
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        assert self.process.wait(timeout=10) == -signal.SIGKILL
+        assert self.process.stdout is not None
+        self.process.stdout.close()
+
+    async def stop(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(self.process.wait, 30)
+        assert self.process.stdout is not None
+        self.process.stdout.close()
+
+
+def query(db: Path, sql: str) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(db) as connection:
+        return connection.execute(sql).fetchall()
+
+
+async def until(check: Any, what: str, seconds: float = 20.0) -> Any:
+    for _ in range(int(seconds / 0.05)):
+        found = check()
+        if found:
+            return found
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"never saw {what}")
+
+
+async def test_a_click_answered_by_a_killed_process_is_applied_once_after_restart(
+    fake: FakeDiscord, tmp_path: Path
+) -> None:
+    db = tmp_path / "serve.db"
+    ledger = tmp_path / "ledger.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("SIGNOFF_")}
+    env.update(
+        {
+            "PYTHONPATH": str(ROOT),
+            "SIGNOFF_DATABASE_URL": f"sqlite+aiosqlite:///{db}",
+            "SIGNOFF_APP": "tests.e2e.serve_app:agents",
+            "SIGNOFF_PORT": "0",
+            "SIGNOFF_LEASE_SECONDS": "1",
+            "SIGNOFF_OPERATOR_TOKEN": "operator-token-0123456789",
+            "SIGNOFF_DISCORD_BOT_TOKEN": "fake-bot-token",
+            "SIGNOFF_DISCORD_API_BASE_URL": fake.api_base_url,
+            "SIGNOFF_DISCORD_GATEWAY_URL": fake.gateway_url,
+            "SIGNOFF_DISCORD_GUILD_READY_TIMEOUT": "0.1",
+            "SIGNOFF_TEST_LEDGER": str(ledger),
+        }
+    )
+    caught_pending = False
+    seen: set[str] = set()
+    for attempt in range(5):
+        served = await Served.start(env)
+        started = await fake.interact(fake.slash(ALICE, "run", agent="payments", prompt="pay"))
+        await fake.answered(started)
+        card = await until(
+            lambda: [m for m in fake.cards() if m["id"] not in seen], "the approval card"
+        )
+        seen.add(card[0]["id"])
+        click = await fake.interact(fake.click(ALICE, card[0], "Allow"))
+        await fake.answered(click)
+        assert "recorded" in click.text.lower(), click.text
+        served.kill()  # right after the answer: the click may not be applied yet
+        states = query(db, "SELECT state FROM received_commands ORDER BY received_at")
+        assert len(states) == attempt + 1, states  # stored before the answer, every time
+        caught_pending = caught_pending or states[-1] == ("pending",)
+
+        again = await Served.start(env)
+        try:
+            await until(
+                lambda n=attempt: (
+                    query(db, "SELECT count(*) FROM runs WHERE status='done'")[0][0] == n + 1
+                ),
+                "the run finishing after the restart",
+            )
+        finally:
+            await again.stop()
+        assert query(db, "SELECT state FROM received_commands")[-1] == ("applied",)
+        executions = [json.loads(line) for line in ledger.read_text().splitlines()]
+        assert len(executions) == attempt + 1  # each approved transfer ran exactly once
+        decided = query(db, "SELECT count(*) FROM events WHERE kind='ticket_decided'")[0][0]
+        assert decided == attempt + 1
+        if caught_pending:
+            break
+    assert caught_pending, "the kill never landed between the answer and the apply"
