@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from fake_discord import (
     CHANNEL_ID,
@@ -18,7 +18,8 @@ from fake_discord import (
     InteractionRecord,
     User,
 )
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
+from testkit import Crash, RollbackPlan, echo_model  # noqa: F401  (re-exported)
 
 from bot.discord_wiring import (
     DiscordHandle,
@@ -31,14 +32,10 @@ from runtime import (
     Agent,
     InputRequest,
     ManualClock,
-    ModelRequest,
     RunResult,
     Runtime,
-    ScriptedModel,
     current_tool_context,
-    final_reply,
     tool,
-    tool_call_reply,
 )
 from runtime.outbox import NullNotifier, RoutingNotifier
 from runtime.store.sql import SQLStore
@@ -56,38 +53,7 @@ MALLORY = User(710000000000000005, "mallory", permissions=MANAGE_GUILD)
 ROLES = {ROLE_APPROVER: "approvers", ROLE_OTHER: "others", ROLE_FINANCE: "finance"}
 
 
-class Crash(BaseException):
-    """Stands in for the process dying at a checkpoint."""
-
-
 # -- scripted agents -------------------------------------------------------------------
-
-
-def _this_run(request: ModelRequest) -> list[dict[str, Any]]:
-    start = max(i for i, m in enumerate(request.messages) if m.get("role") == "user")
-    return request.messages[start:]
-
-
-def echo_model(*calls: tuple[str, dict[str, Any]]) -> ScriptedModel:
-    """Turn 1 asks for `calls`; turn 2 reports every tool result it saw."""
-
-    def reply(request: ModelRequest) -> dict[str, Any]:
-        messages = _this_run(request)
-        if not any(m.get("role") == "assistant" for m in messages):
-            return tool_call_reply(*calls, content="I need these tools for the task.")
-        results = [str(m.get("content")) for m in messages if m.get("role") == "tool"]
-        return final_reply("Finished. " + " | ".join(results))
-
-    return ScriptedModel(reply)
-
-
-class RollbackPlan(BaseModel):
-    """How to undo a deploy."""
-
-    previous_version: str = Field(min_length=1, description="The version to go back to.")
-    strategy: Literal["redeploy_previous", "disable_feature_flag"]
-    max_minutes: int = Field(default=15, ge=1, le=240)
-    notify_team: bool = False
 
 
 class Survey(BaseModel):

@@ -9,64 +9,16 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from discord_harness import ALICE
 from fake_discord import FakeDiscord
+from testkit import ROOT, Served
 
-ROOT = Path(__file__).resolve().parents[3]
 pytestmark = [pytest.mark.timeout(120), pytest.mark.crash]
-
-
-class Served:
-    """One `signoff serve` subprocess. Start it with `Served.start`."""
-
-    def __init__(self, env: dict[str, str]) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "bot", "serve"],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-
-    @classmethod
-    async def start(cls, env: dict[str, str]) -> Served:
-        """Start and wait until it serves; the fake Discord keeps running meanwhile."""
-        served = cls(env)
-        try:
-            await asyncio.wait_for(asyncio.to_thread(served._wait_ready), timeout=60)
-        except BaseException:
-            served.process.kill()
-            served.process.wait(timeout=10)
-            raise
-        return served
-
-    def _wait_ready(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            if line.startswith("signoff serving at "):
-                return
-        raise AssertionError("signoff serve did not start")
-
-    def kill(self) -> None:
-        self.process.send_signal(signal.SIGKILL)
-        assert self.process.wait(timeout=10) == -signal.SIGKILL
-        assert self.process.stdout is not None
-        self.process.stdout.close()
-
-    async def stop(self) -> None:
-        self.process.send_signal(signal.SIGTERM)
-        await asyncio.to_thread(self.process.wait, 30)
-        assert self.process.stdout is not None
-        self.process.stdout.close()
 
 
 def query(db: Path, sql: str) -> list[tuple[Any, ...]]:

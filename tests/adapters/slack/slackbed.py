@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from aiohttp import web
 from aiohttp.test_utils import TestClient
@@ -35,22 +35,18 @@ from fake_slack import (
     signed_headers,
     submission_payload,
 )
-from pydantic import BaseModel, Field
 from slack_bolt.app.async_app import AsyncApp
+from testkit import Crash, RollbackPlan, echo_model  # noqa: F401  (re-exported)
 
 from adapters.slack import SlackConfig
 from runtime import (
     Agent,
     InputRequest,
     ManualClock,
-    ModelRequest,
     RunResult,
     Runtime,
-    ScriptedModel,
     current_tool_context,
-    final_reply,
     tool,
-    tool_call_reply,
 )
 from runtime.store.sql import SQLStore
 from runtime.worker import Worker
@@ -59,38 +55,7 @@ SECRET_KEY = "sk-live-123456"
 T = TypeVar("T")
 
 
-class Crash(BaseException):
-    """Stands in for the process dying at a checkpoint."""
-
-
 # -- agents ----------------------------------------------------------------------------
-
-
-def _this_run(request: ModelRequest) -> list[dict[str, Any]]:
-    start = max(i for i, m in enumerate(request.messages) if m.get("role") == "user")
-    return request.messages[start:]
-
-
-def echo_model(*calls: tuple[str, dict[str, Any]]) -> ScriptedModel:
-    """Turn 1 asks for `calls` in one batch; turn 2 reports every tool result it saw."""
-
-    def reply(request: ModelRequest) -> dict[str, Any]:
-        messages = _this_run(request)
-        if not any(m.get("role") == "assistant" for m in messages):
-            return tool_call_reply(*calls, content="I need these tools for the task.")
-        results = [str(m.get("content")) for m in messages if m.get("role") == "tool"]
-        return final_reply("Finished. " + " | ".join(results))
-
-    return ScriptedModel(reply)
-
-
-class RollbackPlan(BaseModel):
-    """How to undo a deploy."""
-
-    previous_version: str = Field(min_length=1, description="The version to go back to.")
-    strategy: Literal["redeploy_previous", "disable_feature_flag"]
-    max_minutes: int = Field(default=15, ge=1, le=240)
-    notify_team: bool = False
 
 
 def build_agents(ledger: list[tuple[str, dict[str, Any]]]) -> list[Agent]:

@@ -9,10 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,56 +25,9 @@ from fake_slack import (
     signed_headers,
 )
 from slackbed import buttons
+from testkit import ROOT, Served
 
-ROOT = Path(__file__).resolve().parents[3]
 pytestmark = [pytest.mark.timeout(120), pytest.mark.crash]
-
-
-class Served:
-    """One `signoff serve` subprocess. Start it with `Served.start`."""
-
-    def __init__(self, env: dict[str, str]) -> None:
-        self.url = ""
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "bot", "serve"],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-
-    @classmethod
-    async def start(cls, env: dict[str, str]) -> Served:
-        """Start and wait until it serves; the fake Slack keeps answering meanwhile."""
-        served = cls(env)
-        try:
-            await asyncio.wait_for(asyncio.to_thread(served._wait_ready), timeout=60)
-        except BaseException:
-            served.process.kill()
-            served.process.wait(timeout=10)
-            raise
-        return served
-
-    def _wait_ready(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            if line.startswith("signoff serving at "):
-                self.url = line.split("signoff serving at ", 1)[1].strip()
-                return
-        raise AssertionError("signoff serve did not start")
-
-    def kill(self) -> None:
-        self.process.send_signal(signal.SIGKILL)
-        assert self.process.wait(timeout=10) == -signal.SIGKILL
-        assert self.process.stdout is not None
-        self.process.stdout.close()
-
-    async def stop(self) -> None:
-        self.process.send_signal(signal.SIGTERM)
-        await asyncio.to_thread(self.process.wait, 30)
-        assert self.process.stdout is not None
-        self.process.stdout.close()
 
 
 async def post(url: str, body: str) -> int:

@@ -1,0 +1,98 @@
+"""Helpers shared by the test suites: scripted agents and a `signoff serve` subprocess."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from runtime import ModelRequest, ScriptedModel, final_reply, tool_call_reply
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Crash(BaseException):
+    """Stands in for the process dying at a checkpoint."""
+
+
+def _this_run(request: ModelRequest) -> list[dict[str, Any]]:
+    start = max(i for i, m in enumerate(request.messages) if m.get("role") == "user")
+    return request.messages[start:]
+
+
+def echo_model(*calls: tuple[str, dict[str, Any]], name: str = "scripted") -> ScriptedModel:
+    """Turn 1 asks for `calls` in one batch; turn 2 reports every tool result it saw."""
+
+    def reply(request: ModelRequest) -> dict[str, Any]:
+        messages = _this_run(request)
+        if not any(m.get("role") == "assistant" for m in messages):
+            return tool_call_reply(*calls, content="I need these tools for the task.")
+        results = [str(m.get("content")) for m in messages if m.get("role") == "tool"]
+        return final_reply("Finished. " + " | ".join(results))
+
+    return ScriptedModel(reply, name=name)
+
+
+class RollbackPlan(BaseModel):
+    """How to undo a deploy."""
+
+    previous_version: str = Field(min_length=1, description="The version to go back to.")
+    strategy: Literal["redeploy_previous", "disable_feature_flag"]
+    max_minutes: int = Field(default=15, ge=1, le=240)
+    notify_team: bool = False
+
+
+class Served:
+    """One `signoff serve` subprocess. Start it with `Served.start`."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.url = ""
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "bot", "serve"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+
+    @classmethod
+    async def start(cls, env: dict[str, str]) -> Served:
+        """Start and wait until it serves; fakes in this event loop keep answering."""
+        served = cls(env)
+        try:
+            await asyncio.wait_for(asyncio.to_thread(served._wait_ready), timeout=60)
+        except BaseException:
+            served.process.kill()
+            served.process.wait(timeout=10)
+            raise
+        return served
+
+    def _wait_ready(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.startswith("signoff serving at "):
+                self.url = line.split("signoff serving at ", 1)[1].strip()
+                return
+        raise AssertionError("signoff serve did not start")
+
+    def kill(self) -> None:
+        """SIGKILL the process and check it died of it."""
+        self.process.send_signal(signal.SIGKILL)
+        assert self.process.wait(timeout=10) == -signal.SIGKILL
+        self._close()
+
+    async def stop(self) -> None:
+        """SIGTERM the process and wait for it to exit."""
+        self.process.send_signal(signal.SIGTERM)
+        await asyncio.to_thread(self.process.wait, 30)
+        self._close()
+
+    def _close(self) -> None:
+        if self.process.stdout is not None:
+            self.process.stdout.close()
