@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import UTC, datetime, timedelta
@@ -49,7 +50,13 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import URL, CursorResult, Row, make_url
-from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError, StatementError
+from sqlalchemy.exc import (
+    DBAPIError,
+    IntegrityError,
+    OperationalError,
+    SQLAlchemyError,
+    StatementError,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.sql import Executable
 
@@ -85,6 +92,7 @@ _MICROSECOND = timedelta(microseconds=1)
 _SYNCHRONOUS = ("full", "normal")
 # Any constant works; it only has to be the same in every replica.
 _PG_MIGRATION_LOCK = 0x5169_0FF
+_MIGRATION_WAIT_SECONDS = 60.0
 
 _OPEN = TicketStatus.OPEN.value
 _RUNNING = RunStatus.RUNNING.value
@@ -1190,17 +1198,27 @@ class SQLStore:
         Safe to run concurrently from several processes: SQLite serialises it with
         ``BEGIN IMMEDIATE``, PostgreSQL with an advisory lock.
         """
+        # Another process migrating the same SQLite file holds the write lock for longer
+        # than the busy timeout meant for short transactions: wait for it, a while.
+        deadline = time.monotonic() + _MIGRATION_WAIT_SECONDS
         async with self._lock:
-            try:
-                async with self._engine.begin() as conn:
-                    if conn.dialect.name == "postgresql":
-                        await conn.execute(
-                            text("SELECT pg_advisory_xact_lock(:key)"),
-                            {"key": _PG_MIGRATION_LOCK},
-                        )
-                    await conn.run_sync(_upgrade)
-            except SQLAlchemyError as exc:
-                raise StorageError(f"migration failed: {exc}") from exc
+            while True:
+                try:
+                    async with self._engine.begin() as conn:
+                        if conn.dialect.name == "postgresql":
+                            await conn.execute(
+                                text("SELECT pg_advisory_xact_lock(:key)"),
+                                {"key": _PG_MIGRATION_LOCK},
+                            )
+                        await conn.run_sync(_upgrade)
+                    return
+                except OperationalError as exc:
+                    locked = self._is_sqlite and "locked" in str(exc.orig)
+                    if not locked or time.monotonic() > deadline:
+                        raise StorageError(f"migration failed: {exc}") from exc
+                    await asyncio.sleep(0.1)
+                except SQLAlchemyError as exc:
+                    raise StorageError(f"migration failed: {exc}") from exc
 
     async def schema_revision(self) -> str | None:
         """The migration revision the database is at; None for an empty database."""
