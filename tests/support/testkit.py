@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -96,3 +98,49 @@ class Served:
     def _close(self) -> None:
         if self.process.stdout is not None:
             self.process.stdout.close()
+
+
+def query(db: Path, sql: str) -> list[tuple[Any, ...]]:
+    """Read a SQLite file directly (WAL readers never block the server)."""
+    with sqlite3.connect(db) as connection:
+        return connection.execute(sql).fetchall()
+
+
+async def until(check: Any, what: str, seconds: float = 20.0) -> Any:
+    """Poll `check` until it is truthy; return its value."""
+    for _ in range(int(seconds / 0.05)):
+        found = check()
+        if found:
+            return found
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"never saw {what}")
+
+
+def received_state(db: Path, clicks: int) -> str:
+    """The state of the newest stored click, checking that every click was stored."""
+    states = query(db, "SELECT state FROM received_commands ORDER BY received_at")
+    assert len(states) == clicks, states  # stored before the platform got its answer
+    return str(states[-1][0])
+
+
+def ledger_entries(ledger: Path) -> list[Any]:
+    """The side-effect ledger a test tool appends one JSON line to per execution."""
+    return [json.loads(line) for line in ledger.read_text().splitlines()]
+
+
+async def restart_and_check_applied_once(
+    env: dict[str, str], db: Path, ledger: Path, runs: int
+) -> None:
+    """Restart `signoff serve`; the stored click must be applied and each tool run once."""
+    again = await Served.start(env)
+    try:
+        await until(
+            lambda: query(db, "SELECT count(*) FROM runs WHERE status='done'")[0][0] == runs,
+            "the run finishing after the restart",
+        )
+    finally:
+        await again.stop()
+    assert query(db, "SELECT state FROM received_commands")[-1] == ("applied",)
+    assert len(ledger_entries(ledger)) == runs  # each approved transfer ran exactly once
+    decided = query(db, "SELECT count(*) FROM events WHERE kind='ticket_decided'")[0][0]
+    assert decided == runs

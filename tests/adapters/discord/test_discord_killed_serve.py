@@ -6,33 +6,15 @@ leaves a pending command that the next process applies exactly once.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import os
-import sqlite3
 from pathlib import Path
-from typing import Any
 
 import pytest
 from discord_harness import ALICE
 from fake_discord import FakeDiscord
-from testkit import ROOT, Served
+from testkit import ROOT, Served, received_state, restart_and_check_applied_once, until
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.crash]
-
-
-def query(db: Path, sql: str) -> list[tuple[Any, ...]]:
-    with sqlite3.connect(db) as connection:
-        return connection.execute(sql).fetchall()
-
-
-async def until(check: Any, what: str, seconds: float = 20.0) -> Any:
-    for _ in range(int(seconds / 0.05)):
-        found = check()
-        if found:
-            return found
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"never saw {what}")
 
 
 async def test_a_click_answered_by_a_killed_process_is_applied_once_after_restart(
@@ -70,25 +52,9 @@ async def test_a_click_answered_by_a_killed_process_is_applied_once_after_restar
         await fake.answered(click)
         assert "recorded" in click.text.lower(), click.text
         served.kill()  # right after the answer: the click may not be applied yet
-        states = query(db, "SELECT state FROM received_commands ORDER BY received_at")
-        assert len(states) == attempt + 1, states  # stored before the answer, every time
-        caught_pending = caught_pending or states[-1] == ("pending",)
-
-        again = await Served.start(env)
-        try:
-            await until(
-                lambda n=attempt: (
-                    query(db, "SELECT count(*) FROM runs WHERE status='done'")[0][0] == n + 1
-                ),
-                "the run finishing after the restart",
-            )
-        finally:
-            await again.stop()
-        assert query(db, "SELECT state FROM received_commands")[-1] == ("applied",)
-        executions = [json.loads(line) for line in ledger.read_text().splitlines()]
-        assert len(executions) == attempt + 1  # each approved transfer ran exactly once
-        decided = query(db, "SELECT count(*) FROM events WHERE kind='ticket_decided'")[0][0]
-        assert decided == attempt + 1
+        state = received_state(db, clicks=attempt + 1)
+        caught_pending = caught_pending or state == "pending"
+        await restart_and_check_applied_once(env, db, ledger, runs=attempt + 1)
         if caught_pending:
             break
     assert caught_pending, "the kill never landed between the answer and the apply"

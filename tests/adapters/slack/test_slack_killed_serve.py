@@ -6,12 +6,8 @@ a pending command that the next process applies exactly once.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import os
-import sqlite3
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
@@ -25,7 +21,7 @@ from fake_slack import (
     signed_headers,
 )
 from slackbed import buttons
-from testkit import ROOT, Served
+from testkit import ROOT, Served, received_state, restart_and_check_applied_once, until
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.crash]
 
@@ -37,20 +33,6 @@ async def post(url: str, body: str) -> int:
     ):
         await answer.read()
         return answer.status
-
-
-def query(db: Path, sql: str, *args: Any) -> list[tuple[Any, ...]]:
-    with sqlite3.connect(db) as connection:
-        return connection.execute(sql, args).fetchall()
-
-
-async def until(check: Any, what: str, seconds: float = 20.0) -> Any:
-    for _ in range(int(seconds / 0.05)):
-        found = check()
-        if found:
-            return found
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"never saw {what}")
 
 
 async def test_a_click_acked_by_a_killed_process_is_applied_once_after_restart(
@@ -89,25 +71,9 @@ async def test_a_click_acked_by_a_killed_process_is_applied_once_after_restart(
         payload["actions"][0]["action_id"] = next(k for k in buttons(card[0]) if "allow" in k)
         assert await post(served.url, interaction_body(payload)) == 200
         served.kill()  # right after Slack's 200: the click may not be applied yet
-        states = query(db, "SELECT state FROM received_commands ORDER BY received_at")
-        assert len(states) == attempt + 1, states  # stored before the ack, every time
-        caught_pending = caught_pending or states[-1] == ("pending",)
-
-        again = await Served.start(env)
-        try:
-            await until(
-                lambda n=attempt: (
-                    query(db, "SELECT count(*) FROM runs WHERE status='done'")[0][0] == n + 1
-                ),
-                "the run finishing after the restart",
-            )
-        finally:
-            await again.stop()
-        assert query(db, "SELECT state FROM received_commands")[-1] == ("applied",)
-        executions = [json.loads(line) for line in ledger.read_text().splitlines()]
-        assert len(executions) == attempt + 1  # each approved transfer ran exactly once
-        decided = query(db, "SELECT count(*) FROM events WHERE kind='ticket_decided'")[0][0]
-        assert decided == attempt + 1
+        state = received_state(db, clicks=attempt + 1)
+        caught_pending = caught_pending or state == "pending"
+        await restart_and_check_applied_once(env, db, ledger, runs=attempt + 1)
         if caught_pending:
             break
     assert caught_pending, "the kill never landed between the ack and the apply"
