@@ -1015,7 +1015,14 @@ async def _open_lean_connection(engine: AsyncEngine) -> _LeanConnection:
     connection = _LeanConnection(partial(sqlite3.connect, *cargs, **cparams), 64)
     # Like SQLAlchemy's own aiosqlite connect: never keep the process alive.
     connection._thread.daemon = True
-    await connection
+    try:
+        await connection
+    except BaseException:
+        # aiosqlite stops its thread after a failed connect but does not wait for it:
+        # the thread would later report to this event loop, possibly after it closed
+        # ("Event loop is closed" in the thread). Wait until it has ended.
+        await asyncio.shield(asyncio.to_thread(connection._thread.join, 5.0))
+        raise
     return connection
 
 
@@ -1063,6 +1070,7 @@ class SQLStore:
     def __init__(self, engine: AsyncEngine) -> None:
         self._engine = engine
         self._is_sqlite = engine.dialect.name == "sqlite"
+        self._where = _describe(engine.url)
         self._lock: AbstractAsyncContextManager[Any] = (
             asyncio.Lock() if self._is_sqlite else contextlib.nullcontext()
         )
@@ -1104,6 +1112,7 @@ class SQLStore:
         if busy_timeout_ms < 0:
             raise ValueError("busy_timeout_ms cannot be negative")
         options: dict[str, Any] = {}
+        _check_directory(parsed)
         if parsed.database not in (None, "", ":memory:"):
             # Transactions are serialised per process, so one connection is all a
             # store uses; the overflow serves tools reading beside it.
@@ -1184,13 +1193,15 @@ class SQLStore:
         try:
             await conn.begin()
         except SQLAlchemyError as exc:
-            raise StorageError(f"could not begin a transaction: {exc}") from exc
+            raise StorageError(
+                f"{self._where}: could not begin a transaction: {_reason(exc)}"
+            ) from exc
 
     async def _connect(self) -> AsyncConnection:
         try:
             return await self._engine.connect()
         except SQLAlchemyError as exc:
-            raise StorageError(f"could not connect to the database: {exc}") from exc
+            raise StorageError(f"cannot open {self._where}: {_reason(exc)}") from exc
 
     async def migrate(self) -> None:
         """Upgrade the schema to the newest migration (creating it if needed).
@@ -1215,10 +1226,12 @@ class SQLStore:
                 except OperationalError as exc:
                     locked = self._is_sqlite and "locked" in str(exc.orig)
                     if not locked or time.monotonic() > deadline:
-                        raise StorageError(f"migration failed: {exc}") from exc
+                        raise StorageError(
+                            f"migrating {self._where} failed: {_reason(exc)}"
+                        ) from exc
                     await asyncio.sleep(0.1)
                 except SQLAlchemyError as exc:
-                    raise StorageError(f"migration failed: {exc}") from exc
+                    raise StorageError(f"migrating {self._where} failed: {_reason(exc)}") from exc
 
     async def schema_revision(self) -> str | None:
         """The migration revision the database is at; None for an empty database."""
@@ -1237,11 +1250,40 @@ class SQLStore:
                 async with self._engine.connect() as conn:
                     return await conn.run_sync(_current_heads)
             except SQLAlchemyError as exc:
-                raise StorageError(f"could not read the schema revision: {exc}") from exc
+                raise StorageError(
+                    f"could not read the schema revision of {self._where}: {_reason(exc)}"
+                ) from exc
 
     async def close(self) -> None:
         """Close every pooled connection."""
         await self._engine.dispose()
+
+
+def _check_directory(url: URL) -> None:
+    """Refuse a SQLite file whose directory does not exist (SQLite would not create it)."""
+    database = url.database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
+    directory = Path(database).expanduser().absolute().parent
+    if not directory.is_dir():
+        raise ValueError(
+            f"the directory {directory} of the SQLite database {database} does not exist"
+        )
+
+
+def _describe(url: URL) -> str:
+    """Name a database for messages: the SQLite file, or the URL without its password."""
+    if url.get_backend_name() == "sqlite":
+        if url.database in (None, "", ":memory:"):
+            return "the in-memory SQLite database"
+        return f"the SQLite database {url.database}"
+    return f"the database {url.render_as_string(hide_password=True)}"
+
+
+def _reason(exc: SQLAlchemyError) -> str:
+    """The driver's own message, without SQLAlchemy's statement dump and help link."""
+    original = getattr(exc, "orig", None)
+    return str(original) if original is not None else str(exc).split(" (Background")[0]
 
 
 def _upgrade(conn: Connection) -> None:

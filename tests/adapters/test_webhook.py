@@ -20,6 +20,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 from sqlalchemy import text
+from testkit import settled
 
 from adapters.webhook import (
     CallbackNotifier,
@@ -664,7 +665,7 @@ async def test_callback_answered_with_a_4xx_is_not_retried(
         return (await harness.outbox(run_id)).state == "failed"
 
     await eventually(failed)
-    await asyncio.sleep(0.3)  # several outbox ticks: nothing more is sent
+    await settled(harness.runtime)  # nothing is due any more: nothing more will be sent
     assert len(receiver.requests) == 1
     failures = [
         e for e in await harness.runtime.events(run_id) if e["kind"] == "notification_failed"

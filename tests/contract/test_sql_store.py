@@ -4,11 +4,13 @@ error translation and exact time conversion."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import aiosqlite
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -301,16 +303,34 @@ async def test_unmigrated_database_raises_storage_error(tmp_path: Path) -> None:
         await store.close()
 
 
-async def test_unreachable_database_raises_storage_error(tmp_path: Path) -> None:
-    store = SQLStore.sqlite(tmp_path / "missing" / "t.db")
+def _aiosqlite_threads() -> list[threading.Thread]:
+    return [
+        t
+        for t in threading.enumerate()
+        if getattr(t, "_target", None) is aiosqlite.core._connection_worker_thread
+    ]
+
+
+async def test_unopenable_database_raises_storage_error_naming_it(tmp_path: Path) -> None:
+    # A directory where the file should be: SQLite cannot open it.
+    store = SQLStore.sqlite(tmp_path)
     try:
-        with pytest.raises(StorageError):
+        with pytest.raises(StorageError, match=f"SQLite database {tmp_path}"):
             async with store.transaction():
                 pass
-        with pytest.raises(StorageError):
+        # aiosqlite's thread of the failed connection has ended before the error
+        # surfaced: it must not outlive the event loop it reports to.
+        assert _aiosqlite_threads() == []
+        with pytest.raises(StorageError, match="unable to open database file"):
             await store.migrate()
+        assert _aiosqlite_threads() == []
     finally:
         await store.close()
+
+
+def test_sqlite_file_in_a_missing_directory_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="does not exist"):
+        SQLStore.sqlite(tmp_path / "missing" / "t.db")
 
 
 async def test_in_memory_sqlite(make: Make) -> None:

@@ -13,7 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from runtime import ModelRequest, ScriptedModel, final_reply, tool_call_reply
+from runtime import ModelRequest, Runtime, ScriptedModel, final_reply, tool_call_reply
+from runtime.worker import Worker
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -114,6 +115,29 @@ async def until(check: Any, what: str, seconds: float = 20.0) -> Any:
             return found
         await asyncio.sleep(0.05)
     raise AssertionError(f"never saw {what}")
+
+
+async def settled(runtime: Runtime, worker: Worker | None = None, seconds: float = 10.0) -> None:
+    """Wait until nothing is left to do: no stored click waits to be applied, no
+    notification is due, no run is ready to claim or being driven.
+
+    The positive signal to wait for before asserting that a refused request changed
+    nothing (instead of sleeping and hoping the work would have happened by then).
+    """
+    deadline = asyncio.get_running_loop().time() + seconds
+    calm = 0
+    while calm < 2:  # twice in a row: work that was in flight has had its chance
+        async with runtime.store.transaction() as tx:
+            busy = bool(
+                await tx.pending_received(1)
+                or await tx.due_outbox(runtime.clock.now(), 1)
+                or await tx.claimable_runs(runtime.clock.now(), 1)
+            )
+        busy = busy or (worker is not None and worker.active > 0)
+        calm = 0 if busy else calm + 1
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("the runtime never settled (work kept coming)")
+        await asyncio.sleep(0.02)
 
 
 def received_state(db: Path, clicks: int) -> str:

@@ -19,7 +19,7 @@ from fake_discord import (
     User,
 )
 from pydantic import BaseModel
-from testkit import Crash, RollbackPlan, echo_model  # noqa: F401  (re-exported)
+from testkit import Crash, RollbackPlan, echo_model, settled  # noqa: F401  (re-exported)
 
 from bot.discord_wiring import (
     DiscordHandle,
@@ -316,6 +316,11 @@ class Harness:
             find, what=f"the final message of {run_id}"
         )
         return found
+
+    async def settled(self) -> None:
+        """Wait until every bot applied its stored clicks and nothing else is due."""
+        for bot in self.bots:
+            await settled(bot.runtime, bot.worker)
 
     async def snapshot(self, run_id: str) -> tuple[Any, ...]:
         """The run, its events, tickets, stored clicks and the ledger: "nothing changed"."""

@@ -34,7 +34,7 @@ async def test_another_user_is_refused_with_who_may_and_nothing_changes(harness:
     # Bob cannot even open the deny-with-reason form.
     refused = await harness.click(BOB, card, "Deny with reason")
     assert refused.modal is None and "may not decide" in refused.text
-    await asyncio.sleep(0.1)  # give a (wrong) apply every chance to happen
+    await harness.settled()  # a (wrong) apply would have happened by now
     assert await harness.snapshot(run_id) == before
     assert "edits" not in harness.fake.messages[card["id"]]
 
@@ -82,7 +82,7 @@ async def test_tampered_custom_ids_are_refused_and_change_nothing(harness: Harne
         refused = await harness.click(ALICE, card, "Allow", custom_id=custom_id)
         assert expected in refused.text, custom_id
         assert refused.ephemeral
-    await asyncio.sleep(0.1)
+    await harness.settled()
     assert await harness.snapshot(run_id) == before
 
 

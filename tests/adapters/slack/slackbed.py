@@ -36,7 +36,7 @@ from fake_slack import (
     submission_payload,
 )
 from slack_bolt.app.async_app import AsyncApp
-from testkit import Crash, RollbackPlan, echo_model  # noqa: F401  (re-exported)
+from testkit import Crash, RollbackPlan, echo_model, settled  # noqa: F401  (re-exported)
 
 from adapters.slack import SlackConfig
 from runtime import (
@@ -300,6 +300,10 @@ class SlackBed:
             return found if len(found) >= count else None
 
         return await self.until(find, f"{count} ephemeral message(s) to {user}")
+
+    async def settled(self) -> None:
+        """Wait until every stored click was applied and nothing else is due."""
+        await settled(self.runtime, self.worker)
 
     async def snapshot(self, run_id: str) -> tuple[Any, ...]:
         """The run, its events, its tickets and the ledger: for "nothing changed" checks."""
