@@ -7,6 +7,7 @@ from runtime.agent import Agent
 from runtime.clock import Clock, IdSource, ManualClock, RandomIds, SequentialIds, SystemClock
 from runtime.context import ToolContext, current_tool_context
 from runtime.errors import (
+    AccessDenied,
     ConfigurationError,
     Expired,
     IdempotencyConflict,
@@ -71,6 +72,7 @@ from runtime.tools import (
 
 __all__ = [
     "Abort",
+    "AccessDenied",
     "Actor",
     "Agent",
     "Allow",

@@ -14,6 +14,7 @@ One root, split by who must act::
     │   └── ResolutionError         the answer does not fit what the ticket waits for
     │       └── InvalidAnswer       typed input that fails the requested schema
     ├── IdempotencyConflict         the caller: a reused idempotency key with another body
+    ├── AccessDenied                the caller: may not do this (e.g. join another's thread)
     ├── RunError                    the run itself
     │   ├── RunNotFound
     │   ├── IllegalTransition       a state machine was asked for a move it does not allow
@@ -100,6 +101,12 @@ class InvalidAnswer(ResolutionError):
 
 class IdempotencyConflict(SignoffError):
     """An idempotency key was reused with a different request body."""
+
+
+class AccessDenied(SignoffError):
+    """The caller may not do this, e.g. start a run in a thread they do not take part in."""
+
+    code = "forbidden"
 
 
 class RunError(SignoffError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
 from runtime.states import RunStatus
@@ -80,6 +81,9 @@ class RunResult:
         usage_incomplete: True when an interrupted model call may have been charged.
         error: Why the run failed, if it did.
         requester: Who started it.
+        input: The message the run was started with.
+        created_at: When it was started.
+        updated_at: When it last changed.
     """
 
     run_id: str
@@ -94,6 +98,9 @@ class RunResult:
     usage_incomplete: bool
     error: str | None
     requester: str | None
+    input: str = ""
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
 
     @property
     def total_tokens(self) -> int:
@@ -136,4 +143,7 @@ def run_result(run: RunRecord, pending: tuple[PendingEntry, ...]) -> RunResult:
         usage_incomplete=run.usage_incomplete,
         error=run.error,
         requester=run.requester,
+        input=run.input,
+        created_at=run.created_at,
+        updated_at=run.updated_at,
     )

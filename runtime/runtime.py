@@ -25,6 +25,7 @@ from runtime._support import (
 from runtime.agent import Agent
 from runtime.clock import Clock, IdSource, RandomIds, SystemClock
 from runtime.errors import (
+    AccessDenied,
     ConfigurationError,
     IdempotencyConflict,
     LeaseLost,
@@ -66,11 +67,30 @@ from runtime.tickets import (
     validate_resume,
 )
 from runtime.tools import Escalate, ExpiryAction
+from runtime.visibility import is_chat_thread, may_join_thread, sees_run
 
 _MISSING: Any = object()
+# How many runs of a thread are checked for its participants, and how many of the latest
+# ones make up a new run's history.
+_THREAD_SCAN = 1000
+_HISTORY_RUNS = 50
+# Open tickets scanned for the ones a user may decide (who may decide is not a column).
+_TICKET_SCAN = 10_000
 
 TicketRef = PendingEntry | ResumeTicket | str
 """A pending entry, a ticket, a ticket id or an execution key."""
+
+
+def _idempotency_keys(
+    given: tuple[str, str, str] | Sequence[tuple[str, str, str]] | None,
+) -> list[tuple[str, str, str]]:
+    """One ``(scope, key, fingerprint)`` or several, as a list."""
+    if given is None:
+        return []
+    if len(given) == 3 and isinstance(given[0], str):
+        scope, key, fingerprint = given
+        return [(str(scope), str(key), str(fingerprint))]
+    return [tuple(item) for item in given]  # type: ignore[misc]
 
 
 def _seq(entry: PendingEntry, calls: dict[str, CallRecord]) -> int:
@@ -180,7 +200,8 @@ class Runtime:
         thread_id: str | None = None,
         origin: dict[str, Any] | None = None,
         wait: bool = True,
-        idempotency: tuple[str, str, str] | None = None,
+        idempotency: tuple[str, str, str] | Sequence[tuple[str, str, str]] | None = None,
+        joining_as: Actor | None = None,
     ) -> RunResult:
         """Start a run of `agent` on `input`.
 
@@ -193,9 +214,13 @@ class Runtime:
                 every outbox row.
             wait: Execute now until the run parks or ends (True), or only queue it for a
                 worker (False).
-            idempotency: ``(scope, key, fingerprint)``: a key already used in `scope`
-                returns the run it started and starts nothing; with another fingerprint
-                (request body hash) it raises `IdempotencyConflict`.
+            idempotency: ``(scope, key, fingerprint)``, or several: a key already used
+                in `scope` returns the run it started and starts nothing; with another
+                fingerprint (request body hash) it raises `IdempotencyConflict`. Every
+                given key is recorded for the new run.
+            joining_as: The authenticated user of an edge where threads are private (API,
+                console): a `thread_id` with runs must be one they take part in, and
+                never a chat platform's thread (`runtime.visibility`).
 
         Returns:
             The run as it stands: ``awaiting`` with ``pending`` entries, ``done`` with
@@ -207,9 +232,20 @@ class Runtime:
         thread = thread_id or deps.ids.new_id("th")
         history: list[dict[str, Any]] = []
         if thread_id is not None:
+            if joining_as is not None and is_chat_thread(thread_id):
+                raise AccessDenied(
+                    f"thread {thread_id!r} belongs to a chat platform; continue it there"
+                )
             async with deps.store.transaction() as tx:
-                earlier = await tx.list_runs(thread_id=thread_id, limit=50)
-            for previous in reversed(earlier):
+                earlier = await tx.list_runs(thread_id=thread_id, limit=_THREAD_SCAN)
+            if joining_as is not None and not may_join_thread(
+                joining_as, (r.requester for r in earlier)
+            ):
+                raise AccessDenied(
+                    f"{joining_as.id} does not take part in thread {thread_id!r}; "
+                    "only its participants and operators may continue it"
+                )
+            for previous in reversed(earlier[:_HISTORY_RUNS]):
                 if previous.status is RunStatus.DONE:
                     history.append({"role": "user", "content": previous.input})
                     history.append({"role": "assistant", "content": previous.final_text})
@@ -249,12 +285,15 @@ class Runtime:
         return await self.get(run.run_id)
 
     async def _insert_run(
-        self, run: RunRecord, idempotency: tuple[str, str, str] | None
+        self,
+        run: RunRecord,
+        idempotency: tuple[str, str, str] | Sequence[tuple[str, str, str]] | None,
     ) -> str | None:
         requester = run.requester
+        keys = _idempotency_keys(idempotency)
         async with self._deps.store.transaction() as tx:
-            if idempotency is not None:
-                earlier_id = await self._use_key(tx, idempotency, run.run_id)
+            for key in keys:
+                earlier_id = await self._use_key(tx, key, run.run_id)
                 if earlier_id is not None:
                     return earlier_id
             await tx.insert_run(run)
@@ -287,21 +326,85 @@ class Runtime:
             )
         return earlier.run_id
 
-    # -- reading ---------------------------------------------------------------------
-    async def get(self, run_id: str) -> RunResult:
-        """The run's current state and what it waits on.
+    async def forget_idempotency(self, scope: str, before: datetime) -> int:
+        """Forget the idempotency keys of `scope` first used before `before`.
 
-        Raises:
-            RunNotFound: No such run.
+        Returns:
+            How many were forgotten.
         """
         async with self._deps.store.transaction() as tx:
-            return await self._get_in(tx, run_id)
+            return await tx.forget_idempotency(scope, before)
 
-    async def _get_in(self, tx: Transaction, run_id: str) -> RunResult:
+    # -- console sessions --------------------------------------------------------------
+    async def revoke_session(self, session_id: str, expires_at: datetime) -> None:
+        """Refuse a signed-out session until `expires_at`, in every process sharing the
+        database; revocations of sessions that have expired are forgotten on the way."""
+        async with self._deps.store.transaction() as tx:
+            await tx.forget_revoked_sessions(self._deps.clock.now())
+            await tx.revoke_session(session_id, expires_at)
+
+    async def session_revoked(self, session_id: str) -> bool:
+        """Whether a session was signed out."""
+        async with self._deps.store.transaction() as tx:
+            return await tx.session_revoked(session_id)
+
+    # -- reading ---------------------------------------------------------------------
+    async def get(self, run_id: str, *, viewer: Actor | None = None) -> RunResult:
+        """The run's current state and what it waits on.
+
+        Args:
+            run_id: The run.
+            viewer: Who is looking (see `runtime.visibility`); None for trusted host code.
+
+        Raises:
+            RunNotFound: No such run, or `viewer` may not see it.
+        """
+        async with self._deps.store.transaction() as tx:
+            return await self._get_in(tx, run_id, viewer)
+
+    async def _get_in(self, tx: Transaction, run_id: str, viewer: Actor | None = None) -> RunResult:
         run = await tx.get_run(run_id)
-        if run is None:
+        if run is None or not await self._sees(tx, viewer, run):
             raise RunNotFound(f"no run {run_id!r}")
         return run_result(run, await self._pending(tx, run))
+
+    async def _sees(self, tx: Transaction, viewer: Actor | None, run: RunRecord) -> bool:
+        if viewer is None or viewer.operator or viewer.id == run.requester:
+            return True
+        return sees_run(viewer, run.requester, await tx.tickets_for_run(run.run_id))
+
+    async def ticket(self, ticket_id: str, *, viewer: Actor | None = None) -> ResumeTicket:
+        """A ticket as committed, open or closed.
+
+        Args:
+            ticket_id: The ticket.
+            viewer: Who is looking: they must be able to see its run, or be someone who
+                may decide it (so the loser of a race learns who won). Others get
+                `UnknownTicket`, as if it did not exist.
+
+        Raises:
+            UnknownTicket: No such ticket, or `viewer` may not see it.
+        """
+        async with self._deps.store.transaction() as tx:
+            ticket = await tx.get_ticket(ticket_id)
+            visible = ticket is not None and (
+                viewer is None
+                or ticket.may_decide(viewer)
+                or await self._sees_run_id(tx, viewer, ticket.run_id)
+            )
+        if ticket is None or not visible:
+            raise UnknownTicket(f"no ticket {ticket_id!r} exists")
+        return ticket
+
+    async def _sees_run_id(self, tx: Transaction, viewer: Actor, run_id: str) -> bool:
+        run = await tx.get_run(run_id)
+        return run is not None and await self._sees(tx, viewer, run)
+
+    async def may_see(self, run_id: str, viewer: Actor) -> bool:
+        """Whether `viewer` may see the run (False for an unknown run too)."""
+        async with self._deps.store.transaction() as tx:
+            run = await tx.get_run(run_id)
+            return run is not None and await self._sees(tx, viewer, run)
 
     async def _pending(self, tx: Transaction, run: RunRecord) -> tuple[PendingEntry, ...]:
         if run.status.finished:
@@ -328,11 +431,33 @@ class Runtime:
         statuses: Sequence[RunStatus | str] = (),
         thread_id: str | None = None,
         limit: int = 100,
+        viewer: Actor | None = None,
     ) -> list[RunResult]:
-        """Runs, newest first, optionally filtered by status or thread (no pending lists)."""
+        """Runs, newest first, optionally filtered by status or thread (no pending lists).
+
+        Args:
+            statuses: Only runs in these statuses.
+            thread_id: Only runs of this thread.
+            limit: At most this many.
+            viewer: Only the runs this user may see (see `runtime.visibility`).
+        """
         wanted = [RunStatus(s) for s in statuses]
         async with self._deps.store.transaction() as tx:
-            found = await tx.list_runs(statuses=wanted, thread_id=thread_id, limit=limit)
+            if viewer is None or viewer.operator:
+                found = await tx.list_runs(statuses=wanted, thread_id=thread_id, limit=limit)
+            else:
+                deciding = {
+                    t.run_id
+                    for t in await tx.open_tickets(limit=_TICKET_SCAN)
+                    if t.may_decide(viewer)
+                }
+                found = await tx.list_runs(
+                    statuses=wanted,
+                    thread_id=thread_id,
+                    limit=limit,
+                    involving=viewer.id,
+                    including=sorted(deciding),
+                )
         return [run_result(run, ()) for run in found]
 
     async def run_counts(self) -> dict[str, int]:
@@ -340,10 +465,15 @@ class Runtime:
         async with self._deps.store.transaction() as tx:
             return await tx.count_runs()
 
-    async def events(self, run_id: str) -> list[dict[str, Any]]:
-        """The run's flight recorder as plain dicts, oldest first."""
+    async def events(self, run_id: str, *, viewer: Actor | None = None) -> list[dict[str, Any]]:
+        """The run's flight recorder as plain dicts, oldest first.
+
+        Raises:
+            RunNotFound: No such run, or `viewer` may not see it.
+        """
         async with self._deps.store.transaction() as tx:
-            if await tx.get_run(run_id) is None:
+            run = await tx.get_run(run_id)
+            if run is None or not await self._sees(tx, viewer, run):
                 raise RunNotFound(f"no run {run_id!r}")
             found = await tx.events(run_id)
         return [
@@ -358,18 +488,31 @@ class Runtime:
             for e in found
         ]
 
-    async def export_events(self, run_id: str) -> str:
+    async def export_events(self, run_id: str, *, viewer: Actor | None = None) -> str:
         """The run's flight recorder as JSON lines."""
-        return "".join(json.dumps(e, default=str) + "\n" for e in await self.events(run_id))
+        found = await self.events(run_id, viewer=viewer)
+        return "".join(json.dumps(e, default=str) + "\n" for e in found)
 
-    async def open_tickets(self, limit: int = 100) -> list[PendingEntry]:
-        """Every open tool-call ticket across runs, oldest first."""
+    async def open_tickets(
+        self, limit: int = 100, *, viewer: Actor | None = None
+    ) -> list[PendingEntry]:
+        """Open tool-call tickets across runs, oldest first.
+
+        Args:
+            limit: At most this many.
+            viewer: Only the tickets this user may decide (operators: all).
+        """
+        restricted = viewer is not None and not viewer.operator
         async with self._deps.store.transaction() as tx:
-            tickets = await tx.open_tickets(limit=limit)
-            entries = []
+            tickets = await tx.open_tickets(limit=_TICKET_SCAN if restricted else limit)
+            entries: list[PendingEntry] = []
             for ticket in tickets:
                 if ticket.call_id is None:
                     continue
+                if restricted and viewer is not None and not ticket.may_decide(viewer):
+                    continue
+                if len(entries) >= limit:
+                    break
                 call = await tx.get_call(ticket.call_id)
                 if call is None:
                     continue

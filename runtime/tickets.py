@@ -305,8 +305,8 @@ def validate_resume(
     Raises:
         NotAwaiting: No open ticket, or the correlation or identities do not match.
         Expired: The ticket expired, or its deadline passed before ``command.at``.
-        ResolutionError: The answer does not fit the target.
         Unauthorized: The actor may not decide.
+        ResolutionError: The answer does not fit the target.
         StaleTicket: The agent or its catalog changed since the run parked.
         InvalidAnswer: Typed input does not match the requested schema.
     """
@@ -320,14 +320,16 @@ def validate_resume(
         raise NotAwaiting(f"ticket {ticket.ticket_id}: correlation token does not match")
     if command.run_id != ticket.run_id or command.thread_id != ticket.thread_id:
         raise NotAwaiting(f"ticket {ticket.ticket_id} belongs to another run or thread")
-    if not answer_fits(ticket.target, command.answer):
-        raise ResolutionError(
-            f"a {command.answer.kind!r} answer does not fit a {ticket.target.kind!r} ticket"
-        )
+    # Who may decide comes before what the answer looks like, so someone who may not
+    # decide learns nothing about what the ticket waits for.
     if not ticket.may_decide(command.actor):
         raise Unauthorized(
             f"{command.actor.id} may not decide ticket {ticket.ticket_id}; "
             f"who may: {ticket.who_may_decide()}"
+        )
+    if not answer_fits(ticket.target, command.answer):
+        raise ResolutionError(
+            f"a {command.answer.kind!r} answer does not fit a {ticket.target.kind!r} ticket"
         )
     if ticket.deadline is not None and command.at >= ticket.deadline:
         raise Expired(

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from runtime import (
+    AccessDenied,
     Expired,
     InvalidAnswer,
     NotAwaiting,
@@ -18,6 +19,7 @@ from runtime import (
     TicketStatus,
     Unauthorized,
     UnknownExecutionKey,
+    UnknownTicket,
 )
 
 
@@ -53,9 +55,13 @@ async def explain(runtime: Runtime, exc: SignoffError, ticket_id: str | None = N
     """
     ticket = None
     if ticket_id is not None:
-        async with runtime.store.transaction() as tx:
-            ticket = await tx.get_ticket(ticket_id)
+        try:
+            ticket = await runtime.ticket(ticket_id)
+        except UnknownTicket:
+            ticket = None
     match exc:
+        case AccessDenied():
+            return Refusal(403, "forbidden", str(exc))
         case Unauthorized():
             who = ticket.who_may_decide() if ticket is not None else "someone else"
             return Refusal(403, "unauthorized", f"You may not decide this: who may: {who}")
@@ -73,6 +79,8 @@ async def explain(runtime: Runtime, exc: SignoffError, ticket_id: str | None = N
             return Refusal(404, "unknown_ticket", str(exc))
         case RunNotFound():
             return Refusal(404, "unknown_run", str(exc))
+        case UnknownTicket():
+            return Refusal(404, "unknown_ticket", f"No ticket {ticket_id!r}")
         case NotAwaiting() if ticket_id is not None and ticket is None:
             return Refusal(404, "unknown_ticket", f"No ticket {ticket_id!r}")
         case NotAwaiting() if ticket is not None:

@@ -1,6 +1,8 @@
 """The JSON API: list and show runs, read their flight recorder, decide tickets.
 
-Every route needs ``Authorization: Bearer <token>``. Decisions go through
+Every route needs ``Authorization: Bearer <token>``. A token that is not an operator's
+sees only what `runtime.visibility` gives it: others' runs and tickets answer 404, as if
+they did not exist. Decisions go through
 `Runtime.decide`, i.e. the same `validate_resume` as every other channel; refusals change
 nothing and are mapped to HTTP the usual way (see `adapters.web._refusals`).
 
@@ -46,7 +48,6 @@ from runtime import (
     Runtime,
     SignoffError,
 )
-from runtime.store.records import RunRecord
 
 Handler = Callable[[web.Request, Actor], Awaitable[web.StreamResponse]]
 
@@ -117,7 +118,7 @@ def run_json(result: RunResult) -> dict[str, Any]:
     }
 
 
-def run_summary(run: RunRecord) -> dict[str, Any]:
+def run_summary(run: RunResult) -> dict[str, Any]:
     """A run in a listing."""
     return {
         "run_id": run.run_id,
@@ -126,11 +127,11 @@ def run_summary(run: RunRecord) -> dict[str, Any]:
         "status": run.status.value,
         "requester": run.requester,
         "input": run.input,
-        "text": run.final_text,
+        "text": run.text,
         "error": run.error,
         "turns": run.turns,
-        "created_at": run.created_at.isoformat(),
-        "updated_at": run.updated_at.isoformat(),
+        "created_at": run.created_at.isoformat() if run.created_at else None,
+        "updated_at": run.updated_at.isoformat() if run.updated_at else None,
     }
 
 
@@ -229,12 +230,6 @@ def parse_limit(raw: str | None, default: int = 50) -> int:
     return limit
 
 
-async def list_runs(runtime: Runtime, statuses: list[RunStatus], limit: int) -> list[RunRecord]:
-    """Runs, newest first (the console uses this too)."""
-    async with runtime.store.transaction() as tx:
-        return await tx.list_runs(statuses=statuses, limit=limit)
-
-
 def may_control(actor: Actor, result: RunResult) -> bool:
     """Operators control any run; other people only the runs they started."""
     return actor.operator or actor.id == result.requester
@@ -301,7 +296,7 @@ def add_api_routes(
     async def runs(request: web.Request, actor: Actor) -> web.StreamResponse:
         statuses = parse_statuses(request.query.get("status", ""))
         limit = parse_limit(request.query.get("limit"))
-        found = await list_runs(runtime, statuses, limit)
+        found = await runtime.list_runs(statuses=statuses, limit=limit, viewer=actor)
         return json_response({"runs": [run_summary(run) for run in found]})
 
     async def start(request: web.Request, actor: Actor) -> web.StreamResponse:
@@ -325,6 +320,7 @@ def add_api_routes(
                 thread_id=thread_id,
                 origin={"platform": "console"},
                 wait=False,
+                joining_as=actor,
             )
         except ConfigurationError as exc:
             return error_response(Refusal(422, "unknown_agent", str(exc)))
@@ -336,26 +332,30 @@ def add_api_routes(
         return response
 
     async def show(request: web.Request, actor: Actor) -> web.StreamResponse:
-        return json_response(run_json(await runtime.get(request.match_info["run_id"])))
+        run_id = request.match_info["run_id"]
+        return json_response(run_json(await runtime.get(run_id, viewer=actor)))
 
     async def events(request: web.Request, actor: Actor) -> web.StreamResponse:
         run_id = request.match_info["run_id"]
         fmt = request.query.get("format", "json")
-        if fmt == "jsonl":
-            return web.Response(
-                text=await runtime.export_events(run_id), content_type="application/x-ndjson"
-            )
-        if fmt != "json":
+        if fmt not in ("json", "jsonl"):
             raise BadRequest('format must be "json" or "jsonl"')
-        return json_response({"run_id": run_id, "events": await runtime.events(run_id)})
+        if fmt == "jsonl":
+            exported = await runtime.export_events(run_id, viewer=actor)
+            return web.Response(text=exported, content_type="application/x-ndjson")
+        found = await runtime.events(run_id, viewer=actor)
+        return json_response({"run_id": run_id, "events": found})
 
     async def tickets(request: web.Request, actor: Actor) -> web.StreamResponse:
         limit = parse_limit(request.query.get("limit"), default=100)
-        entries = await runtime.open_tickets(limit=limit)
+        entries = await runtime.open_tickets(limit=limit, viewer=actor)
         return json_response({"tickets": [pending_json(entry) for entry in entries]})
 
     async def decide(request: web.Request, actor: Actor) -> web.StreamResponse:
         ticket_id = request.match_info["ticket_id"]
+        # A stranger's request ends here, whatever its body: the ticket does not exist
+        # for them (404), and nothing about its shape is checked for them.
+        await runtime.ticket(ticket_id, viewer=actor)
         answer = answer_from_json(await read_object(request))
         result = await runtime.decide(ticket_id, answer, actor)
         on_change()
@@ -365,8 +365,8 @@ def add_api_routes(
 
     async def control(request: web.Request, actor: Actor) -> web.StreamResponse:
         run_id, action = request.match_info["run_id"], request.match_info["action"]
+        current = await runtime.get(run_id, viewer=actor)
         body = await read_object(request)
-        current = await runtime.get(run_id)
         if not may_control(actor, current):
             return error_response(
                 Refusal(

@@ -5,9 +5,10 @@
   taken does not reveal how much of a token matched or which one.
 - `SessionCodec` signs small JSON payloads with HMAC-SHA256. A console session is one
   such payload in an HttpOnly, SameSite=Lax cookie: the actor, a fingerprint of the token
-  that signed in (so removing the token ends its sessions), a per-session CSRF token and
-  an expiry. Before sign-in the session is anonymous but already carries a CSRF token, so
-  the login form is protected too.
+  that signed in (so removing the token ends its sessions), a random session id (signing
+  out revokes it in the database, so a copied cookie stops working everywhere), a
+  per-session CSRF token and an expiry. Before sign-in the session is anonymous but
+  already carries a CSRF token, so the login form is protected too.
 """
 
 from __future__ import annotations
@@ -119,17 +120,22 @@ class Session:
         expires: Unix time after which the cookie is refused.
         actor_id: The signed-in user, or None before sign-in.
         token_fp: Fingerprint of the token that signed in.
+        session_id: A random id naming a signed-in session, so that signing out can
+            revoke it on the server (every replica refuses its cookie afterwards).
     """
 
     csrf: str
     expires: float
     actor_id: str | None = None
     token_fp: str | None = None
+    session_id: str | None = None
 
     @property
     def signed_in(self) -> bool:
         """Whether someone signed in with this session."""
-        return self.actor_id is not None and self.token_fp is not None
+        return (
+            self.actor_id is not None and self.token_fp is not None and self.session_id is not None
+        )
 
 
 class SessionCodec:
@@ -191,6 +197,7 @@ class SessionCodec:
             expires=self._now() + self._ttl,
             actor_id=token.actor_id if token is not None else None,
             token_fp=token.fingerprint if token is not None else None,
+            session_id=secrets.token_urlsafe(24) if token is not None else None,
         )
 
     def read(self, request: web.BaseRequest) -> Session | None:
@@ -202,10 +209,11 @@ class SessionCodec:
             session = Session(
                 csrf=str(payload["csrf"]),
                 expires=float(payload["exp"]),
-                actor_id=payload.get("actor"),
-                token_fp=payload.get("tok"),
+                actor_id=_optional_str(payload.get("actor")),
+                token_fp=_optional_str(payload.get("tok")),
+                session_id=_optional_str(payload.get("sid")),
             )
-        except (KeyError, TypeError, ValueError):
+        except (KeyError, TypeError, ValueError, OverflowError):
             return None
         if session.expires <= self._now():
             return None
@@ -217,6 +225,7 @@ class SessionCodec:
             {
                 "actor": session.actor_id,
                 "tok": session.token_fp,
+                "sid": session.session_id,
                 "csrf": session.csrf,
                 "exp": session.expires,
             }
@@ -255,6 +264,14 @@ class SessionCodec:
 
 
 FLASH_COOKIE = "signoff_flash"
+
+
+def _optional_str(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError("expected a string")
+    return value
 
 
 def _b64(data: bytes) -> str:

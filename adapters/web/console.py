@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -30,7 +31,7 @@ import jinja2
 from aiohttp import web
 
 from adapters.web._refusals import explain
-from adapters.web.api import BadRequest, list_runs, may_control, parse_statuses
+from adapters.web.api import BadRequest, may_control, parse_statuses
 from adapters.web.auth import (
     CSRF_FIELD,
     FLASH_COOKIE,
@@ -58,6 +59,7 @@ from runtime import (
     RunStatus,
     Runtime,
     SignoffError,
+    UnknownTicket,
 )
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -106,9 +108,19 @@ class _Rendered:
 
 
 def safe_next(value: Any, default: str = "/runs") -> str:
-    """A local path to return to; anything else (other hosts, ``//x``) becomes `default`."""
-    text = str(value or "")
-    if not text.startswith("/") or text.startswith("//") or "\\" in text:
+    """A path on this site to return to; anything else becomes `default`.
+
+    Only a same-origin relative path is accepted: it starts with one ``/``, holds no
+    backslash and no control character (browsers drop tabs and line breaks from URLs,
+    so ``/\t/evil.example`` would become ``//evil.example``, another host) and no ``//``.
+    """
+    text = value if isinstance(value, str) else ""
+    if (
+        not text.startswith("/")
+        or "\\" in text
+        or "//" in text
+        or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in text)
+    ):
         return default
     return text
 
@@ -175,13 +187,29 @@ class _Console:
 
     # -- sessions and rendering ----------------------------------------------------------
     def who(self, session: Session | None) -> Actor | None:
-        """The signed-in actor; None if signed out or the token was removed."""
-        if session is None or session.token_fp is None:
+        """The signed-in actor; None if signed out or the token was removed.
+
+        Does not look at revocations; `current` does.
+        """
+        if session is None or not session.signed_in or session.token_fp is None:
             return None
         token = self.auth.by_fingerprint(session.token_fp)
         if token is None or token.actor_id != session.actor_id:
             return None
         return token.actor("console")
+
+    async def current(self, request: web.Request) -> tuple[Session | None, Actor | None]:
+        """The request's session and its actor (None unless signed in and not revoked)."""
+        session = self.codec.read(request)
+        actor = self.who(session)
+        if (
+            actor is not None
+            and session is not None
+            and session.session_id is not None
+            and await self.runtime.session_revoked(session.session_id)
+        ):
+            actor = None
+        return session, actor
 
     def render(
         self,
@@ -215,13 +243,15 @@ class _Console:
             response.del_cookie(FLASH_COOKIE, path="/")
         return response
 
-    def refused(self, request: web.Request, status: int, title: str, message: str) -> web.Response:
-        session = self.codec.read(request)
+    async def refused(
+        self, request: web.Request, status: int, title: str, message: str
+    ) -> web.Response:
+        session, actor = await self.current(request)
         return self.render(
             request,
             "error.html",
             session=session,
-            actor=self.who(session),
+            actor=actor,
             status=status,
             title=title,
             message=message,
@@ -233,8 +263,7 @@ class _Console:
         """Wrap a GET page: signed-out visitors go to the login page."""
 
         async def page(request: web.Request) -> web.StreamResponse:
-            session = self.codec.read(request)
-            actor = self.who(session)
+            session, actor = await self.current(request)
             if session is None or actor is None:
                 return redirect("/login?next=" + quote(request.path_qs, safe=""))
             return await handler(request, session, actor)
@@ -245,19 +274,18 @@ class _Console:
         """Wrap a POST: the CSRF token must match the session's, then sign-in is needed."""
 
         async def post(request: web.Request) -> web.StreamResponse:
-            session = self.codec.read(request)
+            session, actor = await self.current(request)
             posted = await request.post()
             if session is None or not csrf_matches(session.csrf, _text(posted.get(CSRF_FIELD))):
-                return self.csrf_refused(request)
-            actor = self.who(session)
+                return await self.csrf_refused(request)
             if actor is None:
                 return redirect("/login")
             return await handler(request, session, actor)
 
         return post
 
-    def csrf_refused(self, request: web.Request) -> web.Response:
-        return self.refused(
+    async def csrf_refused(self, request: web.Request) -> web.Response:
+        return await self.refused(
             request,
             403,
             "Form refused",
@@ -272,12 +300,12 @@ class _Console:
 
     # -- sign-in ---------------------------------------------------------------------
     async def login_page(self, request: web.Request) -> web.StreamResponse:
-        session = self.codec.read(request)
+        session, actor = await self.current(request)
         target = safe_next(request.query.get("next"))
-        if self.who(session) is not None:
+        if actor is not None:
             return redirect(target)
-        fresh = session is None
-        session = session or self.codec.new_session()
+        fresh = session is None or session.signed_in  # a revoked session starts afresh
+        session = self.codec.new_session() if fresh or session is None else session
         response = self.render(
             request, "login.html", session=session, actor=None, next=target, error=None
         )
@@ -289,7 +317,7 @@ class _Console:
         session = self.codec.read(request)
         posted = await request.post()
         if session is None or not csrf_matches(session.csrf, _text(posted.get(CSRF_FIELD))):
-            return self.csrf_refused(request)
+            return await self.csrf_refused(request)
         target = safe_next(posted.get("next"))
         token = self.auth.lookup(_text(posted.get("token")).strip())
         if token is None:
@@ -311,7 +339,13 @@ class _Console:
         session = self.codec.read(request)
         posted = await request.post()
         if session is None or not csrf_matches(session.csrf, _text(posted.get(CSRF_FIELD))):
-            return self.csrf_refused(request)
+            return await self.csrf_refused(request)
+        if session.session_id is not None:
+            # Revoked in the database: a copy of the cookie is refused from now on, by
+            # every replica, until it would have expired anyway.
+            await self.runtime.revoke_session(
+                session.session_id, datetime.fromtimestamp(session.expires, UTC)
+            )
         response = redirect("/login")
         self.codec.clear(response)
         return response
@@ -329,8 +363,8 @@ class _Console:
         try:
             statuses = parse_statuses(raw)
         except BadRequest as exc:
-            return self.refused(request, 400, "Unknown status", str(exc))
-        found = await list_runs(self.runtime, statuses, 100)
+            return await self.refused(request, 400, "Unknown status", str(exc))
+        found = await self.runtime.list_runs(statuses=statuses, limit=100, viewer=actor)
         active = any(run.status in ACTIVE for run in found)
         return self.render(
             request,
@@ -356,10 +390,10 @@ class _Console:
     ) -> web.Response:
         shown = shown or _Rendered()
         try:
-            result = await self.runtime.get(run_id)
-            events = await self.runtime.events(run_id)
+            result = await self.runtime.get(run_id, viewer=actor)
+            events = await self.runtime.events(run_id, viewer=actor)
         except RunNotFound:
-            return self.refused(request, 404, "No such run", f"There is no run {run_id!r}.")
+            return await self.refused(request, 404, "No such run", f"There is no run {run_id!r}.")
         here = f"/runs/{run_id}"
         return self.render(
             request,
@@ -385,7 +419,7 @@ class _Console:
         self, request: web.Request, session: Session, actor: Actor, shown: _Rendered | None = None
     ) -> web.Response:
         shown = shown or _Rendered()
-        entries = await self.runtime.open_tickets()
+        entries = await self.runtime.open_tickets(viewer=actor)
         return self.render(
             request,
             "tickets.html",
@@ -454,6 +488,7 @@ class _Console:
                     requester=actor.id,
                     origin={"platform": "console"},
                     wait=False,
+                    joining_as=actor,
                 )
             except ConfigurationError as exc:
                 problem = str(exc)
@@ -470,7 +505,7 @@ class _Console:
         run_id, action = request.match_info["run_id"], request.match_info["action"]
         here = f"/runs/{run_id}"
         try:
-            current = await self.runtime.get(run_id)
+            current = await self.runtime.get(run_id, viewer=actor)
             if not may_control(actor, current):
                 flash = ("error", f"Only an operator or {current.requester} may {action} this run.")
                 return await self.run_page(
@@ -485,7 +520,7 @@ class _Console:
         except SignoffError as exc:
             refusal = await explain(self.runtime, exc)
             if refusal.status == 404:
-                return self.refused(request, 404, "No such run", refusal.message)
+                return await self.refused(request, 404, "No such run", refusal.message)
             return await self.run_page(
                 request,
                 session,
@@ -503,10 +538,10 @@ class _Console:
         ticket_id = request.match_info["ticket_id"]
         posted = await request.post()
         back = safe_next(posted.get("next"), "/tickets")
-        async with self.runtime.store.transaction() as tx:
-            ticket = await tx.get_ticket(ticket_id)
-        if ticket is None:
-            return self.refused(
+        try:
+            ticket = await self.runtime.ticket(ticket_id, viewer=actor)
+        except UnknownTicket:
+            return await self.refused(
                 request, 404, "No such ticket", f"There is no ticket {ticket_id!r}."
             )
         action = _text(posted.get("action"))
@@ -527,14 +562,16 @@ class _Console:
             case "resolve":
                 try:
                     answer = Resolve(result=json.loads(_text(posted.get("result"))))
-                except ValueError:
+                except (ValueError, RecursionError):
                     state.errors["result"] = 'Enter the verified result as JSON (e.g. "sent").'
             case "retry":
                 answer = Retry()
             case "abort":
                 answer = Abort(reason=reason)
             case _:
-                return self.refused(request, 400, "Unknown action", f"Unknown action {action!r}.")
+                return await self.refused(
+                    request, 400, "Unknown action", f"Unknown action {action!r}."
+                )
         flash: Flash = ("error", "Please correct the form.")
         status = 422
         if answer is not None:

@@ -80,8 +80,19 @@ class Transaction(Protocol):
         statuses: Sequence[RunStatus] = (),
         thread_id: str | None = None,
         limit: int = 100,
+        involving: str | None = None,
+        including: Sequence[str] = (),
     ) -> list[RunRecord]:
-        """Runs, newest first, optionally filtered."""
+        """Runs, newest first, optionally filtered.
+
+        Args:
+            statuses: Only runs in one of these statuses.
+            thread_id: Only runs of this thread.
+            limit: At most this many.
+            involving: Only runs this user id requested or decided a ticket of, plus the
+                runs named in `including` (what a user may see; see `runtime.visibility`).
+            including: Run ids that pass the `involving` filter as well.
+        """
         ...
 
     async def count_runs(self) -> dict[str, int]:
@@ -185,6 +196,23 @@ class Transaction(Protocol):
 
     async def insert_idempotency(self, item: IdempotencyRecord) -> None:
         """Remember a key. Raises `DuplicateKey` if (scope, key) exists."""
+        ...
+
+    async def forget_idempotency(self, scope: str, before: datetime) -> int:
+        """Forget keys of `scope` first used before `before`; return how many."""
+        ...
+
+    # console sessions -------------------------------------------------------------------
+    async def revoke_session(self, session_id: str, expires_at: datetime) -> None:
+        """Refuse a session from now until `expires_at` (idempotent)."""
+        ...
+
+    async def session_revoked(self, session_id: str) -> bool:
+        """Whether a session was revoked (and has not expired since)."""
+        ...
+
+    async def forget_revoked_sessions(self, before: datetime) -> int:
+        """Forget revocations of sessions that expired before `before`; return how many."""
         ...
 
     # received chat commands -----------------------------------------------------------

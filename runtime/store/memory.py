@@ -36,6 +36,7 @@ class _Tables:
         self.outbox: dict[str, OutboxRecord] = {}
         self.keys: dict[tuple[str, str], IdempotencyRecord] = {}
         self.received: dict[str, ReceivedRecord] = {}
+        self.revoked: dict[str, datetime] = {}
 
     def snapshot(self) -> _Tables:
         # Records are never mutated in place (reads and writes copy), so copying the
@@ -48,6 +49,7 @@ class _Tables:
         other.outbox = dict(self.outbox)
         other.keys = dict(self.keys)
         other.received = dict(self.received)
+        other.revoked = dict(self.revoked)
         return other
 
 
@@ -141,12 +143,20 @@ class MemoryTransaction:
         statuses: Sequence[RunStatus] = (),
         thread_id: str | None = None,
         limit: int = 100,
+        involving: str | None = None,
+        including: Sequence[str] = (),
     ) -> list[RunRecord]:
+        involved: set[str] = set()
+        if involving is not None:
+            involved = set(including) | {
+                t.run_id for t in self._t.tickets.values() if t.decided_by == involving
+            }
         found = [
             r
             for r in self._t.runs.values()
             if (not statuses or r.status in statuses)
             and (thread_id is None or r.thread_id == thread_id)
+            and (involving is None or r.requester == involving or r.run_id in involved)
         ]
         found.reverse()  # newest first; ties keep insertion order (reversed)
         found.sort(key=lambda r: r.created_at, reverse=True)
@@ -311,6 +321,27 @@ class MemoryTransaction:
             raise DuplicateKey(f"idempotency key {item.key!r} already used in {item.scope}")
         self.wrote = True
         self._t.keys[(item.scope, item.key)] = _copy(item)
+
+    async def forget_idempotency(self, scope: str, before: datetime) -> int:
+        old = [k for k, v in self._t.keys.items() if k[0] == scope and v.created_at < before]
+        for key in old:
+            del self._t.keys[key]
+        self.wrote = self.wrote or bool(old)
+        return len(old)
+
+    async def revoke_session(self, session_id: str, expires_at: datetime) -> None:
+        self.wrote = True
+        self._t.revoked[session_id] = max(expires_at, self._t.revoked.get(session_id, expires_at))
+
+    async def session_revoked(self, session_id: str) -> bool:
+        return session_id in self._t.revoked
+
+    async def forget_revoked_sessions(self, before: datetime) -> int:
+        old = [k for k, until in self._t.revoked.items() if until < before]
+        for key in old:
+            del self._t.revoked[key]
+        self.wrote = self.wrote or bool(old)
+        return len(old)
 
     async def insert_received(self, item: ReceivedRecord) -> bool:
         for other in self._t.received.values():

@@ -78,6 +78,8 @@ runs = Table(
     Index(None, "thread_id", "created_at"),
     # list_runs() without filters, newest first.
     Index(None, "created_at"),
+    # what a user may see: the runs they requested
+    Index(None, "requester", "created_at"),
 )
 
 tool_calls = Table(
@@ -137,6 +139,8 @@ tickets = Table(
     # open_ticket_for_call and the one-open-ticket-per-call check. Not a partial unique
     # index (engines disagree on them); the store enforces it inside the transaction.
     Index(None, "call_id", "status"),
+    # what a user may see: the runs they decided a ticket of
+    Index(None, "decided_by"),
 )
 
 events = Table(
@@ -188,6 +192,19 @@ idempotency_keys = Table(
     # Not a foreign key: the key is recorded before the run it starts is inserted.
     Column("run_id", String(_ID), nullable=False),
     Column("created_at", BigInteger, nullable=False),
+    # forget_idempotency: signatures are only remembered for their time window
+    Index(None, "scope", "created_at"),
+)
+
+
+revoked_sessions = Table(
+    "revoked_sessions",
+    metadata,
+    # A console session that was signed out; its cookie is refused until it would have
+    # expired anyway, on every replica.
+    Column("session_id", String(_NAME), primary_key=True),
+    Column("expires_at", BigInteger, nullable=False),
+    Index(None, "expires_at"),
 )
 
 

@@ -77,6 +77,7 @@ from runtime.store.schema import (
     idempotency_keys,
     outbox,
     received_commands,
+    revoked_sessions,
     runs,
     tickets,
     tool_calls,
@@ -651,13 +652,24 @@ class SQLTransaction:
         statuses: Sequence[RunStatus] = (),
         thread_id: str | None = None,
         limit: int = 100,
+        involving: str | None = None,
+        including: Sequence[str] = (),
     ) -> list[RunRecord]:
-        """Runs, newest first, optionally filtered by status and thread."""
+        """Runs, newest first, optionally filtered (see `Transaction.list_runs`)."""
         statement = select(runs)
         if statuses:
             statement = statement.where(runs.c.status.in_([RunStatus(s).value for s in statuses]))
         if thread_id is not None:
             statement = statement.where(runs.c.thread_id == thread_id)
+        if involving is not None:
+            decided = select(tickets.c.run_id).where(tickets.c.decided_by == involving)
+            statement = statement.where(
+                or_(
+                    runs.c.requester == involving,
+                    runs.c.run_id.in_(decided),
+                    runs.c.run_id.in_(list(including)),
+                )
+            )
         statement = statement.order_by(runs.c.created_at.desc(), runs.c.run_id.desc()).limit(limit)
         return [_run_record(row) for row in await self._execute(statement)]
 
@@ -838,6 +850,42 @@ class SQLTransaction:
         }
         await self._execute(_INSERT_KEY, values, violation=DuplicateKey)
         self.wrote = True
+
+    async def forget_idempotency(self, scope: str, before: datetime) -> int:
+        """Forget keys of `scope` first used before `before`; return how many."""
+        statement = idempotency_keys.delete().where(
+            idempotency_keys.c.scope == scope,
+            idempotency_keys.c.created_at < to_micros(before),
+        )
+        count = (await self._execute(statement)).rowcount
+        self.wrote = self.wrote or count > 0
+        return count
+
+    async def revoke_session(self, session_id: str, expires_at: datetime) -> None:
+        """Refuse a session from now until `expires_at` (idempotent)."""
+        if await self.session_revoked(session_id):
+            return
+        await self._execute(
+            insert(revoked_sessions),
+            {"session_id": session_id, "expires_at": to_micros(expires_at)},
+        )
+        self.wrote = True
+
+    async def session_revoked(self, session_id: str) -> bool:
+        """Whether a session was revoked."""
+        statement = select(revoked_sessions.c.session_id).where(
+            revoked_sessions.c.session_id == session_id
+        )
+        return (await self._execute(statement)).first() is not None
+
+    async def forget_revoked_sessions(self, before: datetime) -> int:
+        """Forget revocations of sessions that expired before `before`."""
+        statement = revoked_sessions.delete().where(
+            revoked_sessions.c.expires_at < to_micros(before)
+        )
+        count = (await self._execute(statement)).rowcount
+        self.wrote = self.wrote or count > 0
+        return count
 
     async def insert_received(self, item: ReceivedRecord) -> bool:
         """Store a received command; False if (source, delivery_id) was stored before."""

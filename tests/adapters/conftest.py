@@ -39,6 +39,7 @@ from runtime.worker import Worker
 TOKENS = [
     ApiToken("tok-u1", "U1", name="Uma"),
     ApiToken("tok-u2", "U2", name="Udo"),
+    ApiToken("tok-u3", "U3", name="Una"),
     ApiToken("tok-ops", "ops:alice", operator=True, name="Alice"),
 ]
 COOKIE_SECRET = b"test-cookie-secret-0123456789abcdef"
@@ -90,8 +91,15 @@ def build_agents(ledger: list[tuple[str, dict[str, Any]]]) -> list[Agent]:
         ledger.append(("delete_branch", {"name": name}))
         return f"deleted {name}"
 
+    @tool(permission="ask", approvers=["U2"], four_eyes=True)
+    async def deploy(service: str) -> str:
+        """Deploy (U2 decides; never the requester)."""
+        ledger.append(("deploy", {"service": service}))
+        return f"deployed {service}"
+
     transfer_args = {"account": "ACME-1", "amount": 250.0, "api_key": SECRET_KEY}
     return [
+        Agent("deployer", "Deploy.", echo_model(("deploy", {"service": "api"})), tools=[deploy]),
         Agent(
             "bank",
             "Pay invoices.",
@@ -213,6 +221,14 @@ class Service:
         return result, events, tickets, list(self.ledger)
 
     # console ---------------------------------------------------------------------------
+    def console_app(self, runtime: Runtime) -> web.Application:
+        """Another console over `runtime`, configured like this one (a second replica)."""
+        app = web.Application()
+        add_console_routes(
+            app, runtime, TokenAuth(TOKENS), lambda: None, cookie_secret=COOKIE_SECRET
+        )
+        return app
+
     async def csrf_of(self, path: str) -> str:
         """GET a console page and return the CSRF token its forms carry."""
         response = await self.client.get(path)

@@ -59,7 +59,7 @@ async def test_agents_lists_every_loaded_agent_with_its_tools(service: Any) -> N
     status, body = await service.api("GET", "/api/agents")
     assert status == 200
     names = [agent["name"] for agent in body["agents"]]
-    assert names == sorted(["bank", "wires", "release", "pager", "pair"])
+    assert names == sorted(["bank", "wires", "release", "pager", "pair", "deployer"])
     bank = next(agent for agent in body["agents"] if agent["name"] == "bank")
     assert bank["description"] == "Pays invoices (asks first)"
     assert [t["name"] for t in bank["tools"]] == ["transfer"]
@@ -192,18 +192,22 @@ async def test_events_as_json_and_as_json_lines(service: Any) -> None:
     assert status == 400
 
 
-async def test_tickets_lists_every_open_ticket(service: Any) -> None:
+async def test_tickets_lists_the_open_tickets_one_may_decide(service: Any) -> None:
     first = await service.park("bank")
     second = await service.park("pair", requester="U2")
-    status, body = await service.api("GET", "/api/tickets")
-    assert status == 200
-    # (The manual clock gives every ticket the same time, so compare without order.)
-    shown = {(t["run_id"], t["tool"], t["who_may_decide"]) for t in body["tickets"]}
-    assert shown == {
-        (first.run_id, "transfer", "U1"),
+
+    async def shown(token: str) -> set[tuple[str, str, str]]:
+        status, body = await service.api("GET", "/api/tickets", token=token)
+        assert status == 200
+        # (The manual clock gives every ticket the same time, so compare without order.)
+        return {(t["run_id"], t["tool"], t["who_may_decide"]) for t in body["tickets"]}
+
+    assert await shown("tok-u1") == {(first.run_id, "transfer", "U1")}
+    assert await shown("tok-u2") == {
         (second.run_id, "send_email", "U2"),
         (second.run_id, "delete_branch", "U2"),
     }
+    assert await shown("tok-ops") == await shown("tok-u1") | await shown("tok-u2")
 
 
 # -- decisions ---------------------------------------------------------------------------
@@ -312,14 +316,31 @@ async def test_uncertain_resolutions(
 
 
 async def test_someone_who_may_not_decide_gets_403_and_nothing_changes(service: Any) -> None:
+    # U1 started it and sees it, but four-eyes keeps them from deciding it.
+    parked = await service.park("deployer")
+    before = await service.snapshot(parked.run_id)
+    status, body = await decide(
+        service, parked.pending[0].ticket_id, {"decision": "allow"}, token="tok-u1"
+    )
+    assert status == 403
+    assert body["error"] == "unauthorized"
+    assert "who may: U2 (not the requester)" in body["message"]
+    assert await service.snapshot(parked.run_id) == before
+    status, _ = await decide(
+        service, parked.pending[0].ticket_id, {"decision": "allow"}, token="tok-u2"
+    )
+    assert status == 200
+    await service.finished(parked.run_id)
+    assert service.ledger == [("deploy", {"service": "api"})]
+
+
+async def test_a_stranger_deciding_gets_404_and_nothing_changes(service: Any) -> None:
     parked = await service.park("bank")
     before = await service.snapshot(parked.run_id)
     status, body = await decide(
         service, parked.pending[0].ticket_id, {"decision": "allow"}, token="tok-u2"
     )
-    assert status == 403
-    assert body["error"] == "unauthorized"
-    assert "who may: U1" in body["message"]
+    assert (status, body["error"]) == (404, "unknown_ticket")
     assert await service.snapshot(parked.run_id) == before
 
 
@@ -463,8 +484,13 @@ async def test_only_the_requester_or_an_operator_controls_a_run(service: Any) ->
         status, body = await service.api(
             "POST", f"/api/runs/{parked.run_id}/{action}", token="tok-u2"
         )
-        assert (status, body["error"]) == (403, "unauthorized"), action
+        # A stranger does not learn that the run exists.
+        assert (status, body["error"]) == (404, "unknown_run"), action
     assert await service.snapshot(parked.run_id) == before
+    # An approver sees the run but does not control it.
+    deploy = await service.park("deployer")
+    status, body = await service.api("POST", f"/api/runs/{deploy.run_id}/cancel", token="tok-u2")
+    assert (status, body["error"]) == (403, "unauthorized")
     status, body = await service.api("POST", f"/api/runs/{parked.run_id}/cancel", token="tok-ops")
     assert (status, body["status"]) == (200, "cancelled")
 

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 from aiohttp import ClientSession, CookieJar
+from aiohttp.test_utils import TestClient, TestServer
 
-from runtime import Actor, Allow, RunStatus
+from runtime import Actor, Allow, RunStatus, Runtime
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -66,6 +67,79 @@ async def test_login_refuses_an_offsite_next(service: Any) -> None:
         service, "/login", {"csrf": csrf, "token": "tok-u1", "next": "//evil.example/x"}
     )
     assert response.headers["Location"] == "/runs"
+
+
+async def test_a_cookie_captured_before_sign_out_is_refused_after_it(
+    service: Any, tmp_path: Any
+) -> None:
+    csrf = await service.login("tok-u1")
+    jar = service.client.session.cookie_jar
+    captured = next(c.value for c in jar if c.key == "signoff_session")
+    await post(service, "/logout", {"csrf": csrf})
+
+    # Replayed as is: the session was revoked on the server, not only forgotten by the
+    # browser. Every page and form refuses it.
+    jar.clear()
+    jar.update_cookies({"signoff_session": captured}, service.client.make_url("/"))
+    for path in ("/runs", "/tickets", "/start"):
+        response = await service.client.get(path, allow_redirects=False)
+        assert response.status == 303, path
+        assert response.headers["Location"].startswith("/login")
+    response = await service.client.post(
+        "/start", data={"csrf": csrf, "agent": "bank", "input": "pay"}, allow_redirects=False
+    )
+    assert response.status == 303 and response.headers["Location"] == "/login"
+    assert await service.runtime.list_runs() == []
+
+    # Another process on the same database (a replica, or this one restarted) agrees.
+    other = Runtime(service.store, service.agents, clock=service.clock)
+    app = service.console_app(other)
+    async with TestClient(TestServer(app, host="127.0.0.1", port=0)) as replica:
+        replica.session.cookie_jar.update_cookies(
+            {"signoff_session": captured}, replica.make_url("/")
+        )
+        response = await replica.get("/runs", allow_redirects=False)
+        assert response.status == 303
+
+
+async def test_signing_in_again_gives_a_session_that_works(service: Any) -> None:
+    csrf = await service.login("tok-u1")
+    await post(service, "/logout", {"csrf": csrf})
+    await service.login("tok-u1")
+    assert "Uma" in await page(service, "/runs")
+
+
+@pytest.mark.parametrize(
+    "target",
+    [
+        "//evil.example/x",
+        "/\t/evil.example/",
+        "/\\evil.example",
+        "\\\\evil.example",
+        "/\n/evil.example",
+        "/runs\r\nSet-Cookie: x=1",
+        "https://evil.example/",
+        "/ok//evil",
+        "runs",
+        "/\x7f",
+    ],
+)
+async def test_login_refuses_every_offsite_or_malformed_next(service: Any, target: str) -> None:
+    csrf = await service.csrf_of("/login")
+    response = await post(service, "/login", {"csrf": csrf, "token": "tok-u1", "next": target})
+    assert response.headers["Location"] == "/runs"
+    # The sign-in page given such a target links back to the default too, never crashes.
+    response = await service.client.get("/login", params={"next": target}, allow_redirects=False)
+    assert response.status == 303
+    assert response.headers["Location"] == "/runs"
+
+
+async def test_login_keeps_a_local_next(service: Any) -> None:
+    csrf = await service.csrf_of("/login")
+    response = await post(
+        service, "/login", {"csrf": csrf, "token": "tok-u1", "next": "/runs?status=awaiting"}
+    )
+    assert response.headers["Location"] == "/runs?status=awaiting"
 
 
 async def test_a_forged_session_cookie_is_ignored(service: Any) -> None:
@@ -252,18 +326,31 @@ async def test_refusals_are_shown_on_the_page(service: Any) -> None:
     ticket_id = parked.pending[0].ticket_id
     here = f"/runs/{parked.run_id}"
 
+    # A stranger: the ticket does not exist for them.
     csrf = await service.login("tok-u2")
     before = await service.snapshot(parked.run_id)
     response = await post(
         service,
         f"/tickets/{ticket_id}/decide",
         {"csrf": csrf, "action": "allow", "next": here},
+        status=404,
+    )
+    assert "There is no ticket" in await response.text()
+    assert await service.snapshot(parked.run_id) == before
+    await post(service, "/logout", {"csrf": csrf})
+
+    # The requester of a four-eyes call sees it but may not decide it.
+    deploy = await service.park("deployer")
+    csrf = await service.login("tok-u1")
+    response = await post(
+        service,
+        f"/tickets/{deploy.pending[0].ticket_id}/decide",
+        {"csrf": csrf, "action": "allow", "next": f"/runs/{deploy.run_id}"},
         status=403,
     )
     html = await response.text()
-    assert "You may not decide this: who may: U1" in html
-    assert "Approve transfer?" in html  # the run page, still with its forms
-    assert await service.snapshot(parked.run_id) == before
+    assert "You may not decide this: who may: U2 (not the requester)" in html
+    assert "Approve deploy?" in html  # the run page, still with its forms
     await post(service, "/logout", {"csrf": csrf})
 
     csrf = await service.login("tok-u1")

@@ -444,11 +444,23 @@ def test_bad_database_url(env: Env, tmp_path: Path) -> None:
     assert malformed.code == 3
     assert "--database-url: expected a database URL" in malformed.error_line()
 
-    unreachable = env.signoff(
+    missing = env.signoff(
         "runs", "list", "--database-url", f"sqlite+aiosqlite:///{tmp_path}/missing/dir/x.db"
     )
-    assert unreachable.code == 10
-    assert unreachable.error_line().startswith("signoff: database:")
+    assert missing.code == 3
+    assert missing.error_line() == (
+        f"signoff: configuration: SIGNOFF_DATABASE_URL: the directory {tmp_path}/missing/dir "
+        f"of the SQLite database {tmp_path}/missing/dir/x.db does not exist"
+    )
+
+    # A directory where the file should be: it exists, but SQLite cannot open it.
+    unopenable = env.signoff("runs", "list", "--database-url", f"sqlite:///{tmp_path}")
+    assert unopenable.code == 10
+    assert unopenable.error_line() == (
+        f"signoff: database: migrating the SQLite database {tmp_path} failed: "
+        "unable to open database file"
+    )
+    assert "Traceback" not in unopenable.err and "Event loop" not in unopenable.err
 
 
 # --- the rest -----------------------------------------------------------------------------------

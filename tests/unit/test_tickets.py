@@ -489,10 +489,10 @@ def test_validate_accepts_exactly_the_matching_commands(
         # The refusal says why, in the order the checks run.
         if correlation != ticket.correlation or (run_id, thread_id) != ("run_1", "th_1"):
             assert isinstance(refused, NotAwaiting)
-        elif answer.kind not in FITS[ticket.target.kind]:
-            assert type(refused) is ResolutionError
         elif not authorised(ticket, actor):
             assert isinstance(refused, Unauthorized)
+        elif answer.kind not in FITS[ticket.target.kind]:
+            assert type(refused) is ResolutionError
         elif ticket.deadline is not None and at >= ticket.deadline:
             assert isinstance(refused, Expired)
         else:
