@@ -292,10 +292,9 @@ class Runtime:
         requester = run.requester
         keys = _idempotency_keys(idempotency)
         async with self._deps.store.transaction() as tx:
-            for key in keys:
-                earlier_id = await self._use_key(tx, key, run.run_id)
-                if earlier_id is not None:
-                    return earlier_id
+            earlier_id = await self._use_keys(tx, keys, run.run_id)
+            if earlier_id is not None:
+                return earlier_id
             await tx.insert_run(run)
             await record(
                 tx,
@@ -310,21 +309,29 @@ class Runtime:
             )
         return None
 
-    async def _use_key(
-        self, tx: Transaction, idempotency: tuple[str, str, str], run_id: str
+    async def _use_keys(
+        self, tx: Transaction, keys: Sequence[tuple[str, str, str]], run_id: str
     ) -> str | None:
-        scope, key, fingerprint = idempotency
-        earlier = await tx.get_idempotency(scope, key)
-        if earlier is None:
+        """The run an already used key started (None if every key is new); every new key
+        is recorded for that run, or for `run_id`."""
+        earlier_id = None
+        new = []
+        for scope, key, fingerprint in keys:
+            earlier = await tx.get_idempotency(scope, key)
+            if earlier is None:
+                new.append((scope, key, fingerprint))
+            elif earlier.fingerprint != fingerprint:
+                raise IdempotencyConflict(
+                    f"idempotency key {key!r} was already used with a different request body"
+                )
+            elif earlier_id is None:
+                earlier_id = earlier.run_id
+        now = self._deps.clock.now()
+        for scope, key, fingerprint in new:
             await tx.insert_idempotency(
-                IdempotencyRecord(scope, key, fingerprint, run_id, self._deps.clock.now())
+                IdempotencyRecord(scope, key, fingerprint, earlier_id or run_id, now)
             )
-            return None
-        if earlier.fingerprint != fingerprint:
-            raise IdempotencyConflict(
-                f"idempotency key {key!r} was already used with a different request body"
-            )
-        return earlier.run_id
+        return earlier_id
 
     async def forget_idempotency(self, scope: str, before: datetime) -> int:
         """Forget the idempotency keys of `scope` first used before `before`.

@@ -11,9 +11,12 @@ The checks run in this order, and each refusal starts nothing:
 5. input template failing on this body (a missing field) -> 422;
 6. ``Idempotency-Key`` reused with another body -> 409.
 
-A started run answers 202 ``{"run_id", "status", "status_url"}``; a replayed key answers
-the same with ``Idempotent-Replayed: true`` and starts nothing. Every answer is JSON
-``{"error": <code>, "message": <text>}`` when it is a refusal.
+A started run answers 202 ``{"run_id", "status", "status_url"}``. A replay answers the
+same with ``Idempotent-Replayed: true`` and starts nothing: a reused ``Idempotency-Key``,
+and also the same signed request sent again (same timestamp and body) with or without a
+key, since every accepted signature is remembered in the database for its time window
+(so replicas share it). Every answer is JSON ``{"error": <code>, "message": <text>}``
+when it is a refusal; ``503`` answers carry ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from typing import Any, NoReturn
 
 from aiohttp import web
@@ -46,6 +50,8 @@ MAX_IDEMPOTENCY_KEY = 255
 AUTH_CHALLENGE = 'Signoff-HMAC-SHA256 headers="X-Signoff-Timestamp X-Signoff-Signature"'
 _READ_CHUNK = 16 * 1024
 BUSY_RETRY_AFTER = 5
+STORAGE_RETRY_AFTER = 2
+_FORGET_EVERY_SECONDS = 60.0
 
 
 def _answer(status: int, payload: dict[str, Any], **headers: str) -> web.Response:
@@ -119,6 +125,24 @@ def _parse_object(body: bytes) -> tuple[dict[str, Any], str]:
     return parsed, raw
 
 
+def _storage_unavailable() -> NoReturn:
+    raise _Refused(
+        _answer(
+            503,
+            {
+                "error": "storage_unavailable",
+                "message": "the run could not be stored; retry later",
+            },
+            **{"Retry-After": str(STORAGE_RETRY_AFTER)},
+        )
+    )
+
+
+def signature_scope(hook: HookConfig) -> str:
+    """Where a hook's accepted signatures are remembered (as idempotency keys)."""
+    return f"{hook.scope}:signature"
+
+
 def _json_type(value: object) -> str:
     match value:
         case list():
@@ -164,6 +188,7 @@ class HookHandler:
         self._clock = clock
         self._max_queued = max_queued
         self._queued_seen: tuple[float, int] = (float("-inf"), 0)
+        self._forgotten_at: dict[str, float] = {}
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         """Answer one request; never raises for a caller's mistake."""
@@ -185,7 +210,7 @@ class HookHandler:
             )
         body = await _read_limited(request, hook.max_body_bytes)
         try:
-            verify_headers(
+            timestamp = verify_headers(
                 hook.secret,
                 request.headers,
                 body,
@@ -207,10 +232,17 @@ class HookHandler:
             run_input = hook.render(payload, raw)
         except TemplateError as exc:
             _stop(422, "template_failed", f"cannot build the run's input: {exc}")
-        idempotency = (
-            (hook.scope, key, hashlib.sha256(body).hexdigest()) if key is not None else None
+        digest = hashlib.sha256(body).hexdigest()
+        # The signature covers the timestamp and the body, so those two name the request:
+        # the same signed request again is a replay, whatever Idempotency-Key it carries
+        # (that header is not signed).
+        signed = (signature_scope(hook), f"{timestamp}.{digest}", digest)
+        idempotency = [signed]
+        if key is not None:
+            idempotency.append((hook.scope, key, digest))
+        replayed = await self._key_used(signed[0], signed[1]) or (
+            key is not None and await self._key_used(hook.scope, key)
         )
-        replayed = key is not None and await self._key_used(hook.scope, key)
         if not replayed and await self._too_busy():
             log.warning("hook %s refused a request: too many runs are waiting for a worker", name)
             raise _Refused(
@@ -239,11 +271,25 @@ class HookHandler:
             _stop(500, "hook_misconfigured", f"hook {name!r} is misconfigured: {exc}")
         except StorageError as exc:
             log.error("hook %s could not store its run: %s", name, exc)
-            _stop(503, "storage_unavailable", "the run could not be stored; retry later")
+            _storage_unavailable()
         if not replayed:
             log.info("hook %s started run %s", name, run.run_id, extra={"run_id": run.run_id})
             self._notify_change()
+            await self._forget_old_signatures(hook)
         return _accepted(run, replayed=replayed)
+
+    async def _forget_old_signatures(self, hook: HookConfig) -> None:
+        """Drop remembered signatures whose window has passed (at most once a minute)."""
+        now = time.monotonic()
+        if now - self._forgotten_at.get(hook.name, float("-inf")) < _FORGET_EVERY_SECONDS:
+            return
+        self._forgotten_at[hook.name] = now
+        # Twice the window: a timestamp is accepted that far in the future as well.
+        before = self._clock.now() - timedelta(seconds=2 * hook.tolerance_seconds)
+        try:
+            await self._runtime.forget_idempotency(signature_scope(hook), before)
+        except StorageError as exc:
+            log.warning("hook %s could not forget old signatures: %s", hook.name, exc)
 
     def _notify_change(self) -> None:
         # The run is committed: a failing wake-up must not turn the answer into a 500
@@ -275,7 +321,7 @@ class HookHandler:
                 return await tx.get_idempotency(scope, key) is not None
         except StorageError as exc:
             log.error("hook could not read idempotency key: %s", exc)
-            _stop(503, "storage_unavailable", "the run could not be stored; retry later")
+            _storage_unavailable()
 
 
 def add_hook_routes(
@@ -302,12 +348,20 @@ def add_hook_routes(
         The handler (for tests and metrics).
 
     Raises:
-        ConfigurationError: A hook is filed under another name than its own, or names
-            an agent the runtime does not know.
+        ConfigurationError: A hook is filed under another name than its own, names an
+            agent the runtime does not know, or shares its secret with another hook.
     """
+    secrets: dict[str, str] = {}
     for key, hook in hooks.items():
         if key != hook.name:
             raise ConfigurationError(f"hook {hook.name!r} is filed under the name {key!r}")
+        # A signature proves the secret, not the hook: with one secret on two hooks, a
+        # request signed for one would be accepted by the other.
+        shared = secrets.setdefault(hook.secret, hook.name)
+        if shared != hook.name:
+            raise ConfigurationError(
+                f"hooks {shared!r} and {hook.name!r} share a secret; give each hook its own"
+            )
         if hook.agent not in runtime.agents:
             known = ", ".join(sorted(runtime.agents)) or "none"
             raise ConfigurationError(

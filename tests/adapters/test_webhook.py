@@ -6,13 +6,16 @@ for completion callbacks.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
 import json
 import shutil
+import sqlite3
 import subprocess
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +36,7 @@ from adapters.webhook.callback import callback_payload
 from runtime import (
     Agent,
     ConfigurationError,
+    MemoryStore,
     RunStatus,
     Runtime,
     ScriptedModel,
@@ -41,18 +45,23 @@ from runtime import (
     tool_call_reply,
 )
 from runtime.outbox import DeliveryError, NullNotifier, RetryPolicy, RoutingNotifier
-from runtime.store.records import OutboxRecord
+from runtime.store.records import IdempotencyRecord, OutboxRecord
 from runtime.store.sql import SQLStore
 from runtime.worker import Worker, outbox_loop
 
 SECRET = "whsec-refunds-0123456789"
 OTHER_SECRET = "whsec-other-9876543210"
+SMALL_SECRET = "whsec-small-5555555555"
 BODY = {"order_id": "A-1", "amount": 25}
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 FAST_RETRY = RetryPolicy(max_attempts=5, base_delay=0.05, max_delay=0.2)
 
 
 # -- helpers (kept in this file: tests/adapters/conftest.py belongs to other suites) ------
+
+
+def sha256(body: bytes) -> str:
+    return hashlib.sha256(body).hexdigest()
 
 
 def encode(payload: object) -> bytes:
@@ -194,7 +203,7 @@ async def harness(
         ),
         "small": HookConfig(
             name="small",
-            secret=SECRET,
+            secret=SMALL_SECRET,
             agent="refunds",
             input_template="{raw}",
             max_body_bytes=64,
@@ -517,7 +526,7 @@ async def test_idempotent_replay_returns_the_same_run_and_starts_nothing(
     assert harness.changes == [1]
     counts = await harness.counts()
     assert counts["runs"] == 1
-    assert counts["idempotency_keys"] == 1
+    assert counts["idempotency_keys"] == 2  # the key, and the request's signature
     assert len(await harness.runtime.events(run.run_id)) == len(
         await harness.runtime.events(first["run_id"])
     )
@@ -537,7 +546,101 @@ async def test_same_key_with_another_body_is_a_409(harness: Harness) -> None:
     assert "different request body" in answer["message"]
     after = await harness.counts()
     assert after["runs"] == before["runs"] == 1
-    assert after["idempotency_keys"] == 1
+    assert after["idempotency_keys"] == before["idempotency_keys"] == 2
+
+
+async def test_the_same_signed_request_without_a_key_starts_one_run(harness: Harness) -> None:
+    body = encode(BODY)
+    headers = signed(body)
+    answers = [await harness.post("refunds", body, headers) for _ in range(3)]
+    assert [status for status, _, _ in answers] == [202, 202, 202]
+    assert len({answer["run_id"] for _, answer, _ in answers}) == 1
+    assert "Idempotent-Replayed" not in answers[0][2]
+    assert [h.get("Idempotent-Replayed") for _, _, h in answers[1:]] == ["true", "true"]
+    assert harness.changes == [1]
+    assert (await harness.counts())["runs"] == 1
+
+
+async def test_a_replayed_signature_with_a_new_key_is_still_a_replay(harness: Harness) -> None:
+    # Idempotency-Key is not signed: an eavesdropper could change it. The signature alone
+    # names the request.
+    body = encode(BODY)
+    headers = signed(body)
+    _, first, _ = await harness.post("refunds", body, {**headers, "Idempotency-Key": "k1"})
+    replays = await asyncio.gather(
+        *(
+            harness.post("refunds", body, {**headers, "Idempotency-Key": f"k{n}"})
+            for n in range(2, 6)
+        )
+    )
+    assert {answer["run_id"] for _, answer, _ in replays} == {first["run_id"]}
+    assert (await harness.counts())["runs"] == 1
+
+
+async def test_the_same_body_signed_again_later_is_a_new_request(harness: Harness) -> None:
+    body = encode(BODY)
+    _, one, _ = await harness.post("refunds", body, signed(body, at=time.time() - 10))
+    _, two, _ = await harness.post("refunds", body, signed(body))
+    assert one["run_id"] != two["run_id"]
+    assert (await harness.counts())["runs"] == 2
+
+
+async def test_signatures_are_forgotten_once_their_window_has_passed(harness: Harness) -> None:
+    old = IdempotencyRecord(
+        "hook:refunds:signature",
+        "1.0",
+        "x",
+        "run_gone",
+        datetime.now(UTC) - timedelta(hours=1),
+    )
+    async with harness.store.transaction() as tx:
+        await tx.insert_idempotency(old)
+    body = encode(BODY)
+    headers = signed(body)
+    _, answer, _ = await harness.post("refunds", body, headers)
+    async with harness.store.transaction() as tx:
+        assert await tx.get_idempotency(old.scope, old.key) is None
+        key = f"{headers['X-Signoff-Timestamp']}.{sha256(body)}"
+        remembered = await tx.get_idempotency(old.scope, key)
+    assert remembered is not None and remembered.run_id == answer["run_id"]
+
+
+async def test_a_database_that_cannot_store_the_run_is_503_with_retry_after(
+    harness: Harness, tmp_path: Path
+) -> None:
+    body = encode(BODY)
+    # Another process holds the write lock for longer than the busy timeout.
+    with contextlib.closing(sqlite3.connect(tmp_path / "signoff.db", timeout=0.05)) as other:
+        await _take_write_lock(other)
+        status, answer, headers = await harness.post("refunds", body, signed(body))
+        other.rollback()
+    assert (status, answer["error"]) == (503, "storage_unavailable")
+    assert headers["Retry-After"] == "2"
+    assert (await harness.counts())["runs"] == 0
+    # The caller retries the same request once the database answers: one run.
+    status, answer, _ = await harness.post("refunds", body, signed(body))
+    assert status == 202
+
+
+async def _take_write_lock(db: sqlite3.Connection) -> None:
+    # The server's loops take the lock often and briefly: try until it is ours.
+    for _ in range(400):
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            return
+        except sqlite3.OperationalError:
+            await asyncio.sleep(0.01)
+    raise AssertionError("never got the write lock")
+
+
+def test_two_hooks_may_not_share_a_secret() -> None:
+    runtime = Runtime(MemoryStore(), [refunds_agent()])
+    hooks = {
+        name: HookConfig(name=name, secret=SECRET, agent="refunds", input_template="{raw}")
+        for name in ("one", "two")
+    }
+    with pytest.raises(ConfigurationError, match="'one' and 'two' share a secret"):
+        add_hook_routes(web.Application(), runtime, hooks, lambda: None)
 
 
 async def test_keys_are_scoped_per_hook(harness: Harness) -> None:
