@@ -126,7 +126,11 @@ async def one_level(level: int, clicks: int, synchronous: str, workers: int) -> 
         loop_task = asyncio.create_task(worker.run(stop))
         config = SlackConfig(bot_token=BOT_TOKEN, signing_secret=SIGNING_SECRET, api_base_url=api)
         app = web.Application()
-        add_slack_routes(app, build_slack_app(runtime, config, worker.wake))
+        add_slack_routes(
+            app,
+            build_slack_app(runtime, config, worker.wake),
+            signing_secret=config.signing_secret,
+        )
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)

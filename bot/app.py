@@ -132,7 +132,7 @@ def add_slack(
         )
     bolt = build_slack_app(runtime, config, worker.wake)
     if mode == "http":
-        add_slack_routes(app, bolt)
+        add_slack_routes(app, bolt, signing_secret=config.signing_secret)
     else:
         socket = SlackSocketMode(bolt, config.app_token or "")
 

@@ -213,6 +213,10 @@ def _parse_json(value: str, option: str) -> Any:
     text = sys.stdin.read() if value == "-" else value
     try:
         return json.loads(text)
+    except RecursionError:
+        raise click.BadParameter(
+            "not valid JSON (nested too deeply)", param_hint=f"'{option}'"
+        ) from None
     except json.JSONDecodeError as exc:
         hint = ""
         if option == "--result":

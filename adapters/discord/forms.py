@@ -161,7 +161,7 @@ def _convert(item: FormField, text: str) -> Any:
         case "json":
             try:
                 return json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise ValueError("Enter valid JSON.") from None
     raise ValueError(f"unsupported field kind {item.kind}")
 
@@ -171,7 +171,7 @@ def parse_result(text: str) -> Any:
     stripped = text.strip()
     try:
         return json.loads(stripped)
-    except ValueError:
+    except (ValueError, RecursionError):
         return stripped
 
 

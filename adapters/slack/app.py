@@ -15,7 +15,8 @@ new.
 Decisions (buttons, modals) follow one path, so no click is lost, doubled or accepted
 from someone who may not decide:
 
-1. bolt verifies the signature and timestamp (401 otherwise, nothing parsed further);
+1. the signature and timestamp are verified on the raw bytes (401 otherwise, nothing is
+   parsed), then the body's shape (400 for a signed body that is not a Slack payload);
 2. the button's value names the ticket and its correlation token, nothing else;
 3. the clicker becomes an `Actor` whose ``group:`` memberships Slack vouched for;
 4. `Runtime.check` validates the decision without changing anything; a refusal is
@@ -45,14 +46,17 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
-from slack_bolt.adapter.aiohttp import to_aiohttp_response, to_bolt_request
+from slack_bolt.adapter.aiohttp import to_aiohttp_response
 from slack_bolt.app.async_app import AsyncApp
 from slack_bolt.context.ack.async_ack import AsyncAck
 from slack_bolt.context.respond.async_respond import AsyncRespond
+from slack_bolt.request.async_request import AsyncBoltRequest
+from slack_bolt.response import BoltResponse
 from slack_sdk.errors import SlackApiError
+from slack_sdk.signature import SignatureVerifier
 from slack_sdk.web.async_client import AsyncWebClient
 
-from adapters.slack import blocks, modals
+from adapters.slack import blocks, ingress, modals
 from adapters.slack.blocks import TicketRef
 from adapters.slack.config import SlackConfig
 from adapters.slack.directory import Directory
@@ -73,6 +77,7 @@ from runtime import (
     Retry,
     Runtime,
     SignoffError,
+    StorageError,
     ToolPermission,
     Uncertain,
 )
@@ -164,12 +169,41 @@ def build_slack_app(
     return app
 
 
-def add_slack_routes(app: web.Application, bolt: AsyncApp, path: str = EVENTS_PATH) -> None:
-    """Serve Slack's requests (commands, events, interactions) at ``POST path``."""
+def add_slack_routes(
+    app: web.Application, bolt: AsyncApp, *, signing_secret: str, path: str = EVENTS_PATH
+) -> None:
+    """Serve Slack's requests (commands, events, interactions) at ``POST path``.
+
+    The signature is checked on the raw bytes first (401), then the body's shape (400,
+    see `adapters.slack.ingress`); only then does bolt dispatch it.
+    """
+    verifier = SignatureVerifier(signing_secret)
 
     async def slack_events(request: web.Request) -> web.Response:
-        bolt_request = await to_bolt_request(request)
+        body = await request.read()
+        if not ingress.authentic(verifier, body, request.headers):
+            return web.json_response({"error": "invalid request"}, status=401)
+        try:
+            ingress.check_shape(body, request.content_type)
+        except ingress.MalformedRequest as exc:
+            log.info("refused a signed Slack request: %s", exc)
+            return web.json_response(
+                {"error": "malformed_request", "message": str(exc)}, status=400
+            )
+        bolt_request = AsyncBoltRequest(
+            body=body.decode("utf-8"),
+            query=request.query_string,
+            headers=dict(request.headers),
+        )
         bolt_response = await bolt.async_dispatch(bolt_request)
+        if bolt_response.status >= 500:
+            # bolt answers 500 when a middleware raised (it logged the traceback). Ours
+            # answer a failed store with a 503 themselves, so this is a signed body bolt
+            # could not handle; nothing was stored for it.
+            return web.json_response(
+                {"error": "malformed_request", "message": "this request cannot be handled"},
+                status=400,
+            )
         return await to_aiohttp_response(bolt_response)
 
     app.router.add_post(path, slack_events)
@@ -205,6 +239,18 @@ def _delivery_id(body: Mapping[str, Any]) -> str:
         str(view.get("id") if isinstance(view, Mapping) else ""),
         str(view.get("hash") if isinstance(view, Mapping) else ""),
     )
+
+
+def _field(value: Any, key: str) -> str | None:
+    """``value[key]`` as text when `value` is an object that has it."""
+    found = value.get(key) if isinstance(value, Mapping) else None
+    return str(found) if found else None
+
+
+def _where_clicked(body: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """The channel and thread of the message a click or form came from, if known."""
+    channel = _field(body.get("channel"), "id") or _field(body.get("container"), "channel_id")
+    return channel, _field(body.get("message"), "thread_ts")
 
 
 def _user(body: Mapping[str, Any]) -> tuple[str, str | None]:
@@ -338,12 +384,18 @@ class _SlackEdge:
     # -- mentions and direct messages ----------------------------------------------------
     async def start_from_event(
         self, body: dict[str, Any], next: Callable[[], Any], client: AsyncWebClient
-    ) -> None:
+    ) -> BoltResponse | None:
         """Listener middleware: start the run *before* bolt acknowledges the event."""
         event = body.get("event") or {}
         if self._wanted(event):
-            await self._start_from(body, event, client)
+            try:
+                await self._start_from(body, event, client)
+            except StorageError as exc:
+                # Not stored: a non-2xx answer makes Slack deliver the event again.
+                log.error("could not store a run started from Slack: %s", exc)
+                return BoltResponse(status=503, body={"error": "storage_unavailable"})
         await next()
+        return None
 
     async def acknowledged(self) -> None:
         """The event listener proper: the middleware already did the work."""
@@ -415,11 +467,7 @@ class _SlackEdge:
             ticket = await self._ticket(ticket_id) if ticket_id else None
             text = refusal_text(exc, ticket)
         user, _name = _user(body)
-        channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get(
-            "channel_id"
-        )
-        message = body.get("message") or {}
-        thread_ts = message.get("thread_ts") if isinstance(message, Mapping) else None
+        channel, thread_ts = _where_clicked(body)
         if channel and user:
             arguments: dict[str, Any] = {"channel": channel, "user": user, "text": text}
             if thread_ts:
@@ -500,18 +548,14 @@ class _SlackEdge:
         The stored ``reply`` says where to tell the clicker if the decision is refused
         when it is applied: the channel and thread of the card they clicked.
         """
-        channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get(
-            "channel_id"
-        )
-        message = body.get("message") or {}
-        thread_ts = message.get("thread_ts") if isinstance(message, Mapping) else None
+        channel, thread_ts = _where_clicked(body)
         if not channel:  # a modal: find the card it came from
             channel, thread_ts = await self._card_location(ref.ticket_id)
         reply = {
             "channel": channel,
             "thread_ts": thread_ts,
             "user": actor.id,
-            "message_ts": (body.get("container") or {}).get("message_ts"),
+            "message_ts": _field(body.get("container"), "message_ts"),
             "response_url": body.get("response_url"),
         }
         try:

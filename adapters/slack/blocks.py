@@ -174,7 +174,7 @@ def parse_ref(value: Any) -> TicketRef | None:
         return None
     try:
         data = json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(data, dict):
         return None

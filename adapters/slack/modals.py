@@ -166,7 +166,7 @@ def parse_result(text: str) -> Any:
     """A recorded result: JSON when it parses, the text itself otherwise."""
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return text
 
 
@@ -324,7 +324,7 @@ def read_input(
         text = _raw(state, f"{FIELD_BLOCK_PREFIX}json")
         try:
             whole = json.loads(text) if isinstance(text, str) else None
-        except ValueError:
+        except (ValueError, RecursionError):
             whole = None
         if not isinstance(whole, dict):
             return {}, {f"{FIELD_BLOCK_PREFIX}json": "Enter a JSON object."}
@@ -355,7 +355,7 @@ def _convert(item: Field, text: str) -> Any:
         case "select" | "boolean":
             try:
                 chosen = json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise ValueError("Choose one of the options.") from None
             if chosen not in item.options:
                 raise ValueError("Choose one of the options.")
@@ -363,7 +363,7 @@ def _convert(item: Field, text: str) -> Any:
         case "json":
             try:
                 return json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise ValueError("Enter valid JSON.") from None
     raise ValueError(f"unsupported field kind {item.kind}")
 

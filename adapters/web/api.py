@@ -159,6 +159,8 @@ async def read_object(request: web.Request) -> dict[str, Any]:
         body = json.loads(raw)
     except ValueError as exc:
         raise BadRequest(f"the body is not valid JSON: {exc}") from exc
+    except RecursionError:
+        raise BadRequest("the body is nested too deeply") from None
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
     return body

@@ -148,7 +148,7 @@ def _convert(item: FormField, text: str) -> Any:
         case "json":
             try:
                 return json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise ValueError("Enter valid JSON.") from None
         case "checkbox":
             return True

@@ -120,6 +120,8 @@ def _parse_object(body: bytes) -> tuple[dict[str, Any], str]:
         parsed = json.loads(raw, parse_constant=_reject_constant)
     except ValueError as exc:
         _stop(400, "malformed_json", f"the body is not valid JSON: {exc}")
+    except RecursionError:
+        _stop(400, "malformed_json", "the body is nested too deeply")
     if not isinstance(parsed, dict):
         _stop(400, "not_an_object", f"the body must be a JSON object, not {_json_type(parsed)}")
     return parsed, raw

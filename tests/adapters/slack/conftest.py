@@ -88,7 +88,7 @@ async def slack(fake: FakeSlack, tmp_path: Path) -> AsyncIterator[SlackBed]:
         ),
     ]
     app = web.Application()
-    add_slack_routes(app, bolt)
+    add_slack_routes(app, bolt, signing_secret=config.signing_secret)
     test_client = TestClient(TestServer(app, host="127.0.0.1", port=0))
     await test_client.start_server()
     try:

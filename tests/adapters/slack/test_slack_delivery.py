@@ -128,7 +128,7 @@ async def test_a_click_stored_by_a_dying_process_is_applied_once_by_the_next(
     assert await deliver_due(store_a, clock, notifier_a) == 1
     [card] = fake.messages.values()
     app = web.Application()
-    add_slack_routes(app, bolt)
+    add_slack_routes(app, bolt, signing_secret=config.signing_secret)
     server = TestClient(TestServer(app, host="127.0.0.1", port=0))
     await server.start_server()
     values = buttons(card)
