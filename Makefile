@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.signoff-installed
 
-.PHONY: run test venv clean
+.PHONY: run test venv clean stress
 
 run: $(STAMP)
 	$(BIN)/signoff serve
@@ -19,6 +19,19 @@ test: $(STAMP)
 	$(BIN)/pytest -q
 
 venv: $(STAMP)
+
+# The suite must pass every time on a loaded machine: ROUNDS rounds of two full pytest
+# runs side by side; stops at the first failing round.
+ROUNDS ?= 5
+stress: $(STAMP)
+	@for round in $$(seq 1 $(ROUNDS)); do \
+		echo "round $$round of $(ROUNDS): two suites in parallel"; \
+		$(BIN)/pytest -q -p no:cacheprovider > .stress-a.log 2>&1 & a=$$!; \
+		$(BIN)/pytest -q -p no:cacheprovider > .stress-b.log 2>&1 & b=$$!; \
+		wait $$a; ra=$$?; wait $$b; rb=$$?; \
+		tail -n 1 .stress-a.log; tail -n 1 .stress-b.log; \
+		if [ $$ra -ne 0 ] || [ $$rb -ne 0 ]; then echo "round $$round failed (.stress-*.log)"; exit 1; fi; \
+	done; rm -f .stress-a.log .stress-b.log
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

@@ -8,7 +8,7 @@ from typing import Literal
 from aiohttp import web
 from pydantic import SecretStr
 
-from adapters.web import ApiToken, TokenAuth, add_api_routes, add_console_routes
+from adapters.web import ApiToken, TokenAuth, add_api_routes, add_console_routes, body_deadline
 from adapters.webhook import CallbackNotifier, HookConfig, add_hook_routes
 from bot.notifiers import NOTIFIERS_KEY
 from bot.settings import Settings
@@ -79,11 +79,20 @@ def build_app(
         cookie_secret=cookie_secret,
         secure_cookies=settings.secure_cookies,
     )
-    add_hook_routes(app, runtime, hooks, worker.wake, max_queued=settings.max_queued_runs or None)
+    add_hook_routes(
+        app,
+        runtime,
+        hooks,
+        worker.wake,
+        max_queued=settings.max_queued_runs or None,
+        body_timeout=settings.http_body_timeout_seconds,
+    )
     notifiers: dict[str, Notifier] = {"callback": CallbackNotifier(hooks, clock=runtime.clock)}
     if settings.slack_mode != "off":
         notifiers["slack"] = add_slack(app, settings, runtime, worker)
     app[NOTIFIERS_KEY] = notifiers
+    # Innermost, after the API's own error middleware; webhooks time their own reads.
+    app.middlewares.append(body_deadline(settings.http_body_timeout_seconds, skip=("/hooks/",)))
     return app
 
 
@@ -109,7 +118,7 @@ def add_slack(
     except ImportError as exc:
         raise ConfigurationError(
             f"SIGNOFF_SLACK_MODE={settings.slack_mode} needs the Slack libraries: "
-            f"pip install 'signoff[slack]' ({exc})"
+            f"install the slack extra, pip install -e '.[slack]' ({exc})"
         ) from exc
 
     def secret(value: SecretStr | None) -> str:

@@ -132,11 +132,9 @@ class _State:
             override_names={"database_url": "--database-url"},
         )
         if self.loaded is None:
-            logging.basicConfig(
-                level=settings.log_level,
-                stream=sys.stderr,
-                format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-            )
+            from bot.logs import configure_logging
+
+            configure_logging(settings.log_level, json_lines=False)
         self.loaded = settings
         return settings
 
@@ -426,6 +424,7 @@ _EPILOG = "\b\nExit codes:\n" + "\n".join(f"  {code:<4}{text}" for code, text in
     help="TOML file with settings (keys like database_url, port); SIGNOFF_* environment "
     "variables override it. Also read from SIGNOFF_CONFIG.",
 )
+@click.version_option(package_name="signoff", prog_name="signoff", message="%(prog)s %(version)s")
 @click.pass_context
 def cli(ctx: click.Context, config: Path | None) -> None:
     """Run AI agents whose risky tool calls wait for a person's sign-off.

@@ -185,7 +185,7 @@ async def start_discord(
     except ImportError as exc:
         raise ConfigurationError(
             f"SIGNOFF_DISCORD_BOT_TOKEN is set but discord.py is missing ({exc}); "
-            "install signoff[discord]"
+            "install the discord extra (pip install -e '.[discord]')"
         ) from exc
     config = DiscordConfig(
         bot_token=settings.bot_token.get_secret_value(),

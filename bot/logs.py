@@ -48,8 +48,36 @@ class TextFormatter(logging.Formatter):
         return line
 
 
+# Libraries that log what they send or store at their lower levels: SQL parameters (a
+# secret tool argument is a parameter), HTTP bodies sent to model providers (the
+# transcript holds arguments as the model wrote them), chat payloads. They only ever log
+# warnings and errors, whatever SIGNOFF_LOG_LEVEL says, so no level reveals a secret.
+QUIET_LIBRARIES = (
+    "aiosqlite",
+    "sqlalchemy",
+    "alembic",
+    "asyncpg",
+    "aiohttp",
+    "httpx",
+    "httpcore",
+    "openai",
+    "anthropic",
+    "mcp",
+    "slack_sdk",
+    "slack_bolt",
+    "discord",
+    "websockets",
+    "urllib3",
+    "asyncio",
+)
+
+
 def configure_logging(level: str = "INFO", *, json_lines: bool | None = None) -> None:
-    """Send logs to stderr, as JSON unless stderr is a terminal."""
+    """Send logs to stderr, as JSON unless stderr is a terminal.
+
+    `level` applies to signoff's own loggers (``signoff.*``); the libraries in
+    `QUIET_LIBRARIES` log warnings and errors only.
+    """
     use_json = (not sys.stderr.isatty()) if json_lines is None else json_lines
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if use_json else TextFormatter())
@@ -58,7 +86,6 @@ def configure_logging(level: str = "INFO", *, json_lines: bool | None = None) ->
         root.removeHandler(existing)
     root.addHandler(handler)
     root.setLevel(level)
-    # aiohttp's access log is noisy at INFO; keep it for DEBUG.
-    logging.getLogger("aiohttp.access").setLevel(
-        logging.DEBUG if level == "DEBUG" else logging.WARNING
-    )
+    quiet = max(logging.WARNING, logging.getLevelName(level))
+    for name in QUIET_LIBRARIES:
+        logging.getLogger(name).setLevel(quiet)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import secrets
 import signal
@@ -27,7 +28,7 @@ from bot.discord_wiring import (
 from bot.health import Metrics, add_health_routes
 from bot.notifiers import NOTIFIERS_KEY
 from bot.settings import Settings
-from runtime import Runtime
+from runtime import ConfigurationError, Runtime
 from runtime.outbox import Notifier, NullNotifier, RoutingNotifier
 from runtime.store.base import Store
 from runtime.worker import Worker, deadline_loop, outbox_loop
@@ -55,10 +56,29 @@ class Service:
 
     async def start(self) -> str:
         """Bind the HTTP server, start the loops; return the server's base URL."""
-        self._runner = web.AppRunner(self.app, handle_signals=False, access_log=None)
+        self._runner = web.AppRunner(
+            self.app,
+            handle_signals=False,
+            access_log=None,
+            # Also bounds how long a new connection may take to send its request head.
+            keepalive_timeout=self.settings.http_idle_timeout_seconds,
+        )
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.settings.bind_host, self.settings.port)
-        await site.start()
+        host, port = self.settings.bind_host, self.settings.port
+        site = web.TCPSite(self._runner, host, port)
+        try:
+            await site.start()
+        except OSError as exc:
+            await self._runner.cleanup()
+            where = f"{host}:{port}"
+            if exc.errno == errno.EADDRINUSE:
+                raise ConfigurationError(
+                    f"SIGNOFF_PORT: {where} is already in use (set SIGNOFF_PORT to a free "
+                    "port, or 0 for any)"
+                ) from None
+            raise ConfigurationError(
+                f"SIGNOFF_BIND_HOST/SIGNOFF_PORT: cannot listen on {where}: {exc.strerror}"
+            ) from None
         addresses = self._runner.addresses
         port = int(addresses[0][1]) if addresses else self.settings.port
         host = self.settings.bind_host
@@ -138,9 +158,10 @@ async def serve(settings: Settings) -> None:
     agents = ", ".join(sorted(service.runtime.agents)) or "none"
     log.warning("signoff is serving at %s (agents: %s)", url, agents, extra={"url": url})
     if settings.operator_token is None:
+        # The token itself goes to stdout only, once: logs are shipped and kept.
         log.warning(
-            "console sign-in token for this process: %s (set SIGNOFF_OPERATOR_TOKEN to fix it)",
-            service.operator_token,
+            "made up a console sign-in token for this process (printed on stdout); "
+            "set SIGNOFF_OPERATOR_TOKEN to fix it"
         )
     print(f"signoff serving at {url}", flush=True)
     print(f"  console: {url}/login", flush=True)

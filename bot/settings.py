@@ -14,6 +14,7 @@ the setting, e.g. ``SIGNOFF_PORT: Input should be a valid integer``.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import tomllib
@@ -36,6 +37,7 @@ from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
 )
 
 from runtime import ConfigurationError
@@ -113,6 +115,10 @@ class Settings(BaseSettings):
         max_queued_runs: Webhooks answer 503 with ``Retry-After`` while this many runs
             wait for a worker (0: never).
         shutdown_grace_seconds: On SIGTERM, how long running tools may take to settle.
+        http_idle_timeout_seconds: An HTTP connection that sends no complete request for
+            this long (a new one, or an idle keep-alive one) is closed.
+        http_body_timeout_seconds: A request body that has not fully arrived after this
+            long is answered 408 and the connection closed.
         operator_token: Sign-in token of the built-in operator (console and API). Unset:
             a random one is made at start-up and printed.
         api_tokens: More tokens, each standing for a user id (JSON list of
@@ -163,6 +169,8 @@ class Settings(BaseSettings):
     workers: int = Field(default=4, ge=1, le=256)
     max_queued_runs: int = Field(default=1000, ge=0)
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)
+    http_idle_timeout_seconds: float = Field(default=15.0, gt=0)
+    http_body_timeout_seconds: float = Field(default=30.0, gt=0)
     operator_token: SecretStr | None = Field(default=None, min_length=16)
     api_tokens: list[ApiTokenSetting] = Field(default_factory=list)
     hooks: dict[str, HookSetting] = Field(default_factory=dict)
@@ -342,8 +350,23 @@ def load_settings(
         raise ConfigurationError(
             _describe(exc, given, from_file, path, override_names or {})
         ) from None
+    except SettingsError as exc:
+        # pydantic-settings decodes JSON-valued variables itself and only says which
+        # field failed; say which variable and what is wrong with its JSON.
+        raise ConfigurationError(_describe_source_error(exc)) from None
     finally:
         _file_values.reset(token)
+
+
+def _describe_source_error(exc: SettingsError) -> str:
+    found = re.search(r'field "(\w+)"', str(exc))
+    name = env_name(found.group(1)) if found else "settings"
+    cause = exc.__cause__
+    if isinstance(cause, json.JSONDecodeError):
+        return f"{name}: not valid JSON ({cause.msg} at line {cause.lineno} column {cause.colno})"
+    if isinstance(cause, RecursionError):
+        return f"{name}: not valid JSON (nested too deeply)"
+    return f"{name}: cannot be read ({cause or exc})"
 
 
 def _describe(
@@ -367,6 +390,13 @@ def _describe(
         )
         name += inner
         message = str(error["msg"]).removeprefix("Value error, ")
+        context = error.get("ctx") or {}
+        if error["type"] == "too_short" and isinstance(error.get("input"), str | SecretStr):
+            # pydantic counts "items" for secret strings; people count characters.
+            message = (
+                f"must be at least {context.get('min_length')} characters long "
+                f"(got {context.get('actual_length')})"
+            )
         if field not in _SENSITIVE and "input" in error:
             message += f" (got {error['input']!r})"
         problems.append(f"{name}: {message}")

@@ -117,7 +117,7 @@ def open_store(settings: Settings) -> SQLStore:
     except ImportError as exc:
         raise ConfigurationError(
             f"SIGNOFF_DATABASE_URL: the database driver is not installed ({exc}); "
-            "for PostgreSQL install signoff[postgres]"
+            "for PostgreSQL install the postgres extra (pip install -e '.[postgres]')"
         ) from exc
     except Exception as exc:  # SQLAlchemy's URL and dialect errors
         raise ConfigurationError(f"SIGNOFF_DATABASE_URL: {exc}") from exc

@@ -75,7 +75,14 @@ class Worker:
     async def _drive(self, run_id: str) -> None:
         try:
             async with self._slots:
-                await self._runtime.drive(run_id)
+                log.debug("driving run %s", run_id, extra={"run_id": run_id})
+                driven = await self._runtime.drive(run_id)
+                log.debug(
+                    "run %s %s",
+                    run_id,
+                    "parked or ended" if driven else "was claimed elsewhere",
+                    extra={"run_id": run_id},
+                )
         except asyncio.CancelledError:
             raise
         except Exception:

@@ -6,6 +6,7 @@ click is checked, stored durably and only then acknowledged, exactly as over HTT
 
 from __future__ import annotations
 
+import aiohttp
 from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 from slack_bolt.app.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
@@ -50,6 +51,13 @@ class SlackSocketMode:
             raise ConfigurationError(
                 f"Slack refused to open a Socket Mode connection: {error or exc}; check "
                 "SIGNOFF_SLACK_APP_TOKEN (an xapp- token with connections:write)"
+            ) from exc
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            await handler.client.aiohttp_client_session.close()
+            raise ConfigurationError(
+                f"cannot reach Slack at {self._app.client.base_url} to open a Socket Mode "
+                f"connection: {exc or type(exc).__name__}; check SIGNOFF_SLACK_API_BASE_URL "
+                "and the network"
             ) from exc
         self._handler = handler
         await handler.client.connect()  # type: ignore[no-untyped-call]

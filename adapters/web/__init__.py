@@ -12,5 +12,13 @@ Depends on `runtime` only.
 from adapters.web.api import add_api_routes
 from adapters.web.auth import ApiToken, SessionCodec, TokenAuth
 from adapters.web.console import add_console_routes
+from adapters.web.limits import body_deadline
 
-__all__ = ["ApiToken", "SessionCodec", "TokenAuth", "add_api_routes", "add_console_routes"]
+__all__ = [
+    "ApiToken",
+    "SessionCodec",
+    "TokenAuth",
+    "add_api_routes",
+    "add_console_routes",
+    "body_deadline",
+]

@@ -21,6 +21,7 @@ when it is a refusal; ``503`` answers carry ``Retry-After``.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -183,12 +184,14 @@ class HookHandler:
         on_change: Callable[[], None],
         clock: Clock,
         max_queued: int | None = None,
+        body_timeout: float | None = None,
     ) -> None:
         self._runtime = runtime
         self._hooks = hooks
         self._on_change = on_change
         self._clock = clock
         self._max_queued = max_queued
+        self._body_timeout = body_timeout
         self._queued_seen: tuple[float, int] = (float("-inf"), 0)
         self._forgotten_at: dict[str, float] = {}
 
@@ -210,7 +213,17 @@ class HookHandler:
                 {"error": "method_not_allowed", "message": "send the request with POST"},
                 Allow="POST",
             )
-        body = await _read_limited(request, hook.max_body_bytes)
+        try:
+            async with asyncio.timeout(self._body_timeout):
+                body = await _read_limited(request, hook.max_body_bytes)
+        except TimeoutError:
+            response = _refuse(
+                408,
+                "request_timeout",
+                f"the request body did not arrive within {self._body_timeout:g} s",
+            )
+            response.force_close()
+            raise _Refused(response) from None
         try:
             timestamp = verify_headers(
                 hook.secret,
@@ -334,6 +347,7 @@ def add_hook_routes(
     *,
     clock: Clock | None = None,
     max_queued: int | None = None,
+    body_timeout: float | None = None,
 ) -> HookHandler:
     """Serve ``/hooks/{name}`` on `app` for `hooks`.
 
@@ -345,6 +359,8 @@ def add_hook_routes(
         clock: The time source for the signature window (default: the runtime's clock).
         max_queued: Refuse new runs with 503 and ``Retry-After`` while this many runs
             wait for a worker (None: never refuse). Replays of a used key still answer.
+        body_timeout: Seconds a request body may take to arrive (408 after; None: no
+            limit).
 
     Returns:
         The handler (for tests and metrics).
@@ -370,7 +386,12 @@ def add_hook_routes(
                 f"hook {hook.name!r}: no agent named {hook.agent!r} (loaded: {known})"
             )
     handler = HookHandler(
-        runtime, dict(hooks), on_change, clock or runtime.clock, max_queued=max_queued
+        runtime,
+        dict(hooks),
+        on_change,
+        clock or runtime.clock,
+        max_queued=max_queued,
+        body_timeout=body_timeout,
     )
     # Any name (even empty or with a slash) reaches the handler, so every answer under
     # /hooks/ is JSON, including 404 and 405.

@@ -22,6 +22,8 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from sqlalchemy import text
 from testkit import settled
 
@@ -512,11 +514,13 @@ async def test_idempotent_replay_returns_the_same_run_and_starts_nothing(
 ) -> None:
     body = encode(BODY)
     key = {"Idempotency-Key": "order-A-1"}
-    status, first, headers = await harness.post("refunds", body, {**signed(body), **key})
+    earlier = signed(body, at=time.time() - 10)
+    status, first, headers = await harness.post("refunds", body, {**earlier, **key})
     assert status == 202, first
     assert "Idempotent-Replayed" not in headers
     run = await harness.finished(first["run_id"])
 
+    # The sender retries: signed anew, with the same key.
     status, again, headers = await harness.post("refunds", body, {**signed(body), **key})
     assert status == 202, again
     assert again["run_id"] == first["run_id"]
@@ -526,7 +530,7 @@ async def test_idempotent_replay_returns_the_same_run_and_starts_nothing(
     assert harness.changes == [1]
     counts = await harness.counts()
     assert counts["runs"] == 1
-    assert counts["idempotency_keys"] == 2  # the key, and the request's signature
+    assert counts["idempotency_keys"] == 3  # the key, and both requests' signatures
     assert len(await harness.runtime.events(run.run_id)) == len(
         await harness.runtime.events(first["run_id"])
     )
@@ -970,3 +974,57 @@ curl -sS -X POST "$URL/hooks/refunds" \\
     assert answer["status"] == "queued", answer
     run = await harness.finished(answer["run_id"])
     assert run.status is RunStatus.DONE
+
+
+# -- fuzzing ------------------------------------------------------------------------------
+
+_fuzz_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(st.sampled_from(["order_id", "amount", "x", ""]), children, max_size=3)
+    ),
+    max_leaves=10,
+)
+_fuzz_bodies = st.one_of(
+    _fuzz_json.map(lambda v: json.dumps(v).encode()),
+    st.binary(max_size=80),
+    st.just(b"[" * 100_000),
+    st.just(b'{"order_id": ' + b"[" * 5_000),
+)
+_fuzz_headers = st.dictionaries(
+    st.sampled_from(
+        ["X-Signoff-Timestamp", "X-Signoff-Signature", "Idempotency-Key", "Content-Type"]
+    ),
+    st.text(st.characters(min_codepoint=32, max_codepoint=126), max_size=40),
+    max_size=3,
+)
+
+
+@settings(max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    hook=st.sampled_from(["refunds", "small", "nope"]),
+    body=_fuzz_bodies,
+    sign_it=st.booleans(),
+    extra=_fuzz_headers,
+)
+async def test_fuzzed_requests_never_5xx_and_refusals_start_nothing(
+    harness: Harness, hook: str, body: bytes, sign_it: bool, extra: dict[str, str]
+) -> None:
+    secret = SMALL_SECRET if hook == "small" else SECRET
+    headers = {**extra, **signed(body, secret=secret)} if sign_it else extra
+    before = (await harness.counts())["runs"]
+    status, answer, reply_headers = await harness.post(hook, body, headers)
+    assert status < 500, answer
+    started = status == 202 and reply_headers.get("Idempotent-Replayed") != "true"
+    assert (await harness.counts())["runs"] == before + (1 if started else 0)
+    if not sign_it:
+        assert status in (401, 404, 413), answer
+
+
+async def test_deeply_nested_json_is_400(harness: Harness) -> None:
+    body = b"[" * 60_000  # within the hook's 64 KiB, far past any parser's depth
+    status, answer, _ = await harness.post("refunds", body, signed(body))
+    assert (status, answer["error"]) == (400, "malformed_json")
+    assert "nested too deeply" in answer["message"]
+    assert (await harness.counts())["runs"] == 0

@@ -117,9 +117,16 @@ async def until(check: Any, what: str, seconds: float = 20.0) -> Any:
     raise AssertionError(f"never saw {what}")
 
 
-async def settled(runtime: Runtime, worker: Worker | None = None, seconds: float = 10.0) -> None:
+async def settled(
+    runtime: Runtime,
+    worker: Worker | None = None,
+    *,
+    outbox: bool = True,
+    seconds: float = 10.0,
+) -> None:
     """Wait until nothing is left to do: no stored click waits to be applied, no
-    notification is due, no run is ready to claim or being driven.
+    notification is due (when an outbox loop delivers them: `outbox`), no run is ready to
+    claim or being driven.
 
     The positive signal to wait for before asserting that a refused request changed
     nothing (instead of sleeping and hoping the work would have happened by then).
@@ -130,7 +137,7 @@ async def settled(runtime: Runtime, worker: Worker | None = None, seconds: float
         async with runtime.store.transaction() as tx:
             busy = bool(
                 await tx.pending_received(1)
-                or await tx.due_outbox(runtime.clock.now(), 1)
+                or (outbox and await tx.due_outbox(runtime.clock.now(), 1))
                 or await tx.claimable_runs(runtime.clock.now(), 1)
             )
         busy = busy or (worker is not None and worker.active > 0)
