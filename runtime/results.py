@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
@@ -84,6 +84,8 @@ class RunResult:
         input: The message the run was started with.
         created_at: When it was started.
         updated_at: When it last changed.
+        origin: Where it was started and where its notifications go (``platform``,
+            channel ...), as the edge that started it recorded it.
     """
 
     run_id: str
@@ -101,6 +103,7 @@ class RunResult:
     input: str = ""
     created_at: datetime | None = None
     updated_at: datetime | None = None
+    origin: dict[str, Any] = field(default_factory=dict)
 
     @property
     def total_tokens(self) -> int:
@@ -146,4 +149,5 @@ def run_result(run: RunRecord, pending: tuple[PendingEntry, ...]) -> RunResult:
         input=run.input,
         created_at=run.created_at,
         updated_at=run.updated_at,
+        origin=dict(run.origin),
     )

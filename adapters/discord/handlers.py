@@ -41,6 +41,7 @@ from runtime import (
     ResumeTicket,
     Retry,
     RunNotFound,
+    RunResult,
     Runtime,
     SignoffError,
 )
@@ -140,9 +141,8 @@ class Handlers:
         """``/agent status <run>``: where a run stands (ephemeral)."""
 
         async def work() -> Reply:
-            try:
-                result = await self._runtime.get(run_id.strip())
-            except RunNotFound:
+            result = await self._visible_run(interaction, run_id)
+            if result is None:
                 return Reply(f"⚠️ No run {cards.code(run_id)}.")
             return Reply("", embed=cards.status_embed(result))
 
@@ -152,12 +152,14 @@ class Handlers:
         """``/agent cancel <run>``: cancel a run (its requester or a server manager)."""
 
         async def work() -> Reply:
-            try:
-                run = await self._runtime.get(run_id.strip())
-            except RunNotFound:
+            run = await self._visible_run(interaction, run_id)
+            if run is None:
                 return Reply(f"⚠️ No run {cards.code(run_id)}.")
             actor = self._actor(interaction)
-            if actor.id != run.requester and not interaction.permissions.manage_guild:
+            manager = interaction.permissions.manage_guild and self._of_this_server(
+                interaction, run
+            )
+            if actor.id != run.requester and not manager:
                 return Reply(
                     f"⛔ Only {cards.user(run.requester)} (who started it) or a member with "
                     "Manage Server may cancel this run. Nothing was changed."
@@ -176,6 +178,28 @@ class Handlers:
             )
 
         await self._respond(interaction, work)
+
+    async def _visible_run(self, interaction: Interaction, run_id: str) -> RunResult | None:
+        """The run, if the caller may see it: a run of this Discord server (a channel's
+        runs are visible to it), or one the rules give them (requested, deciding)."""
+        try:
+            result = await self._runtime.get(run_id.strip())
+        except RunNotFound:
+            return None
+        if self._of_this_server(interaction, result):
+            return result
+        if await self._runtime.may_see(result.run_id, self._actor(interaction)):
+            return result
+        return None  # answered like an unknown id: its existence is not revealed
+
+    @staticmethod
+    def _of_this_server(interaction: Interaction, run: RunResult) -> bool:
+        origin = run.origin
+        return (
+            origin.get("platform") == "discord"
+            and interaction.guild_id is not None
+            and origin.get("guild_id") == str(interaction.guild_id)
+        )
 
     # -- buttons -----------------------------------------------------------------------
     async def clicked(self, interaction: Interaction, click: TicketClick) -> None:

@@ -291,3 +291,21 @@ async def test_a_discord_thread_is_one_conversation(harness: Harness) -> None:
     second, _ = await harness.start_run(ALICE, "bank", "and again", channel_id=THREAD_ID)
     runs = {r.run_id: r for r in await bot.runtime.list_runs()}
     assert runs[first].thread_id == runs[second].thread_id == f"discord:{THREAD_ID}"
+
+
+async def test_runs_from_elsewhere_do_not_exist_for_discord_users(harness: Harness) -> None:
+    # A run started from the console (or the API) is not this server's: its id tells a
+    # Discord user nothing, and Manage Server does not make it theirs to cancel.
+    bot = await harness.start_bot()
+    started = await bot.runtime.start(
+        "bank", "go", requester="U-console", origin={"platform": "console"}, wait=False
+    )
+    bot.worker.wake()
+    await harness.wait(started.run_id, lambda r: r.status is RunStatus.AWAITING)
+    before = await harness.snapshot(started.run_id)
+    manager = User(710000000000000009, "manager", permissions=MANAGE_GUILD)
+    for user, command in ((BOB, "status"), (manager, "status"), (manager, "cancel")):
+        record = await harness.fake.interact(harness.fake.slash(user, command, run=started.run_id))
+        assert f"No run `{started.run_id}`" in await harness.fake.answered(record), command
+        assert record.ephemeral
+    assert await harness.snapshot(started.run_id) == before
