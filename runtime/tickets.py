@@ -25,6 +25,14 @@ from runtime.errors import (
 from runtime.states import TicketStatus
 
 
+ANYONE = "*"
+"""The approver entry that lets anyone decide."""
+REQUESTER = "requester"
+"""The approver entry naming the run's requester."""
+GROUP_PREFIX = "group:"
+"""Approver entries ``group:<name>`` match groups the edge verified the actor is in."""
+
+
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -161,7 +169,8 @@ class ResumeTicket(_Frozen):
         catalog_fingerprint: Fingerprint of the tool catalog that parked.
         target: Exactly what is awaited.
         requester: The user who started the run.
-        approvers: Who else may decide (user ids, ``group:<id>``, or ``*``).
+        approvers: Who may decide: user ids, ``group:<name>``, ``requester`` or ``*``;
+            empty means the requester.
         four_eyes: Whether the requester is forbidden to decide.
         deadline: When the ticket expires, if ever.
         status: Whether it is still open.
@@ -213,26 +222,60 @@ class ResumeTicket(_Frozen):
                 assert_never(self.target)
 
     def may_decide(self, actor: Actor) -> bool:
-        """Whether `actor` may decide this ticket (ignores status and deadline)."""
+        """Whether `actor` may decide this ticket (ignores status and deadline).
+
+        Without approvers the requester decides; with approvers exactly the listed
+        entries do (the requester only through a ``requester`` entry, or ``*``). Four-eyes
+        always excludes the requester. Operators decide any ticket four-eyes allows them.
+        """
         if self.four_eyes and actor.id == self.requester:
             return False
         if actor.operator:
             return True
-        if "*" in self.approvers:
+        if not self.approvers:
+            return self.requester is not None and actor.id == self.requester
+        return any(self._admits(entry, actor) for entry in self.approvers)
+
+    def _admits(self, entry: str, actor: Actor) -> bool:
+        if entry == ANYONE:
             return True
-        if actor.id == self.requester:
-            return True
-        if any(entry == actor.id and not entry.startswith("group:") for entry in self.approvers):
-            return True
-        return any(
-            entry.startswith("group:") and entry[len("group:") :] in actor.groups
-            for entry in self.approvers
-        )
+        if entry == REQUESTER:
+            return self.requester is not None and actor.id == self.requester
+        if entry.startswith(GROUP_PREFIX):
+            return entry[len(GROUP_PREFIX) :] in actor.groups
+        return entry == actor.id
+
+    def deciders(self) -> tuple[str, ...]:
+        """Who may decide, as approver entries for an edge to word in its own syntax.
+
+        The ``requester`` entry (or, without approvers, the default) becomes the
+        requester's id; the requester is left out when four-eyes excludes them. Empty
+        when only an operator can decide. See `excluded` for the four-eyes exclusion.
+        """
+        entries = self.approvers or ((REQUESTER,) if self.requester is not None else ())
+        shown: list[str] = []
+        for entry in entries:
+            if entry == REQUESTER:
+                if self.requester is None or self.four_eyes:
+                    continue
+                entry = self.requester
+            if entry not in shown:
+                shown.append(entry)
+        return tuple(shown)
+
+    @property
+    def excluded(self) -> str | None:
+        """The requester, when four-eyes forbids them to decide; else None."""
+        return self.requester if self.four_eyes else None
 
     def who_may_decide(self) -> str:
-        """A short human description of who may decide, for refusals."""
-        people = [] if self.four_eyes or self.requester is None else [self.requester]
-        people += list(self.approvers)
+        """A short plain-text description of who may decide, for refusals."""
+        people = [
+            "anyone" if e == ANYONE else f"members of {e[len(GROUP_PREFIX) :]}"
+            if e.startswith(GROUP_PREFIX)
+            else e
+            for e in self.deciders()
+        ]
         described = ", ".join(people) if people else "an operator"
         if self.four_eyes:
             described += " (not the requester)"

@@ -444,8 +444,21 @@ async def test_approvers_list(runtime_factory: Any) -> None:
     assert app.ran[0]["actor"].id == "U3"
 
 
-async def test_requester_may_decide_with_approvers(runtime_factory: Any) -> None:
+async def test_listed_approvers_replace_the_requester(runtime_factory: Any) -> None:
     app = Refunds(runtime_factory, approvers=["U2"])
+    parked = await app.park()
+    before = await app.runtime.get(parked.run_id)
+    with pytest.raises(Unauthorized, match="who may: U2"):
+        await app.runtime.approve(parked.pending[0], actor="U1")
+    assert await app.runtime.get(parked.run_id) == before
+    done = await app.runtime.approve(parked.pending[0], actor="U2", resume=True)
+    assert done.status is RunStatus.DONE
+
+
+async def test_a_requester_entry_keeps_the_requester_among_approvers(
+    runtime_factory: Any,
+) -> None:
+    app = Refunds(runtime_factory, approvers=["requester", "U2"])
     parked = await app.park()
     done = await app.runtime.approve(parked.pending[0], actor="U1", resume=True)
     assert done.status is RunStatus.DONE

@@ -219,11 +219,46 @@ def test_requester_decides_by_default() -> None:
     assert "U1" in ticket.who_may_decide()
 
 
-def test_approvers_widen_the_set() -> None:
+def test_without_approvers_the_requester_decides() -> None:
+    ticket = make_ticket()
+    assert ticket.may_decide(Actor(id="U1"))
+    assert not ticket.may_decide(Actor(id="U2"))
+    assert ticket.deciders() == ("U1",)
+    assert ticket.who_may_decide() == "U1"
+
+
+def test_approvers_replace_the_requester() -> None:
     ticket = make_ticket(approvers=("U2",))
+    assert not ticket.may_decide(Actor(id="U1"))  # the requester is not listed
+    assert ticket.may_decide(Actor(id="U2"))
+    assert not ticket.may_decide(Actor(id="U3"))
+    assert ticket.deciders() == ("U2",)
+
+
+def test_a_requester_entry_lets_the_requester_decide_too() -> None:
+    ticket = make_ticket(approvers=("requester", "U2"))
     assert ticket.may_decide(Actor(id="U1"))
     assert ticket.may_decide(Actor(id="U2"))
     assert not ticket.may_decide(Actor(id="U3"))
+    assert ticket.deciders() == ("U1", "U2")
+    assert ticket.who_may_decide() == "U1, U2"
+
+
+def test_four_eyes_excludes_the_requester_even_when_listed() -> None:
+    ticket = make_ticket(approvers=("requester", "group:finance", "*"), four_eyes=True)
+    assert not ticket.may_decide(Actor(id="U1", groups=frozenset({"finance"}), operator=True))
+    assert ticket.may_decide(Actor(id="U2"))
+    assert ticket.deciders() == ("group:finance", "*")
+    assert ticket.excluded == "U1"
+    assert ticket.who_may_decide() == "members of finance, anyone (not the requester)"
+
+
+def test_no_requester_and_no_approvers_leaves_operators() -> None:
+    ticket = make_ticket(requester=None)
+    assert not ticket.may_decide(Actor(id="U1"))
+    assert ticket.may_decide(Actor(id="ops", operator=True))
+    assert ticket.deciders() == ()
+    assert ticket.who_may_decide() == "an operator"
 
 
 def test_group_entries_match_verified_groups() -> None:
@@ -327,7 +362,7 @@ def test_misfit_answer_is_a_resolution_error(target: Any) -> None:
 
 
 def test_unauthorized_actor() -> None:
-    ticket = make_ticket(approvers=("U2",))
+    ticket = make_ticket(approvers=("requester", "U2"))
     with pytest.raises(Unauthorized, match="U1, U2"):
         check(command_for(ticket, actor=Actor(id="U3")), ticket)
 
@@ -412,7 +447,9 @@ tickets = st.builds(
     make_ticket,
     target=st.sampled_from([PERMISSION, UNCERTAIN]),
     approvers=st.lists(
-        st.sampled_from(["U2", "group:finance", "*", "nobody"]), max_size=3, unique=True
+        st.sampled_from(["U2", "group:finance", "*", "nobody", "requester"]),
+        max_size=3,
+        unique=True,
     ).map(tuple),
     four_eyes=st.booleans(),
     deadline=st.one_of(st.none(), st.just(DEADLINE)),
@@ -424,11 +461,14 @@ offsets = st.integers(min_value=-7200, max_value=7200).map(lambda s: timedelta(s
 def authorised(ticket: ResumeTicket, actor: Actor) -> bool:
     if ticket.four_eyes and actor.id == ticket.requester:
         return False
+    if actor.operator:
+        return True
+    if not ticket.approvers:
+        return actor.id == ticket.requester
     return (
-        actor.operator
-        or actor.id == ticket.requester
-        or actor.id in ticket.approvers
+        actor.id in ticket.approvers
         or "*" in ticket.approvers
+        or ("requester" in ticket.approvers and actor.id == ticket.requester)
         or ("group:finance" in ticket.approvers and "finance" in actor.groups)
     )
 
