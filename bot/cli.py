@@ -1192,7 +1192,7 @@ def agents() -> None:
     click.echo(f"{len(loaded)} agent{'s' if len(loaded) != 1 else ''} from {settings.app}")
     for agent in loaded:
         click.echo("")
-        click.echo(f"{agent.name} (version {agent.version}, model {agent.model.name})")
+        click.echo(f"{agent.name} (version {agent.version}, model {agent.model_name})")
         if agent.description:
             click.echo(f"  {agent.description}")
         rows = []
