@@ -406,7 +406,7 @@ class Driver:
                 "attempt": self.run.model_attempt,
                 "model": model,
                 "provider": exc.provider,
-                "kind": exc.kind.value,
+                "failure": exc.kind.value,
                 "status": exc.status,
                 "retryable": exc.retryable,
                 "request_id": exc.request_id,
