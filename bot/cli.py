@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import click
 
 from bot.settings import Settings, load_settings
-from bot.wiring import build_runtime, load_agents, open_store
+from bot.wiring import build_runtime, check_models, load_agents, open_store
 from runtime import (
     Actor,
     Agent,
@@ -468,7 +468,8 @@ def cli(ctx: click.Context, config: Path | None) -> None:
 def demo(database: Path | None, yes: bool, message: str | None) -> None:
     """Run the refunds example end to end in the terminal.
 
-    The agent (a scripted model, no network) looks an order up and proposes a refund.
+    The agent (a scripted model, no network, unless SIGNOFF_MODEL names a real one)
+    looks an order up and proposes a refund.
     Refunds over 100 need a person: the run parks in a SQLite database, the pending call
     is shown, and you decide from the keyboard: y allows it, n denies it, r denies it
     with a reason the model gets to see. The run then continues and the flight recorder
@@ -498,7 +499,9 @@ async def _demo(
     me = Actor(id=f"cli:{login}", platform="cli", name=login)
     runtime, store = await build_runtime(settings, agents=[agent])
     try:
-        click.echo(f"Agent {agent.name!r} on a scripted model (no network).")
+        model = runtime.agents[agent.name].model_name
+        offline = " (scripted, no network)" if model.startswith("scripted") else ""
+        click.echo(f"Agent {agent.name!r} on model {model}{offline}.")
         click.echo(f"Database: {kept or 'a temporary SQLite file'}")
         click.echo(f"\n{me.id} asks: {text}\n")
         result = await runtime.start(agent.name, text, requester=me.id)
@@ -1189,6 +1192,7 @@ def agents() -> None:
     """
     settings = _state().settings()
     loaded = load_agents(settings)
+    check_models(settings, loaded)
     click.echo(f"{len(loaded)} agent{'s' if len(loaded) != 1 else ''} from {settings.app}")
     for agent in loaded:
         click.echo("")
