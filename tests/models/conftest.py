@@ -27,7 +27,7 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         upper = name.upper()
         if (
             upper in _STRAY
-            or upper.startswith(("OPENAI_", "ANTHROPIC_", "SIGNOFF_"))
+            or upper.startswith(("OPENAI_", "ANTHROPIC_", "SIGNOFF_", "SLACK_"))
             or upper == "AZURE_OPENAI_API_KEY"
         ):
             monkeypatch.delenv(name, raising=False)
