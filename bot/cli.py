@@ -46,6 +46,7 @@ from runtime import (
     TicketStatus,
     Unauthorized,
     UnknownExecutionKey,
+    usage_of_events,
 )
 
 # --- exit codes --------------------------------------------------------------------------
@@ -685,7 +686,7 @@ def runs_show(run_id: str, with_events: bool, jsonl: bool, database_url: str | N
             async with runtime.store.transaction() as tx:
                 record = await tx.get_run(run_id)
                 calls = await tx.calls_for_run(run_id)
-            events = await runtime.events(run_id) if with_events else []
+            events = await runtime.events(run_id)
             agent = runtime.agents.get(result.agent)
         assert record is not None
         fields = [
@@ -706,6 +707,13 @@ def runs_show(run_id: str, with_events: bool, jsonl: bool, database_url: str | N
             f"{result.turns} model calls, {result.total_tokens} tokens "
             f"({result.prompt_tokens} prompt + {result.completion_tokens} completion)"
         )
+        spent = usage_of_events(events)
+        if spent.cached_tokens or spent.cache_write_tokens:
+            usage += f", {spent.cached_tokens} cached"
+            if spent.cache_write_tokens:
+                usage += f", {spent.cache_write_tokens} written to the cache"
+        if spent.cost is not None:
+            usage += f"; cost {spent.cost:.6f}"
         if result.usage_incomplete:
             usage += "; incomplete: an interrupted model call may have been charged"
         fields.append(("usage", usage))

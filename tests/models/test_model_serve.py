@@ -147,6 +147,21 @@ async def test_serve_runs_the_examples_on_the_configured_model(
     assert [c["data"]["model"] for c in calls] == [SPECS[provider]] * 3
     assert all(c["data"]["cost"] > 0 for c in calls)
 
+    shown = subprocess.run(
+        [sys.executable, "-m", "bot", "runs", "show", started["run_id"]],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert shown.returncode == 0, shown.stderr
+    cost = sum(c["data"]["cost"] for c in calls)
+    [usage] = [line for line in shown.stdout.splitlines() if line.startswith("usage")]
+    assert usage.endswith(f"; cost {cost:.6f}"), usage
+    assert usage.startswith("usage      3 model calls, ")
+
 
 @pytest.mark.parametrize("command", [["serve"], ["agents"], ["runs", "list"], ["tickets"]])
 def test_a_missing_key_stops_every_command_that_loads_agents(
