@@ -1131,11 +1131,14 @@ def serve(database_url: str | None) -> None:
     running tools settle (SIGNOFF_SHUTDOWN_GRACE_SECONDS) and exits; a restart picks
     everything up again.
 
-    Without SIGNOFF_OPERATOR_TOKEN a sign-in token is made up and printed.
+    Without SIGNOFF_OPERATOR_TOKEN a sign-in token is made up and printed. With
+    SIGNOFF_MODEL (e.g. openai:gpt-4.1-mini) every agent runs on that model; a missing
+    key (SIGNOFF_OPENAI_API_KEY, SIGNOFF_ANTHROPIC_API_KEY) stops the start with exit 3.
 
     \b
     Examples:
       signoff serve
+      SIGNOFF_MODEL=anthropic:claude-sonnet-4-5 SIGNOFF_ANTHROPIC_API_KEY=sk-ant-... signoff serve
       SIGNOFF_PORT=0 SIGNOFF_OPERATOR_TOKEN=change-me-0123456789 signoff serve
       signoff --config /etc/signoff/signoff.toml serve
     """

@@ -7,13 +7,15 @@ shape, these fail first and say what moved (the rest of the suite trusts the fak
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import ModelFactory
 from fake_llm import API_KEY, Call, FakeLLM, Turn
 
 from runtime import Agent, MemoryStore, RunStatus, Runtime, tool
+
+ModelFactory = Callable[..., Any]  # the `models` fixture
 
 pytestmark = pytest.mark.timeout(60)
 

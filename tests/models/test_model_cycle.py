@@ -7,15 +7,17 @@ next is checked on the request the fake received.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ModelFactory
 from fake_llm import Call, FakeLLM, Protocol, Turn
 
 from runtime import Agent, RunStatus, Runtime, tool, usage_of_events
 from runtime.store.sql import SQLStore
+
+ModelFactory = Callable[..., Any]  # the `models` fixture
 
 pytestmark = pytest.mark.timeout(60)
 

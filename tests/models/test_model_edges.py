@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
-from conftest import ModelFactory
 from fake_llm import Call, FakeLLM, Protocol, Turn
 
 from adapters.web import ApiToken, TokenAuth, add_api_routes, add_console_routes
@@ -41,6 +40,8 @@ from adapters.slack import (
 )
 from runtime.outbox import RetryPolicy, RoutingNotifier
 from runtime.worker import outbox_loop
+
+ModelFactory = Callable[..., Any]  # the `models` fixture
 
 pytestmark = pytest.mark.timeout(60)
 

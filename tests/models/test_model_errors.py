@@ -9,15 +9,17 @@ asked for is run. Malformed tool arguments are the model's to see, not a failure
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ModelFactory
 from fake_llm import Call, FakeLLM, Protocol, Turn
 
 from runtime import Agent, RunResult, RunStatus, Runtime, tool
 from runtime.store.sql import SQLStore
+
+ModelFactory = Callable[..., Any]  # the `models` fixture
 
 pytestmark = pytest.mark.timeout(60)
 

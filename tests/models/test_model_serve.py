@@ -147,7 +147,8 @@ async def test_serve_runs_the_examples_on_the_configured_model(
     assert [c["data"]["model"] for c in calls] == [SPECS[provider]] * 3
     assert all(c["data"]["cost"] > 0 for c in calls)
 
-    shown = subprocess.run(
+    shown = await asyncio.to_thread(
+        subprocess.run,
         [sys.executable, "-m", "bot", "runs", "show", started["run_id"]],
         cwd=ROOT,
         env=env,
