@@ -192,49 +192,53 @@ async def slack(
     await slack_fake.start()
     db_path = tmp_path / "signoff.db"
     store = SQLStore.sqlite(db_path)
-    await store.migrate()
-    ledger: list[tuple[str, dict[str, Any]]] = []
-    flat: list[dict[str, Any]] = []
-    agents = [bank(models(provider), flat)]
-    runtime = Runtime(store, agents)
-    worker = Worker(runtime, poll_seconds=0.05)
-    config = slack_config(slack_fake)
-    client = build_client(config)
-    bolt = build_slack_app(runtime, config, worker.wake, client=client)
-    notifier = RoutingNotifier(
-        {"slack": SlackNotifier(client, store, limiter=ChannelLimiter(interval=0.0))}
-    )
     stop = asyncio.Event()
-    loops = [
-        asyncio.create_task(worker.run(stop)),
-        asyncio.create_task(
-            outbox_loop(runtime, notifier, stop, seconds=0.02, policy=RetryPolicy(base_delay=0.1))
-        ),
-    ]
-    app = web.Application()
-    add_slack_routes(app, bolt)
-    test_client = TestClient(TestServer(app, host="127.0.0.1", port=0))
-    await test_client.start_server()
-    bed = SlackBed(
-        slack_fake,
-        runtime,
-        store,
-        runtime.clock,
-        worker,
-        bolt,
-        test_client,
-        agents,
-        db_path,
-        ledger,
-    )
+    loops: list[asyncio.Task[Any]] = []
+    test_client: TestClient[web.Request, web.Application] | None = None
+    worker: Worker | None = None
     try:
+        await store.migrate()
+        ledger: list[tuple[str, dict[str, Any]]] = []
+        flat: list[dict[str, Any]] = []
+        agents = [bank(models(provider), flat)]
+        runtime = Runtime(store, agents)
+        worker = Worker(runtime, poll_seconds=0.05)
+        config = slack_config(slack_fake)
+        client = build_client(config)
+        bolt = build_slack_app(runtime, config, worker.wake, client=client)
+        notifier = RoutingNotifier(
+            {"slack": SlackNotifier(client, store, limiter=ChannelLimiter(interval=0.0))}
+        )
+        app = web.Application()
+        add_slack_routes(app, bolt, signing_secret=config.signing_secret)
+        test_client = TestClient(TestServer(app, host="127.0.0.1", port=0))
+        await test_client.start_server()
+        policy = RetryPolicy(base_delay=0.1)
+        loops = [
+            asyncio.create_task(worker.run(stop)),
+            asyncio.create_task(outbox_loop(runtime, notifier, stop, seconds=0.02, policy=policy)),
+        ]
+        bed = SlackBed(
+            slack_fake,
+            runtime,
+            store,
+            runtime.clock,
+            worker,
+            bolt,
+            test_client,
+            agents,
+            db_path,
+            ledger,
+        )
         yield bed, flat
     finally:
-        await test_client.close()
+        if test_client is not None:
+            await test_client.close()
         stop.set()
         for task in loops:
             await task
-        await worker.drain(5)
+        if worker is not None:
+            await worker.drain(5)
         await asyncio.sleep(0.05)  # bolt's background listeners
         await store.close()
         await slack_fake.stop()
