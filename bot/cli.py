@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 import click
 
 from bot.settings import Settings, load_settings
-from bot.wiring import build_runtime, load_agents, open_store
+from bot.wiring import build_runtime, check_models, load_agents, open_store
 from runtime import (
     Actor,
     Agent,
@@ -46,6 +46,7 @@ from runtime import (
     TicketStatus,
     Unauthorized,
     UnknownExecutionKey,
+    usage_of_events,
 )
 
 # --- exit codes --------------------------------------------------------------------------
@@ -467,7 +468,8 @@ def cli(ctx: click.Context, config: Path | None) -> None:
 def demo(database: Path | None, yes: bool, message: str | None) -> None:
     """Run the refunds example end to end in the terminal.
 
-    The agent (a scripted model, no network) looks an order up and proposes a refund.
+    The agent (a scripted model, no network, unless SIGNOFF_MODEL names a real one)
+    looks an order up and proposes a refund.
     Refunds over 100 need a person: the run parks in a SQLite database, the pending call
     is shown, and you decide from the keyboard: y allows it, n denies it, r denies it
     with a reason the model gets to see. The run then continues and the flight recorder
@@ -497,7 +499,9 @@ async def _demo(
     me = Actor(id=f"cli:{login}", platform="cli", name=login)
     runtime, store = await build_runtime(settings, agents=[agent])
     try:
-        click.echo(f"Agent {agent.name!r} on a scripted model (no network).")
+        model = runtime.agents[agent.name].model_name
+        offline = " (scripted, no network)" if model.startswith("scripted") else ""
+        click.echo(f"Agent {agent.name!r} on model {model}{offline}.")
         click.echo(f"Database: {kept or 'a temporary SQLite file'}")
         click.echo(f"\n{me.id} asks: {text}\n")
         result = await runtime.start(agent.name, text, requester=me.id)
@@ -681,7 +685,7 @@ def runs_show(run_id: str, with_events: bool, jsonl: bool, database_url: str | N
             async with runtime.store.transaction() as tx:
                 record = await tx.get_run(run_id)
                 calls = await tx.calls_for_run(run_id)
-            events = await runtime.events(run_id) if with_events else []
+            events = await runtime.events(run_id)
             agent = runtime.agents.get(result.agent)
         assert record is not None
         fields = [
@@ -702,6 +706,13 @@ def runs_show(run_id: str, with_events: bool, jsonl: bool, database_url: str | N
             f"{result.turns} model calls, {result.total_tokens} tokens "
             f"({result.prompt_tokens} prompt + {result.completion_tokens} completion)"
         )
+        spent = usage_of_events(events)
+        if spent.cached_tokens or spent.cache_write_tokens:
+            usage += f", {spent.cached_tokens} cached"
+            if spent.cache_write_tokens:
+                usage += f", {spent.cache_write_tokens} written to the cache"
+        if spent.cost is not None:
+            usage += f"; cost {spent.cost:.6f}"
         if result.usage_incomplete:
             usage += "; incomplete: an interrupted model call may have been charged"
         fields.append(("usage", usage))
@@ -1119,11 +1130,14 @@ def serve(database_url: str | None) -> None:
     running tools settle (SIGNOFF_SHUTDOWN_GRACE_SECONDS) and exits; a restart picks
     everything up again.
 
-    Without SIGNOFF_OPERATOR_TOKEN a sign-in token is made up and printed.
+    Without SIGNOFF_OPERATOR_TOKEN a sign-in token is made up and printed. With
+    SIGNOFF_MODEL (e.g. openai:gpt-4.1-mini) every agent runs on that model; a missing
+    key (SIGNOFF_OPENAI_API_KEY, SIGNOFF_ANTHROPIC_API_KEY) stops the start with exit 3.
 
     \b
     Examples:
       signoff serve
+      SIGNOFF_MODEL=anthropic:claude-sonnet-4-5 SIGNOFF_ANTHROPIC_API_KEY=sk-ant-... signoff serve
       SIGNOFF_PORT=0 SIGNOFF_OPERATOR_TOKEN=change-me-0123456789 signoff serve
       signoff --config /etc/signoff/signoff.toml serve
     """
@@ -1188,10 +1202,11 @@ def agents() -> None:
     """
     settings = _state().settings()
     loaded = load_agents(settings)
+    check_models(settings, loaded)
     click.echo(f"{len(loaded)} agent{'s' if len(loaded) != 1 else ''} from {settings.app}")
     for agent in loaded:
         click.echo("")
-        click.echo(f"{agent.name} (version {agent.version}, model {agent.model.name})")
+        click.echo(f"{agent.name} (version {agent.version}, model {agent.model_name})")
         if agent.description:
             click.echo(f"  {agent.description}")
         rows = []

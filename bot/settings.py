@@ -40,6 +40,7 @@ from pydantic_settings import (
     SettingsError,
 )
 
+from adapters.models.specs import canonical
 from runtime import ConfigurationError
 
 ENV_PREFIX = "SIGNOFF_"
@@ -60,6 +61,8 @@ _SENSITIVE = frozenset(
         "slack_signing_secret",
         "slack_app_token",
         "discord_bot_token",
+        "openai_api_key",
+        "anthropic_api_key",
     }
 )
 DEFAULT_SLACK_API_BASE_URL = "https://slack.com/api/"
@@ -92,6 +95,17 @@ class HookSetting(BaseModel):
     callback_url: str | None = None
     callback_hosts: list[str] = Field(default_factory=list)
     max_body_bytes: int = Field(default=64 * 1024, gt=0)
+
+
+class PriceSetting(BaseModel):
+    """What one model charges per million tokens (any one currency, say USD)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cached_input: float | None = Field(default=None, ge=0)
+    cache_write: float | None = Field(default=None, ge=0)
 
 
 class Settings(BaseSettings):
@@ -149,6 +163,21 @@ class Settings(BaseSettings):
         discord_guild_ready_timeout: Seconds to wait for servers before ready.
         discord_ready_timeout: Seconds start-up waits for the gateway.
         discord_ack_budget: Seconds of work before an interaction answer is deferred.
+        model: ``<provider>:<model>`` (``openai:gpt-4.1-mini``,
+            ``anthropic:claude-sonnet-4-5``): every loaded agent runs on it instead of
+            its own model. Unset: the agents keep theirs.
+        openai_api_key: Key of ``openai:`` models (falls back to ``OPENAI_API_KEY``).
+        openai_base_url: Another OpenAI-compatible endpoint (Azure, vLLM, Ollama ...).
+        anthropic_api_key: Key of ``anthropic:`` models (falls back to
+            ``ANTHROPIC_API_KEY``).
+        anthropic_base_url: Another Anthropic endpoint (a gateway).
+        model_timeout_seconds: Seconds one HTTP attempt of a model call may take.
+        model_max_retries: Retries of 408/409/429/5xx, timeouts and dropped connections
+            by the provider's SDK (with backoff, honouring ``Retry-After``).
+        model_max_tokens: Output token limit per answer (unset: OpenAI-compatible
+            servers use their default, Anthropic 4096).
+        model_prices: ``{"<provider>:<model>": {"input", "output", "cached_input",
+            "cache_write"}}`` per million tokens, to record each model call's cost.
     """
 
     model_config = SettingsConfigDict(
@@ -194,6 +223,32 @@ class Settings(BaseSettings):
     discord_guild_ready_timeout: float = Field(default=2.0, ge=0)
     discord_ready_timeout: float = Field(default=30.0, gt=0)
     discord_ack_budget: float = Field(default=2.0, ge=0, le=2.8)
+    model: str | None = Field(default=None, min_length=1)
+    openai_api_key: SecretStr | None = Field(default=None, min_length=1)
+    openai_base_url: str | None = Field(default=None, min_length=1)
+    anthropic_api_key: SecretStr | None = Field(default=None, min_length=1)
+    anthropic_base_url: str | None = Field(default=None, min_length=1)
+    model_timeout_seconds: float = Field(default=60.0, gt=0)
+    model_max_retries: int = Field(default=2, ge=0, le=10)
+    model_max_tokens: int | None = Field(default=None, ge=1)
+    model_prices: dict[str, PriceSetting] = Field(default_factory=dict)
+
+    @field_validator("model")
+    @classmethod
+    def _model_spec(cls, value: str | None) -> str | None:
+        return _spec(value) if value is not None else None
+
+    @field_validator("openai_base_url", "anthropic_base_url")
+    @classmethod
+    def _model_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip().startswith(("https://", "http://")):
+            raise ValueError("expected an http(s) URL such as http://localhost:11434/v1")
+        return value.strip() if value is not None else None
+
+    @field_validator("model_prices")
+    @classmethod
+    def _price_specs(cls, value: dict[str, PriceSetting]) -> dict[str, PriceSetting]:
+        return {_spec(spec): price for spec, price in value.items()}
 
     @field_validator("database_url")
     @classmethod
@@ -272,6 +327,13 @@ class Settings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # Code beats the environment, the environment beats the TOML file.
         return (init_settings, env_settings, _FileSource(settings_cls))
+
+
+def _spec(value: str) -> str:
+    try:
+        return canonical(value)
+    except ConfigurationError as exc:
+        raise ValueError(str(exc)) from None
 
 
 class _FileSource(PydanticBaseSettingsSource):

@@ -11,8 +11,9 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from adapters.models import ModelOptions, ModelResolver, Price, parse_spec
 from bot.settings import Settings
-from runtime import Agent, ConfigurationError, Runtime, SignoffError
+from runtime import Agent, ConfigurationError, Model, Runtime, SignoffError
 from runtime.store.sql import SQLStore
 
 if TYPE_CHECKING:
@@ -73,7 +74,88 @@ def load_agents(settings: Settings) -> list[Agent]:
             raise ConfigurationError(
                 f"{where}: calling {attr_path} failed: {type(exc).__name__}: {exc}"
             ) from exc
-    return _agents_from(target, where)
+    return with_model_setting(settings, _agents_from(target, where))
+
+
+def with_model_setting(settings: Settings, agents: Sequence[Agent]) -> list[Agent]:
+    """The agents, each on ``SIGNOFF_MODEL`` when it is set (copies; the originals stay)."""
+    if settings.model is None:
+        return list(agents)
+    return [agent.with_model(settings.model) for agent in agents]
+
+
+def model_options(settings: Settings) -> ModelOptions:
+    """How provider models are built from the ``SIGNOFF_*`` model settings.
+
+    The API keys fall back to the SDKs' own ``OPENAI_API_KEY`` and ``ANTHROPIC_API_KEY``.
+    """
+
+    def key(value: Any, fallback: str) -> str | None:
+        if value is not None:
+            return str(value.get_secret_value())
+        return os.environ.get(fallback) or None
+
+    return ModelOptions(
+        openai_api_key=key(settings.openai_api_key, "OPENAI_API_KEY"),
+        openai_base_url=settings.openai_base_url,
+        anthropic_api_key=key(settings.anthropic_api_key, "ANTHROPIC_API_KEY"),
+        anthropic_base_url=settings.anthropic_base_url,
+        timeout_seconds=settings.model_timeout_seconds,
+        max_retries=settings.model_max_retries,
+        max_tokens=settings.model_max_tokens,
+        prices={
+            spec: Price(
+                input=price.input,
+                output=price.output,
+                cached_input=price.cached_input,
+                cache_write=price.cache_write,
+            )
+            for spec, price in settings.model_prices.items()
+        },
+    )
+
+
+class SettingsModelResolver(ModelResolver):
+    """Builds agents' models from specs; a missing API key names its setting."""
+
+    _KEYS = {
+        "openai": ("openai_api_key", "SIGNOFF_OPENAI_API_KEY", "OPENAI_API_KEY"),
+        "anthropic": ("anthropic_api_key", "SIGNOFF_ANTHROPIC_API_KEY", "ANTHROPIC_API_KEY"),
+    }
+
+    def __call__(self, spec: str) -> Model:
+        """The model for `spec`.
+
+        Raises:
+            ConfigurationError: A bad spec, a missing extra, or no key for its provider.
+        """
+        provider, _ = parse_spec(spec)
+        field, setting, fallback = self._KEYS[provider]
+        if getattr(self.options, field) is None:
+            raise ConfigurationError(
+                f"{setting} is not set (nor {fallback}), and the model {spec} needs it"
+            )
+        return super().__call__(spec)
+
+
+def model_resolver(settings: Settings) -> SettingsModelResolver:
+    """The resolver of agents' model specs for this process's settings."""
+    return SettingsModelResolver(model_options(settings))
+
+
+def check_models(settings: Settings, agents: Sequence[Agent]) -> None:
+    """Resolve every model spec of `agents` once, so a missing key is reported now.
+
+    Raises:
+        ConfigurationError: Naming the agent and the setting.
+    """
+    resolve = model_resolver(settings)
+    for agent in agents:
+        if isinstance(agent.model, str):
+            try:
+                resolve(agent.model)
+            except ConfigurationError as exc:
+                raise ConfigurationError(f"agent {agent.name!r}: {exc}") from exc
 
 
 def _agents_from(value: Any, where: str) -> list[Agent]:
@@ -156,14 +238,23 @@ async def build_runtime(
         The runtime and its store; close the store when done.
 
     Raises:
-        ConfigurationError: Bad ``SIGNOFF_APP`` or ``SIGNOFF_DATABASE_URL``.
+        ConfigurationError: Bad ``SIGNOFF_APP`` or ``SIGNOFF_DATABASE_URL``, or an agent's
+            model cannot be built (no API key for its provider: the message names the
+            setting).
         StorageError: The database cannot be reached or migrated.
     """
-    chosen = list(agents) if agents is not None else load_agents(settings)
+    chosen = with_model_setting(settings, agents) if agents is not None else load_agents(settings)
+    # Models first: a missing key is reported before the database is touched.
+    resolver = model_resolver(settings)
+    check_models(settings, chosen)
     store = await migrated_store(settings)
     try:
         runtime = Runtime(
-            store, chosen, lease_seconds=settings.lease_seconds, checkpoint=checkpoint
+            store,
+            chosen,
+            lease_seconds=settings.lease_seconds,
+            checkpoint=checkpoint,
+            model_resolver=resolver,
         )
     except BaseException:
         await store.close()
@@ -172,8 +263,13 @@ async def build_runtime(
 
 
 __all__ = [
+    "SettingsModelResolver",
     "build_runtime",
+    "check_models",
     "load_agents",
     "migrated_store",
+    "model_options",
+    "model_resolver",
     "open_store",
+    "with_model_setting",
 ]

@@ -2,7 +2,9 @@
 
 `demo_agents` is the default ``SIGNOFF_APP`` (``examples:demo_agents``), so a fresh
 install has something to run. The models are `runtime.ScriptedModel` instances replaying
-canned OpenAI-shaped replies: no network, no API key.
+canned OpenAI-shaped replies that read the tool results (a denied refund is reported as
+not done): no network, no API key. With ``SIGNOFF_MODEL`` (e.g. ``openai:gpt-4.1-mini``)
+and its key set, `signoff serve` and the CLI run the same agents on that model instead.
 
 - `examples.refunds`: a permission rule over the arguments, an idempotent tool that uses
   the execution key.

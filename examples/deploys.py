@@ -125,7 +125,8 @@ def build_agent() -> Agent:
     """A fresh deploys agent with its scripted model."""
     return Agent(
         NAME,
-        "You deploy services. Always get a rollback plan before deploying.",
+        "You deploy services. Always get a rollback plan before deploying. "
+        "When a call is denied, say that it did not happen.",
         ScriptedModel(_reply, name="scripted-deploys"),
         tools=[rollback_plan, deploy],
         description="Deploys a service after a rollback plan and a four-eyes approval.",

@@ -88,7 +88,8 @@ def build_agent() -> Agent:
     """A fresh on-call agent with its scripted model."""
     return Agent(
         NAME,
-        "You triage incidents and page the right on-call engineer when needed.",
+        "You triage incidents and page the right on-call engineer when needed. "
+        "When a call is denied, say that it did not happen.",
         ScriptedModel(_reply, name="scripted-oncall"),
         tools=[who_is_on_call, page_engineer],
         description="Finds who is on call and pages them after a person's OK.",

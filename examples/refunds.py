@@ -117,7 +117,8 @@ def build_agent() -> Agent:
     """A fresh refunds agent with its scripted model."""
     return Agent(
         NAME,
-        "You handle refund requests for a web shop. Look the order up before refunding.",
+        "You handle refund requests for a web shop. Look the order up before refunding. "
+        "When a call is denied, say that it did not happen.",
         ScriptedModel(_reply, name="scripted-refunds"),
         tools=[lookup_order, refund],
         description="Looks orders up and refunds double charges (over 100 asks first).",

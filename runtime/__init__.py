@@ -14,6 +14,8 @@ from runtime.errors import (
     IllegalTransition,
     InvalidAnswer,
     LeaseLost,
+    ModelError,
+    ModelErrorKind,
     NotAwaiting,
     ResolutionError,
     ResumeError,
@@ -31,10 +33,12 @@ from runtime.model import (
     ModelRequest,
     ModelResponse,
     ScriptedModel,
+    StopReason,
     ToolCallRequest,
     Usage,
     final_reply,
     tool_call_reply,
+    usage_of_events,
 )
 from runtime.results import PendingEntry, RunResult, ToolCallView
 from runtime.runtime import ReceivedOutcome, Runtime
@@ -96,6 +100,8 @@ __all__ = [
     "ManualClock",
     "MemoryStore",
     "Model",
+    "ModelError",
+    "ModelErrorKind",
     "ModelRequest",
     "ModelResponse",
     "NotAwaiting",
@@ -121,6 +127,7 @@ __all__ = [
     "SequentialIds",
     "SignoffError",
     "StaleTicket",
+    "StopReason",
     "StorageError",
     "Store",
     "SystemClock",
@@ -140,5 +147,6 @@ __all__ = [
     "final_reply",
     "tool",
     "tool_call_reply",
+    "usage_of_events",
     "validate_resume",
 ]

@@ -11,7 +11,7 @@ import contextlib
 import json
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any
+from typing import Any, assert_never
 
 from runtime._support import (
     Deps,
@@ -26,7 +26,8 @@ from runtime._support import (
 )
 from runtime.agent import Agent
 from runtime.context import ToolContext, _enter, _leave
-from runtime.model import ModelRequest, ModelResponse
+from runtime.errors import ModelError
+from runtime.model import ModelRequest, ModelResponse, StopReason
 from runtime.states import CallState, RunStatus, TicketStatus, check_run_move
 from runtime.store.base import Transaction
 from runtime.store.records import CallRecord, RunFlags, RunRecord
@@ -374,31 +375,70 @@ class Driver:
         return await self._call_model(agent)
 
     async def _call_model(self, agent: Agent) -> bool:
+        model = self.deps.model_of(agent)
         request = ModelRequest(
-            model=agent.model.name,
+            model=model.name,
             messages=[{"role": "system", "content": agent.instructions}, *self.run.messages],
             tools=[t.spec() for t in agent.tools.values()],
             attempt=self.run.model_attempt,
         )
         try:
-            response = await agent.model.complete(request)
+            response = await model.complete(request)
         except asyncio.CancelledError:
             raise
+        except ModelError as exc:
+            await self._model_failed(model.name, exc)
+            return False
         except Exception as exc:
             await self._fail(f"model call failed: {type(exc).__name__}: {exc}")
             return False
-        return await self._apply_response(agent, response)
+        return await self._apply_response(agent, model.name, response)
 
-    async def _apply_response(self, agent: Agent, response: ModelResponse) -> bool:
+    async def _model_failed(self, model: str, exc: ModelError) -> None:
+        """Fail the run on a model error, recording what the provider said."""
+        status = f" {exc.status}" if exc.status is not None else ""
+        error = f"model call failed ({exc.provider}{status}, {exc.kind.value}): {exc}"
+        await self._fail(
+            error,
+            "model_failed",
+            {
+                "turn": self.run.turns + 1,
+                "attempt": self.run.model_attempt,
+                "model": model,
+                "provider": exc.provider,
+                "failure": exc.kind.value,
+                "status": exc.status,
+                "retryable": exc.retryable,
+                "request_id": exc.request_id,
+                "message": str(exc),
+            },
+        )
+
+    async def _apply_response(self, agent: Agent, model: str, response: ModelResponse) -> bool:
         now = self._now()
         run = self.run
+        usage = response.usage
+        stop = response.stop_reason
         run.turns += 1
-        run.prompt_tokens += response.usage.prompt_tokens
-        run.completion_tokens += response.usage.completion_tokens
+        run.prompt_tokens += usage.prompt_tokens
+        run.completion_tokens += usage.completion_tokens
         run.model_in_flight = False
         attempt = run.model_attempt
         run.model_attempt = 0
-        run.messages.append(response.as_message())
+        unusable: str | None = None
+        match stop:
+            case StopReason.END | StopReason.TOOL_CALLS:
+                run.messages.append(response.as_message())
+            case StopReason.LENGTH:
+                unusable = (
+                    "the model's answer was cut off at its output token limit "
+                    "(nothing it asked for was run; raise the model's max_tokens)"
+                )
+            case StopReason.REFUSAL:
+                said = response.refusal or response.text
+                unusable = "the model refused to answer" + (f": {said}" if said else "")
+            case _:
+                assert_never(stop)
         async with self.deps.store.transaction() as tx:
             await record(
                 tx,
@@ -407,12 +447,23 @@ class Driver:
                 "model_call",
                 turn=run.turns,
                 attempt=attempt,
-                model=agent.model.name,
-                prompt_tokens=response.usage.prompt_tokens,
-                completion_tokens=response.usage.completion_tokens,
+                model=model,
+                prompt_tokens=usage.prompt_tokens,
+                completion_tokens=usage.completion_tokens,
+                cached_tokens=usage.cached_tokens,
+                cache_write_tokens=usage.cache_write_tokens,
+                cost=usage.cost,
+                stop=stop.value,
                 tool_calls=[c.name for c in response.tool_calls],
                 text=response.text,
             )
+            if unusable is not None:
+                # A truncated or refused answer is never acted on: its tool calls may be
+                # cut short, and a refusal is not an answer to report as done.
+                await self._fail_in(tx, unusable)
+                await self._save(tx)
+                self.deps.reach("model_call_committed", run_id=run.run_id)
+                return False
             if not response.tool_calls:
                 run.final_text = response.text or ""
                 self._release(RunStatus.DONE)
@@ -564,21 +615,30 @@ class Driver:
             await self._save(tx)
         return True
 
-    async def _fail(self, error: str) -> None:
+    async def _fail(
+        self, error: str, kind: str | None = None, details: dict[str, Any] | None = None
+    ) -> None:
+        """Fail the run; `kind` and `details` add an event before ``run_failed``."""
+        async with self.deps.store.transaction() as tx:
+            if kind is not None:
+                await record(tx, self.run.run_id, self._now(), kind, **(details or {}))
+            await self._fail_in(tx, error)
+            await self._save(tx)
+
+    async def _fail_in(self, tx: Transaction, error: str) -> None:
+        """Fail the run inside `tx`; the caller saves it."""
         now = self._now()
         self.run.error = error
         self.run.model_in_flight = False
         self._release(RunStatus.FAILED)
-        async with self.deps.store.transaction() as tx:
-            await record(tx, self.run.run_id, now, "run_failed", error=error)
-            await notify(
-                self.deps,
-                tx,
-                self.run,
-                "run_finished",
-                {"status": "failed", "error": error, "thread_id": self.run.thread_id},
-            )
-            await self._save(tx)
+        await record(tx, self.run.run_id, now, "run_failed", error=error)
+        await notify(
+            self.deps,
+            tx,
+            self.run,
+            "run_finished",
+            {"status": "failed", "error": error, "thread_id": self.run.thread_id},
+        )
 
     async def _stop_requested(self, agent: Agent) -> bool:
         """Honour a pause or cancel request at a step boundary.

@@ -11,6 +11,8 @@ from pydantic import BaseModel
 
 from runtime.agent import Agent
 from runtime.clock import Clock, IdSource
+from runtime.errors import ConfigurationError
+from runtime.model import Model
 from runtime.states import CallState, check_call_move
 from runtime.store.base import Store, Transaction
 from runtime.store.records import CallRecord, EventRecord, OutboxRecord, RunRecord
@@ -53,6 +55,19 @@ class Deps:
     lease_seconds: float
     checkpoint: Checkpoint | None = None
     result_middleware: list[ResultMiddleware] = field(default_factory=list)
+    models: dict[str, Model] = field(default_factory=dict)
+    """The resolved model of each registered agent, by agent name."""
+
+    def model_of(self, agent: Agent) -> Model:
+        """The model `agent` runs on (resolved when it was registered)."""
+        model = self.models.get(agent.name)
+        if model is not None:
+            return model
+        if isinstance(agent.model, str):
+            raise ConfigurationError(
+                f"agent {agent.name!r}: its model {agent.model!r} was never resolved"
+            )
+        return agent.model
 
     def reach(self, point: str, **info: Any) -> None:
         """Report a named execution point."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Sequence
@@ -28,7 +29,8 @@ class Agent:
     Args:
         name: Unique name; runs refer to the agent by it.
         instructions: The system prompt.
-        model: The chat model.
+        model: The chat model: a `Model`, or a spec such as ``"openai:gpt-4.1-mini"`` that
+            the `Runtime`'s ``model_resolver`` turns into one when the agent is registered.
         tools: Tools built with `runtime.tool`; more can be added with `Agent.tool`.
         version: Bump it when a change must invalidate parked tickets.
         approvers: Default approvers for the agent's `ask` tools.
@@ -43,7 +45,7 @@ class Agent:
         self,
         name: str,
         instructions: str,
-        model: Model,
+        model: Model | str,
         tools: Iterable[Tool] = (),
         *,
         version: str = "1",
@@ -58,9 +60,11 @@ class Agent:
             raise ConfigurationError("an agent needs a name")
         if max_turns < 1:
             raise ConfigurationError(f"agent {name!r}: max_turns must be at least 1")
+        if isinstance(model, str) and not model.strip():
+            raise ConfigurationError(f"agent {name!r}: the model spec is empty")
         self.name = name
         self.instructions = instructions
-        self.model = model
+        self.model: Model | str = model.strip() if isinstance(model, str) else model
         self.version = version
         self.approvers = tuple(approvers)
         self.four_eyes = four_eyes
@@ -72,6 +76,20 @@ class Agent:
         self._fingerprint: tuple[tuple[tuple[str, int], ...], str] | None = None
         for item in tools:
             self.add_tool(item)
+
+    @property
+    def model_name(self) -> str:
+        """The model's name, or its spec while it is not resolved."""
+        return self.model if isinstance(self.model, str) else self.model.name
+
+    def with_model(self, model: Model | str) -> Agent:
+        """A copy of this agent on another model (same name, version, tools and rules)."""
+        if isinstance(model, str) and not model.strip():
+            raise ConfigurationError(f"agent {self.name!r}: the model spec is empty")
+        other = copy.copy(self)
+        other.model = model.strip() if isinstance(model, str) else model
+        other.tools = dict(self.tools)
+        return other
 
     def add_tool(self, item: Tool) -> Tool:
         """Add a tool to the catalog.

@@ -17,6 +17,7 @@ One root, split by who must act::
     ├── AccessDenied                the caller: may not do this (e.g. join another's thread)
     ├── RunError                    the run itself
     │   ├── RunNotFound
+    │   ├── ModelError              a model call failed (bad key, context length, rate limit ...)
     │   ├── IllegalTransition       a state machine was asked for a move it does not allow
     │   └── LeaseLost               a worker's claim was taken over; its writes are refused
     └── StorageError                the database failed; the outcome of the write is unknown
@@ -26,6 +27,7 @@ Every `ResumeError` leaves the ticket and the run exactly as they were.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
 
@@ -115,6 +117,85 @@ class RunError(SignoffError):
 
 class RunNotFound(RunError):
     """No run has the given id."""
+
+
+class ModelErrorKind(StrEnum):
+    """What went wrong with a model call, as a closed set."""
+
+    AUTHENTICATION = "authentication"
+    """The provider refused the API key (401)."""
+    PERMISSION = "permission"
+    """The key may not use this model or endpoint (403)."""
+    NOT_FOUND = "not_found"
+    """No such model or endpoint (404): check the model name and base URL."""
+    CONTEXT_LENGTH = "context_length"
+    """The transcript is longer than the model's context window."""
+    BAD_REQUEST = "bad_request"
+    """The provider rejected the request (another 4xx)."""
+    RATE_LIMITED = "rate_limited"
+    """Still rate limited (429) after the client's retries."""
+    SERVER = "server"
+    """Still failing on the provider's side (5xx, overloaded) after the client's retries."""
+    TIMEOUT = "timeout"
+    """No answer within the timeout, after the client's retries."""
+    CONNECTION = "connection"
+    """The provider could not be reached, after the client's retries."""
+    INVALID_RESPONSE = "invalid_response"
+    """The provider's answer could not be read."""
+
+    @property
+    def retryable(self) -> bool:
+        """Whether the same call may succeed later (a passing condition on their side)."""
+        return self in _RETRYABLE_MODEL_ERRORS
+
+
+_RETRYABLE_MODEL_ERRORS = frozenset(
+    {
+        ModelErrorKind.RATE_LIMITED,
+        ModelErrorKind.SERVER,
+        ModelErrorKind.TIMEOUT,
+        ModelErrorKind.CONNECTION,
+    }
+)
+
+
+class ModelError(RunError):
+    """A model call failed; the run fails with this message in its error and recorder.
+
+    Provider models raise it after their client's own bounded retries, with the
+    provider's error translated (``raise ModelError(...) from exc``).
+
+    Attributes:
+        kind: What went wrong (`ModelErrorKind`).
+        provider: Who answered, e.g. ``openai`` or ``anthropic``.
+        status: The HTTP status, when there was an answer.
+        request_id: The provider's request id, for a support ticket.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: ModelErrorKind,
+        provider: str,
+        status: int | None = None,
+        request_id: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.provider = provider
+        self.status = status
+        self.request_id = request_id
+
+    @property
+    def retryable(self) -> bool:
+        """Whether trying again later may succeed (rate limits, outages, timeouts)."""
+        return self.kind.retryable
+
+    @property
+    def permanent(self) -> bool:
+        """Whether the same request will fail again (a bad key, a too long transcript)."""
+        return not self.kind.retryable
 
 
 class IllegalTransition(RunError):

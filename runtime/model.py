@@ -1,24 +1,93 @@
-"""The model port, and a scripted model that replays canned chat-completion replies."""
+"""The model port, and a scripted model that replays canned chat-completion replies.
+
+A `Model` answers one turn: it gets the run's transcript (OpenAI-shaped chat messages)
+and the tools' OpenAI-style function definitions, and returns a `ModelResponse`. Provider
+models (``adapters.models``) translate their SDK's errors into `runtime.ModelError` and
+report how the answer ended (`StopReason`) and what it cost (`Usage`).
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Token counts of one model call."""
+    """What one model call consumed, as the provider reported it.
+
+    Attributes:
+        prompt_tokens: Input tokens, including those served from or written to a cache.
+        completion_tokens: Output tokens.
+        cached_tokens: Of `prompt_tokens`, how many were read from the provider's cache.
+        cache_write_tokens: Of `prompt_tokens`, how many were written to the cache
+            (Anthropic reports them; they are billed above the input price).
+        cost: What the call cost, from a price table (``None`` when no price is known).
+    """
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost: float | None = None
 
     @property
     def total_tokens(self) -> int:
         """Prompt plus completion tokens."""
         return self.prompt_tokens + self.completion_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        cost = None
+        if self.cost is not None or other.cost is not None:
+            cost = (self.cost or 0.0) + (other.cost or 0.0)
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            cached_tokens=self.cached_tokens + other.cached_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            cost=cost,
+        )
+
+
+def usage_of_events(events: Iterable[dict[str, Any]]) -> Usage:
+    """A run's usage summed over the ``model_call`` events of its flight recorder.
+
+    The run's own counters hold prompt and completion tokens; cached tokens and cost are
+    recorded per model call, so this adds them up (e.g. over `Runtime.events`).
+    """
+    total = Usage()
+    for event in events:
+        if event.get("kind") != "model_call":
+            continue
+        data = event.get("data") or {}
+        cost = data.get("cost")
+        total = total + Usage(
+            prompt_tokens=int(data.get("prompt_tokens") or 0),
+            completion_tokens=int(data.get("completion_tokens") or 0),
+            cached_tokens=int(data.get("cached_tokens") or 0),
+            cache_write_tokens=int(data.get("cache_write_tokens") or 0),
+            cost=float(cost) if cost is not None else None,
+        )
+    return total
+
+
+class StopReason(StrEnum):
+    """Why the model stopped answering.
+
+    ``end`` and ``tool_calls`` are ordinary turns. A ``length`` answer was cut off by the
+    output token limit (OpenAI ``finish_reason: length``, Anthropic ``stop_reason:
+    max_tokens``); a ``refusal`` is a declined or filtered answer (OpenAI ``refusal`` or
+    ``finish_reason: content_filter``, Anthropic ``stop_reason: refusal``). The runtime
+    never acts on either: the run fails with a message saying which.
+    """
+
+    END = "end"
+    TOOL_CALLS = "tool_calls"
+    LENGTH = "length"
+    REFUSAL = "refusal"
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,11 +124,30 @@ class ModelRequest:
 
 @dataclass(frozen=True, slots=True)
 class ModelResponse:
-    """What the model answered for one turn."""
+    """What the model answered for one turn.
+
+    Attributes:
+        text: The answer, or the text the model gave beside its tool calls (shown on
+            approval cards as the model's reason).
+        tool_calls: The tools it asked for, in order.
+        usage: What the call consumed.
+        stop: How the answer ended; ``None`` means an ordinary turn (``tool_calls`` when
+            there are calls, else ``end``).
+        refusal: The provider's refusal message, when it gave one.
+    """
 
     text: str | None
     tool_calls: tuple[ToolCallRequest, ...] = ()
     usage: Usage = field(default_factory=Usage)
+    stop: StopReason | None = None
+    refusal: str | None = None
+
+    @property
+    def stop_reason(self) -> StopReason:
+        """`stop`, or the ordinary reason inferred from the tool calls."""
+        if self.stop is not None:
+            return self.stop
+        return StopReason.TOOL_CALLS if self.tool_calls else StopReason.END
 
     def as_message(self) -> dict[str, Any]:
         """The reply as an OpenAI-shaped assistant message for the transcript."""
@@ -78,7 +166,12 @@ class ModelResponse:
 
 @runtime_checkable
 class Model(Protocol):
-    """A chat model. Implementations translate their provider's errors at this edge."""
+    """A chat model: one async call per turn.
+
+    Implementations translate their provider's errors at this edge: a failure the run
+    cannot get past raises `runtime.ModelError` (any other exception fails the run too,
+    with its type and message). ``name`` is recorded with every model call.
+    """
 
     name: str
 
@@ -96,7 +189,8 @@ def parse_chat_completion(payload: dict[str, Any]) -> ModelResponse:
     choices = payload.get("choices") or []
     if not choices:
         raise ValueError("chat completion has no choices")
-    message = choices[0].get("message") or {}
+    choice = choices[0]
+    message = choice.get("message") or {}
     calls = []
     for raw in message.get("tool_calls") or []:
         function = raw.get("function") or {}
@@ -107,14 +201,28 @@ def parse_chat_completion(payload: dict[str, Any]) -> ModelResponse:
             ToolCallRequest(id=str(raw["id"]), name=str(function["name"]), arguments=arguments)
         )
     usage = payload.get("usage") or {}
+    details = usage.get("prompt_tokens_details") or {}
+    refusal = message.get("refusal")
     return ModelResponse(
         text=message.get("content"),
         tool_calls=tuple(calls),
         usage=Usage(
-            prompt_tokens=int(usage.get("prompt_tokens", 0)),
-            completion_tokens=int(usage.get("completion_tokens", 0)),
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            completion_tokens=int(usage.get("completion_tokens") or 0),
+            cached_tokens=int(details.get("cached_tokens") or 0),
         ),
+        stop=chat_stop_reason(choice.get("finish_reason"), refusal, bool(calls)),
+        refusal=refusal,
     )
+
+
+def chat_stop_reason(finish_reason: str | None, refusal: str | None, calls: bool) -> StopReason:
+    """The `StopReason` of a Chat Completions choice."""
+    if refusal or finish_reason == "content_filter":
+        return StopReason.REFUSAL
+    if finish_reason == "length":
+        return StopReason.LENGTH
+    return StopReason.TOOL_CALLS if calls else StopReason.END
 
 
 def tool_call_reply(

@@ -37,6 +37,7 @@ from runtime.errors import (
     UnknownExecutionKey,
     UnknownTicket,
 )
+from runtime.model import Model
 from runtime.results import PendingEntry, RunResult, pending_entry, run_result
 from runtime.states import CallState, RunStatus, TicketStatus, check_run_move
 from runtime.store.base import DuplicateKey, Store, Transaction
@@ -124,6 +125,9 @@ class Runtime:
         checkpoint: Observer of named execution points (crash tests use it).
         result_middleware: Callables turning a recorded raw result into what the model
             sees; they run after the raw result is committed.
+        model_resolver: Turns an agent's model spec (``"openai:gpt-4.1-mini"``) into a
+            `Model` when the agent is registered; needed only for agents whose model is
+            a string.
     """
 
     def __init__(
@@ -137,6 +141,7 @@ class Runtime:
         lease_seconds: float = 30.0,
         checkpoint: Checkpoint | None = None,
         result_middleware: Sequence[Callable[[ResultMiddlewareInput], str]] = (),
+        model_resolver: Callable[[str], Model] | None = None,
     ) -> None:
         if lease_seconds <= 0:
             raise ConfigurationError("lease_seconds must be positive")
@@ -150,6 +155,7 @@ class Runtime:
             checkpoint=checkpoint,
             result_middleware=list(result_middleware),
         )
+        self._model_resolver = model_resolver
         for agent in agents:
             self.register(agent)
 
@@ -170,14 +176,32 @@ class Runtime:
         return dict(self._deps.agents)
 
     def register(self, agent: Agent) -> Agent:
-        """Make `agent` runnable.
+        """Make `agent` runnable; a model given as a spec is resolved now.
 
         Raises:
-            ConfigurationError: If another agent already has its name.
+            ConfigurationError: If another agent already has its name, or its model is a
+                spec and there is no ``model_resolver`` (or the resolver refuses it: an
+                unknown provider, a missing API key).
         """
         existing = self._deps.agents.get(agent.name)
-        if existing is not None and existing is not agent:
+        if existing is agent:
+            return agent
+        if existing is not None:
             raise ConfigurationError(f"an agent named {agent.name!r} is already registered")
+        if isinstance(agent.model, str):
+            if self._model_resolver is None:
+                raise ConfigurationError(
+                    f"agent {agent.name!r}: its model is the spec {agent.model!r}, and this "
+                    "Runtime has no model_resolver to turn it into a model (pass a Model, "
+                    "or Runtime(..., model_resolver=adapters.models.ModelResolver(...)))"
+                )
+            try:
+                model = self._model_resolver(agent.model)
+            except ConfigurationError as exc:
+                raise ConfigurationError(f"agent {agent.name!r}: {exc}") from exc
+        else:
+            model = agent.model
+        self._deps.models[agent.name] = model
         self._deps.agents[agent.name] = agent
         return agent
 

@@ -24,7 +24,6 @@ from runtime.errors import (
 )
 from runtime.states import TicketStatus
 
-
 ANYONE = "*"
 """The approver entry that lets anyone decide."""
 REQUESTER = "requester"
@@ -271,7 +270,9 @@ class ResumeTicket(_Frozen):
     def who_may_decide(self) -> str:
         """A short plain-text description of who may decide, for refusals."""
         people = [
-            "anyone" if e == ANYONE else f"members of {e[len(GROUP_PREFIX) :]}"
+            "anyone"
+            if e == ANYONE
+            else f"members of {e[len(GROUP_PREFIX) :]}"
             if e.startswith(GROUP_PREFIX)
             else e
             for e in self.deciders()

@@ -1,0 +1,159 @@
+"""`AnthropicModel`: the Messages API with tools on the official ``anthropic`` SDK.
+
+The run's transcript stays OpenAI-shaped inside signoff; `adapters.models.
+anthropic_transcript` translates it into Messages (system prompt, ``tool_use`` and
+``tool_result`` blocks) and the answer back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+import anthropic
+
+from adapters.models.anthropic_transcript import from_message, to_messages, to_tools
+from adapters.models.errors import (
+    connection_error,
+    invalid_response,
+    status_error,
+    timeout_error,
+)
+from adapters.models.pricing import Price, priced
+from runtime import ConfigurationError, ModelError, ModelRequest, ModelResponse
+
+PROVIDER = "anthropic"
+DEFAULT_MAX_TOKENS = 4096
+
+
+class AnthropicModel:
+    """A Claude model behind the Messages API.
+
+    Args:
+        model: The model name, e.g. ``claude-sonnet-4-5``.
+        api_key: The API key; by default the SDK reads ``ANTHROPIC_API_KEY``.
+        base_url: Another endpoint than Anthropic's (a gateway, a test fake).
+        timeout: Seconds one HTTP attempt may take.
+        max_retries: How often the SDK retries a 408, 409, 429, 5xx (529 "overloaded"),
+            timeout or dropped connection (with backoff, honouring ``Retry-After``).
+        max_tokens: Output token limit of one answer (the API requires one).
+        temperature: Sampling temperature; the API's default when ``None``.
+        price: Prices per million tokens, to record each call's cost.
+        cache_prompt: Mark the system prompt and the tool definitions for Anthropic's
+            prompt cache (``cache_control: ephemeral``): later turns read them at the
+            cached price.
+        default_headers: Extra headers on every request (a beta flag, a gateway's ...).
+        name: The name recorded with every call (default ``anthropic:<model>``).
+
+    Raises:
+        ConfigurationError: No API key was given and ``ANTHROPIC_API_KEY`` is not set.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 2,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        temperature: float | None = None,
+        price: Price | None = None,
+        cache_prompt: bool = False,
+        default_headers: Mapping[str, str] | None = None,
+        name: str | None = None,
+    ) -> None:
+        if not model.strip():
+            raise ConfigurationError("AnthropicModel needs a model name")
+        if max_tokens < 1:
+            raise ConfigurationError("AnthropicModel: max_tokens must be at least 1")
+        self.model = model.strip()
+        self.name = name or f"{PROVIDER}:{self.model}"
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.price = price
+        self.cache_prompt = cache_prompt
+        self._timeout = timeout
+        try:
+            self.client = anthropic.AsyncAnthropic(
+                api_key=api_key,
+                base_url=base_url,
+                timeout=timeout,
+                max_retries=max_retries,
+                default_headers=dict(default_headers) if default_headers else None,
+            )
+        except anthropic.AnthropicError as exc:
+            raise ConfigurationError(
+                f"AnthropicModel({self.model!r}): no API key: pass api_key or set ANTHROPIC_API_KEY"
+            ) from exc
+        if not (getattr(self.client, "api_key", None) or getattr(self.client, "auth_token", None)):
+            raise ConfigurationError(
+                f"AnthropicModel({self.model!r}): no API key: pass api_key or set ANTHROPIC_API_KEY"
+            )
+
+    def request_body(self, request: ModelRequest) -> dict[str, Any]:
+        """The Messages API parameters for one turn."""
+        system, messages = to_messages(request.messages)
+        body: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": self.max_tokens,
+            "messages": messages,
+        }
+        if system:
+            block: dict[str, Any] = {"type": "text", "text": system}
+            if self.cache_prompt:
+                block["cache_control"] = {"type": "ephemeral"}
+            body["system"] = [block]
+        if request.tools:
+            tools = to_tools(request.tools)
+            if self.cache_prompt:
+                tools[-1] = {**tools[-1], "cache_control": {"type": "ephemeral"}}
+            body["tools"] = tools
+        if self.temperature is not None:
+            body["temperature"] = self.temperature
+        return body
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Answer one turn.
+
+        Raises:
+            ModelError: The provider refused the call, or kept failing after the retries.
+        """
+        body = self.request_body(request)
+        try:
+            message = await self.client.messages.create(**body)
+        except anthropic.APIError as exc:
+            raise _translate(exc, self._timeout) from exc
+        try:
+            response = from_message(message.model_dump(mode="json"))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise invalid_response(PROVIDER, str(exc) or type(exc).__name__) from exc
+        if self.price is None:
+            return response
+        return replace(response, usage=priced(response.usage, self.price))
+
+    async def aclose(self) -> None:
+        """Close the HTTP client (its connection pool)."""
+        await self.client.close()
+
+    def __repr__(self) -> str:
+        return f"AnthropicModel({self.model!r}, base_url={str(self.client.base_url)!r})"
+
+
+def _translate(exc: anthropic.APIError, timeout: float) -> ModelError:
+    if isinstance(exc, anthropic.APITimeoutError):
+        return timeout_error(PROVIDER, timeout)
+    if isinstance(exc, anthropic.APIConnectionError):
+        cause = exc.__cause__
+        return connection_error(PROVIDER, str(cause) if cause is not None else exc.message)
+    if isinstance(exc, anthropic.APIStatusError):
+        return status_error(
+            PROVIDER,
+            exc.status_code,
+            exc.body,
+            exc.message,
+            getattr(exc, "request_id", None),
+        )
+    return invalid_response(PROVIDER, exc.message)

@@ -1,0 +1,179 @@
+"""The run's OpenAI-shaped transcript as Anthropic Messages, and Anthropic's answer back.
+
+Pure functions, so the translation is tested on recorded payloads:
+
+- ``system`` messages become the request's ``system`` prompt;
+- an assistant message becomes ``text`` and ``tool_use`` blocks (arguments parsed back
+  into the ``input`` object; arguments that were never valid JSON become ``{}``, the
+  error the model got for them follows as the tool result);
+- ``tool`` messages become ``tool_result`` blocks of a user turn, and consecutive turns
+  of one role are merged (the API wants the results of one turn in one user message);
+- tool call ids are kept, with characters Anthropic does not accept replaced, the same
+  way on both sides.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from runtime import ModelResponse, StopReason, ToolCallRequest, Usage
+
+_ID_FORBIDDEN = re.compile(r"[^a-zA-Z0-9_-]")
+
+# Anthropic's stop reasons; unknown future ones read as an ordinary end of turn.
+_STOPS: dict[str, StopReason] = {
+    "end_turn": StopReason.END,
+    "stop_sequence": StopReason.END,
+    "pause_turn": StopReason.END,
+    "tool_use": StopReason.TOOL_CALLS,
+    "max_tokens": StopReason.LENGTH,
+    "model_context_window_exceeded": StopReason.LENGTH,
+    "refusal": StopReason.REFUSAL,
+}
+
+
+def tool_id(value: Any) -> str:
+    """A tool call id Anthropic accepts (``^[a-zA-Z0-9_-]+$``)."""
+    cleaned = _ID_FORBIDDEN.sub("_", str(value or ""))
+    return cleaned or "call"
+
+
+def _text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+            elif isinstance(part, str):
+                parts.append(part)
+        return "\n".join(parts)
+    return json.dumps(content, default=str)
+
+
+def _arguments(raw: Any) -> dict[str, Any]:
+    if isinstance(raw, dict):
+        return raw
+    try:
+        value = json.loads(raw or "{}")
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def to_messages(transcript: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """The system prompt and the Messages API ``messages`` for a transcript."""
+    system: list[str] = []
+    turns: list[dict[str, Any]] = []
+
+    def add(role: str, blocks: list[dict[str, Any]]) -> None:
+        if not blocks:
+            return
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"].extend(blocks)
+        else:
+            turns.append({"role": role, "content": blocks})
+
+    for message in transcript:
+        role = message.get("role")
+        if role in ("system", "developer"):
+            text = _text(message.get("content")).strip()
+            if text:
+                system.append(text)
+        elif role == "user":
+            text = _text(message.get("content"))
+            add("user", [{"type": "text", "text": text}] if text.strip() else [])
+        elif role == "assistant":
+            blocks: list[dict[str, Any]] = []
+            text = _text(message.get("content"))
+            if text.strip():
+                blocks.append({"type": "text", "text": text})
+            for call in message.get("tool_calls") or []:
+                function = call.get("function") or {}
+                blocks.append(
+                    {
+                        "type": "tool_use",
+                        "id": tool_id(call.get("id")),
+                        "name": str(function.get("name", "")),
+                        "input": _arguments(function.get("arguments")),
+                    }
+                )
+            add("assistant", blocks)
+        elif role == "tool":
+            add(
+                "user",
+                [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": tool_id(message.get("tool_call_id")),
+                        "content": _text(message.get("content")) or "(no output)",
+                    }
+                ],
+            )
+    return "\n\n".join(system), turns
+
+
+def to_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """OpenAI-style function definitions as Anthropic tools."""
+    converted = []
+    for spec in tools:
+        function = spec.get("function", spec)
+        schema = function.get("parameters") or {"type": "object", "properties": {}}
+        converted.append(
+            {
+                "name": function["name"],
+                "description": function.get("description") or "",
+                "input_schema": schema,
+            }
+        )
+    return converted
+
+
+def from_message(payload: dict[str, Any]) -> ModelResponse:
+    """Read an Anthropic ``Message`` (as JSON) into a `ModelResponse`.
+
+    Raises:
+        ValueError: The payload is not a message with content blocks.
+    """
+    blocks = payload.get("content")
+    if not isinstance(blocks, list):
+        raise ValueError("the message has no content blocks")
+    texts: list[str] = []
+    calls: list[ToolCallRequest] = []
+    for block in blocks:
+        kind = block.get("type")
+        if kind == "text":
+            texts.append(str(block.get("text") or ""))
+        elif kind == "tool_use":
+            calls.append(
+                ToolCallRequest(
+                    id=str(block["id"]),
+                    name=str(block["name"]),
+                    arguments=json.dumps(block.get("input", {})),
+                )
+            )
+    usage = payload.get("usage") or {}
+    read = int(usage.get("cache_read_input_tokens") or 0)
+    written = int(usage.get("cache_creation_input_tokens") or 0)
+    stop = _STOPS.get(str(payload.get("stop_reason")))
+    if stop is None or (stop is StopReason.END and calls):
+        stop = StopReason.TOOL_CALLS if calls else StopReason.END
+    text = "\n".join(t for t in texts if t) or None
+    return ModelResponse(
+        text=text,
+        tool_calls=tuple(calls),
+        usage=Usage(
+            # Anthropic counts cache reads and writes apart from input_tokens.
+            prompt_tokens=int(usage.get("input_tokens") or 0) + read + written,
+            completion_tokens=int(usage.get("output_tokens") or 0),
+            cached_tokens=read,
+            cache_write_tokens=written,
+        ),
+        stop=stop,
+        refusal=text if stop is StopReason.REFUSAL else None,
+    )

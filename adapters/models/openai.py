@@ -1,0 +1,139 @@
+"""`OpenAIModel`: Chat Completions with tools on the official ``openai`` SDK.
+
+It speaks to OpenAI, and through ``base_url`` to every server with the same API: Azure
+OpenAI's v1 endpoint (``https://<resource>.openai.azure.com/openai/v1/``), vLLM, Ollama
+(``http://localhost:11434/v1``), llama.cpp's server, a LiteLLM proxy. The run's
+transcript is already in this API's shape, so requests carry it as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+import openai
+
+from adapters.models.errors import (
+    connection_error,
+    invalid_response,
+    status_error,
+    timeout_error,
+)
+from adapters.models.pricing import Price, priced
+from runtime import ConfigurationError, ModelError, ModelRequest, ModelResponse
+from runtime.model import parse_chat_completion
+
+PROVIDER = "openai"
+
+
+class OpenAIModel:
+    """A chat model behind an OpenAI-compatible Chat Completions endpoint.
+
+    Args:
+        model: The model (Azure: the deployment) name, e.g. ``gpt-4.1-mini``.
+        api_key: The API key; by default the SDK reads ``OPENAI_API_KEY``. Servers that
+            check none still need some value.
+        base_url: Another endpoint than OpenAI's, e.g. ``http://localhost:11434/v1``.
+        timeout: Seconds one HTTP attempt may take.
+        max_retries: How often the SDK retries a 408, 409, 429, 5xx, timeout or dropped
+            connection (with backoff, honouring ``Retry-After``) before the run fails.
+        max_tokens: Output token limit of one answer (``max_completion_tokens``); the
+            server's default when ``None``.
+        temperature: Sampling temperature; the server's default when ``None``.
+        price: Prices per million tokens, to record each call's cost.
+        default_headers: Extra headers on every request (a gateway's, an org id ...).
+        name: The name recorded with every call (default ``openai:<model>``).
+
+    Raises:
+        ConfigurationError: No API key was given and ``OPENAI_API_KEY`` is not set.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 2,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        price: Price | None = None,
+        default_headers: Mapping[str, str] | None = None,
+        name: str | None = None,
+    ) -> None:
+        if not model.strip():
+            raise ConfigurationError("OpenAIModel needs a model name")
+        self.model = model.strip()
+        self.name = name or f"{PROVIDER}:{self.model}"
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.price = price
+        self._timeout = timeout
+        try:
+            self.client = openai.AsyncOpenAI(
+                api_key=api_key,
+                base_url=base_url,
+                timeout=timeout,
+                max_retries=max_retries,
+                default_headers=dict(default_headers) if default_headers else None,
+            )
+        except openai.OpenAIError as exc:
+            raise ConfigurationError(
+                f"OpenAIModel({self.model!r}): no API key: pass api_key or set OPENAI_API_KEY"
+            ) from exc
+
+    def request_body(self, request: ModelRequest) -> dict[str, Any]:
+        """The Chat Completions parameters for one turn."""
+        body: dict[str, Any] = {"model": self.model, "messages": request.messages}
+        if request.tools:
+            body["tools"] = request.tools
+        if self.max_tokens is not None:
+            body["max_completion_tokens"] = self.max_tokens
+        if self.temperature is not None:
+            body["temperature"] = self.temperature
+        return body
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Answer one turn.
+
+        Raises:
+            ModelError: The provider refused the call, or kept failing after the retries.
+        """
+        body = self.request_body(request)
+        try:
+            completion = await self.client.chat.completions.create(**body)
+        except openai.APIError as exc:
+            raise _translate(exc, self._timeout) from exc
+        try:
+            response = parse_chat_completion(completion.model_dump(mode="json"))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise invalid_response(PROVIDER, str(exc) or type(exc).__name__) from exc
+        if self.price is None:
+            return response
+        return replace(response, usage=priced(response.usage, self.price))
+
+    async def aclose(self) -> None:
+        """Close the HTTP client (its connection pool)."""
+        await self.client.close()
+
+    def __repr__(self) -> str:
+        return f"OpenAIModel({self.model!r}, base_url={str(self.client.base_url)!r})"
+
+
+def _translate(exc: openai.APIError, timeout: float) -> ModelError:
+    if isinstance(exc, openai.APITimeoutError):
+        return timeout_error(PROVIDER, timeout)
+    if isinstance(exc, openai.APIConnectionError):
+        cause = exc.__cause__
+        return connection_error(PROVIDER, str(cause) if cause is not None else exc.message)
+    if isinstance(exc, openai.APIStatusError):
+        return status_error(
+            PROVIDER,
+            exc.status_code,
+            exc.body,
+            exc.message,
+            getattr(exc, "request_id", None),
+        )
+    return invalid_response(PROVIDER, exc.message)
