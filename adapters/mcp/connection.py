@@ -8,7 +8,7 @@ the session that task holds.
 
 How a call ends, for the runtime:
 
-- the server's result: the tool's result (structured content, else the text);
+- the server's result: the tool's result (its text content);
 - an error result, an MCP error response or no answer within the timeout (the request is
   cancelled): `McpToolError`, which the model sees;
 - no connection when the call starts: `McpServerUnavailable` (nothing was sent);
@@ -134,8 +134,9 @@ def _refused(exc: BaseException) -> bool:
 
 
 def result_value(result: mcp_types.CallToolResult) -> Any:
-    """What the runtime records for a tool result: structured content, else the text."""
-    if result.structured_content is not None:
+    """What the runtime records for a tool result: its content as the model should read it
+    (the text, as MCP clients pass it on); structured content only when there is no other."""
+    if not result.content and result.structured_content is not None:
         return result.structured_content
     texts: list[str] = []
     others: list[dict[str, Any]] = []
