@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from mcpbed import McpBed, close_bed, open_bed
+from testkit import ROOT
+
+# The Slack test of this folder reuses the fake Slack of the Slack edge's tests.
+sys.path.insert(0, str(ROOT / "tests" / "adapters" / "slack"))
 
 
 @pytest.fixture(autouse=True)
