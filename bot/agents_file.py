@@ -396,8 +396,7 @@ class _Builder:
             lists[key] = tuple(
                 Condition.parse(
                     table,
-                    where=f"{self.where}: {_path(('agents', agent, 'rules', pattern, key, i))}"
-                    f"{_line(self.lines, ('agents', agent, 'rules', pattern, key))}",
+                    where=f"{self.where}: {_path(('agents', agent, 'rules', pattern, key, i))}",
                 )
                 for i, table in enumerate(getattr(rule, key))
             )
