@@ -92,7 +92,9 @@ def fail(ctx: Context) -> str:
 async def hang(ctx: Context) -> str:
     """Never answers (the test kills the server or times the call out)."""
     _log("hang", {}, ctx)
-    (STATE / "hanging").write_text(str(os.getpid()))
+    marker = STATE / f"hanging.{os.getpid()}"
+    marker.write_text(str(os.getpid()))
+    marker.replace(STATE / "hanging")  # atomically: a reader never sees it half written
     await asyncio.sleep(3600)
     return "woke up"
 

@@ -94,7 +94,12 @@ async def test_a_server_killed_mid_call_leaves_the_call_uncertain(
     await until(lambda: (state / "hanging").exists(), "the call reaching the server")
     served.kill()
 
-    parked = await bed.wait(run_id, lambda r: any(p.status == "uncertain" for p in r.pending))
+    parked = await bed.wait(
+        run_id,
+        lambda r: (
+            r.status is RunStatus.AWAITING and any(p.status == "uncertain" for p in r.pending)
+        ),
+    )
     [uncertain] = await bed.events(run_id, "tool_uncertain")
     assert "went away before answering hang" in uncertain["data"]["reason"]
 

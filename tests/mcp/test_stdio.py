@@ -191,7 +191,12 @@ async def test_a_server_killed_mid_call_leaves_the_call_uncertain_until_resolved
     await until(lambda: (state / "hanging").exists(), "the call reaching the server")
     first = kill_hanging(state)
 
-    parked = await bed.wait(run_id, lambda r: any(p.status == "uncertain" for p in r.pending))
+    parked = await bed.wait(
+        run_id,
+        lambda r: (
+            r.status is RunStatus.AWAITING and any(p.status == "uncertain" for p in r.pending)
+        ),
+    )
     assert parked.status is RunStatus.AWAITING
     [entry] = parked.pending
     [uncertain] = await bed.events(run_id, "tool_uncertain")
