@@ -95,7 +95,8 @@ _ERROR_MAP: tuple[tuple[type[BaseException], int, str], ...] = (
 )
 
 _HINTS: dict[type[BaseException], str] = {
-    StaleTicket: "the run parked under another agent definition; check SIGNOFF_APP",
+    StaleTicket: "the run parked under another agent definition; check SIGNOFF_APP, "
+    "SIGNOFF_AGENTS and its MCP servers",
 }
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
