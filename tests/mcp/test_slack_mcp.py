@@ -4,6 +4,7 @@ the fake Slack of the Slack tests, with the tool on a real stdio MCP server."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -34,43 +35,45 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture
 async def bed(tmp_path: Path, state: Path) -> AsyncIterator[SlackBed]:
-    fake = FakeSlack()
-    await fake.start()
-    ops = Agent(
-        "ops", "Operate.", echo_model(("deploy", {"service": "api", "environment": "production"}))
-    )
-    hub = McpHub([stdio_server(state)], [Binding(ops, ("infra",))])
-    await hub.start()
-    store = SQLStore.sqlite(tmp_path / "signoff.db")
-    await store.migrate()
-    clock = ManualClock()
-    runtime = Runtime(store, [ops], clock=clock)
-    worker = Worker(runtime, poll_seconds=0.05)
-    config = slack_config(fake)
-    client = build_client(config)
-    bolt = build_slack_app(runtime, config, worker.wake, client=client)
-    notifier = RoutingNotifier({"slack": SlackNotifier(client, store)})
-    stop = asyncio.Event()
-    loops = [
-        asyncio.create_task(worker.run(stop)),
-        asyncio.create_task(outbox_loop(runtime, notifier, stop, seconds=0.02)),
-    ]
-    app = web.Application()
-    add_slack_routes(app, bolt)
-    test_client = TestClient(TestServer(app, host="127.0.0.1", port=0))
-    await test_client.start_server()
-    try:
+    async with contextlib.AsyncExitStack() as stack:
+        fake = FakeSlack()
+        await fake.start()
+        stack.push_async_callback(fake.stop)
+        deploy = ("deploy", {"service": "api", "environment": "production"})
+        ops = Agent("ops", "Operate.", echo_model(deploy))
+        hub = McpHub([stdio_server(state)], [Binding(ops, ("infra",))])
+        await hub.start()
+        stack.push_async_callback(hub.stop)
+        store = SQLStore.sqlite(tmp_path / "signoff.db")
+        stack.push_async_callback(store.close)
+        await store.migrate()
+        clock = ManualClock()
+        runtime = Runtime(store, [ops], clock=clock)
+        worker = Worker(runtime, poll_seconds=0.05)
+        config = slack_config(fake)
+        client = build_client(config)
+        bolt = build_slack_app(runtime, config, worker.wake, client=client)
+        notifier = RoutingNotifier({"slack": SlackNotifier(client, store)})
+        stop = asyncio.Event()
+        loops = [
+            asyncio.create_task(worker.run(stop)),
+            asyncio.create_task(outbox_loop(runtime, notifier, stop, seconds=0.02)),
+        ]
+
+        async def end_loops() -> None:
+            stop.set()
+            for task in loops:
+                await task
+            await worker.drain(5)
+            await asyncio.sleep(0.05)  # bolt's background listeners
+
+        stack.push_async_callback(end_loops)
+        app = web.Application()
+        add_slack_routes(app, bolt, signing_secret=config.signing_secret)
+        test_client = TestClient(TestServer(app, host="127.0.0.1", port=0))
+        await test_client.start_server()
+        stack.push_async_callback(test_client.close)
         yield SlackBed(fake, runtime, store, clock, worker, bolt, test_client, [ops], tmp_path)
-    finally:
-        await test_client.close()
-        stop.set()
-        for task in loops:
-            await task
-        await worker.drain(5)
-        await asyncio.sleep(0.05)  # bolt's background listeners
-        await hub.stop()
-        await store.close()
-        await fake.stop()
 
 
 async def test_an_mcp_call_is_approved_with_a_slack_button(bed: SlackBed, state: Path) -> None:
