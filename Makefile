@@ -9,8 +9,11 @@ STAMP := $(VENV)/.signoff-installed
 
 .PHONY: run test venv clean stress
 
+# The Python example agents plus the MCP demo agent (examples/mcp/agents.toml), unless
+# SIGNOFF_APP / SIGNOFF_AGENTS are set.
 run: $(STAMP)
-	$(BIN)/signoff serve
+	SIGNOFF_APP="$${SIGNOFF_APP:-examples:demo_agents}" \
+	SIGNOFF_AGENTS="$${SIGNOFF_AGENTS-examples/mcp/agents.toml}" $(BIN)/signoff serve
 
 test: $(STAMP)
 	$(BIN)/ruff check .

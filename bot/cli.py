@@ -25,7 +25,14 @@ from typing import Any, TypeVar
 import click
 
 from bot.settings import Settings, load_settings
-from bot.wiring import build_runtime, check_models, load_agents, open_store
+from bot.wiring import (
+    LoadedAgents,
+    build_runtime,
+    check_models,
+    connected_agents,
+    open_store,
+    with_model_setting,
+)
 from runtime import (
     Actor,
     Agent,
@@ -96,7 +103,8 @@ _ERROR_MAP: tuple[tuple[type[BaseException], int, str], ...] = (
 )
 
 _HINTS: dict[type[BaseException], str] = {
-    StaleTicket: "the run parked under another agent definition; check SIGNOFF_APP",
+    StaleTicket: "the run parked under another agent definition; check SIGNOFF_APP, "
+    "SIGNOFF_AGENTS and its MCP servers",
 }
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
@@ -229,11 +237,12 @@ def _parse_json(value: str, option: str) -> Any:
 @asynccontextmanager
 async def _runtime(database_url: str | None) -> AsyncIterator[Runtime]:
     settings = _state().settings(database_url)
-    runtime, store = await build_runtime(settings)
-    try:
-        yield runtime
-    finally:
-        await store.close()
+    async with connected_agents(settings) as loaded:
+        runtime, store = await build_runtime(settings, loaded.agents)
+        try:
+            yield runtime
+        finally:
+            await store.close()
 
 
 def _run(coro: Any) -> Any:
@@ -497,7 +506,7 @@ async def _demo(
 ) -> None:
     login = _login()
     me = Actor(id=f"cli:{login}", platform="cli", name=login)
-    runtime, store = await build_runtime(settings, agents=[agent])
+    runtime, store = await build_runtime(settings, agents=with_model_setting(settings, [agent]))
     try:
         model = runtime.agents[agent.name].model_name
         offline = " (scripted, no network)" if model.startswith("scripted") else ""
@@ -1193,18 +1202,32 @@ def _redacted(url: str) -> str:
 
 @cli.command(short_help="List loaded agents and their tools.")
 def agents() -> None:
-    """List the agents SIGNOFF_APP loads, with each tool's permission and replay policy.
+    """List the agents of SIGNOFF_APP and SIGNOFF_AGENTS with each tool's source,
+    permission and replay policy.
+
+    MCP servers of the agents file are connected to list their tools; a tool's source is
+    python or mcp:SERVER (unavailable while the server cannot be reached).
 
     \b
     Examples:
       signoff agents
       SIGNOFF_APP=myapp.agents:build signoff agents
+      SIGNOFF_AGENTS=agents.toml signoff agents
     """
     settings = _state().settings()
-    loaded = load_agents(settings)
-    check_models(settings, loaded)
-    click.echo(f"{len(loaded)} agent{'s' if len(loaded) != 1 else ''} from {settings.app}")
-    for agent in loaded:
+
+    async def body() -> None:
+        async with connected_agents(settings) as loaded:
+            check_models(settings, loaded.agents)
+            _print_agents(loaded)
+
+    _run(body())
+
+
+def _print_agents(loaded: LoadedAgents) -> None:
+    count = len(loaded.agents)
+    click.echo(f"{count} agent{'s' if count != 1 else ''} from {loaded.origin}")
+    for agent in loaded.agents:
         click.echo("")
         click.echo(f"{agent.name} (version {agent.version}, model {agent.model_name})")
         if agent.description:
@@ -1224,8 +1247,9 @@ def agents() -> None:
                 notes.append(f"deadline {_span(deadline.total_seconds())}")
             if tool.secret:
                 notes.append("secret " + ", ".join(sorted(tool.secret)))
-            rows.append([f"  {name}", permission, tool.replay_policy, "; ".join(notes)])
-        _table(["  TOOL", "PERMISSION", "REPLAY", "NOTES"], rows)
+            source = loaded.source_of(agent.name, name)
+            rows.append([f"  {name}", source, permission, tool.replay_policy, "; ".join(notes)])
+        _table(["  TOOL", "SOURCE", "PERMISSION", "REPLAY", "NOTES"], rows)
 
 
 # --- entry point ----------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import logging
 import secrets
 import signal
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -32,6 +32,9 @@ from runtime import ConfigurationError, Runtime
 from runtime.outbox import Notifier, NullNotifier, RoutingNotifier
 from runtime.store.base import Store
 from runtime.worker import Worker, deadline_loop, outbox_loop
+
+if TYPE_CHECKING:
+    from bot.wiring import LoadedAgents
 
 log = logging.getLogger("signoff.serve")
 
@@ -53,6 +56,7 @@ class Service:
     _runner: web.AppRunner | None = None
     discord_settings: DiscordSettings | None = None
     discord: DiscordHandle | None = None
+    loaded: LoadedAgents | None = None
 
     async def start(self) -> str:
         """Bind the HTTP server, start the loops; return the server's base URL."""
@@ -119,6 +123,8 @@ class Service:
         if self.discord is not None:
             await stop_discord(self.discord)
         await self.worker.drain(grace)
+        if self.loaded is not None:
+            await self.loaded.close()  # after the drain: running tools may use MCP servers
         if self._runner is not None:
             await self._runner.cleanup()
         await self.store.close()
@@ -127,17 +133,23 @@ class Service:
 async def build_service(settings: Settings) -> Service:
     """Build every part of the serving process from settings (nothing runs yet)."""
     from bot.app import build_app
-    from bot.wiring import build_runtime
+    from bot.wiring import build_runtime, load_agent_set
 
     metrics = Metrics()
-    runtime, store = await build_runtime(settings, checkpoint=metrics.observe)
-    worker = Worker(runtime, concurrency=settings.workers)
-    operator_token = (
-        settings.operator_token.get_secret_value()
-        if settings.operator_token is not None
-        else secrets.token_urlsafe(18)
-    )
-    app = build_app(settings, runtime, worker, operator_token)
+    loaded = load_agent_set(settings)
+    await loaded.start()  # MCP servers: connected and listed, or reported unavailable
+    try:
+        runtime, store = await build_runtime(settings, loaded.agents, checkpoint=metrics.observe)
+        worker = Worker(runtime, concurrency=settings.workers)
+        operator_token = (
+            settings.operator_token.get_secret_value()
+            if settings.operator_token is not None
+            else secrets.token_urlsafe(18)
+        )
+        app = build_app(settings, runtime, worker, operator_token)
+    except BaseException:
+        await loaded.close()
+        raise
     add_health_routes(app, runtime, metrics)
     return Service(
         settings=settings,
@@ -148,6 +160,7 @@ async def build_service(settings: Settings) -> Service:
         app=app,
         operator_token=operator_token,
         discord_settings=DiscordSettings.from_settings(settings),
+        loaded=loaded,
     )
 
 

@@ -63,6 +63,7 @@ _SENSITIVE = frozenset(
         "discord_bot_token",
         "openai_api_key",
         "anthropic_api_key",
+        "mcp_headers",
     }
 )
 DEFAULT_SLACK_API_BASE_URL = "https://slack.com/api/"
@@ -116,7 +117,12 @@ class Settings(BaseSettings):
             ``signoff.db`` relative to the working directory; ``sqlite://`` URLs get the
             aiosqlite driver automatically.
         app: ``package.module:attr`` naming the agents to load: a list or tuple of
-            `runtime.Agent`, or a zero-argument callable returning one.
+            `runtime.Agent`, or a zero-argument callable returning one. Its default (the
+            bundled examples) is loaded only when no agents file is set.
+        agents: A TOML agents file (agents, their models, Python tools, MCP servers and
+            per-tool rules), loaded besides ``app``.
+        mcp_headers: HTTP headers by MCP server name (``{"<server>": {"Authorization":
+            "Bearer ..."}}``), sent to the Streamable HTTP servers of the agents file.
         sqlite_busy_timeout_ms: How long a SQLite connection waits for another
             process's write lock before failing.
         sqlite_synchronous: ``full`` (every commit survives a power loss) or ``normal``.
@@ -189,6 +195,8 @@ class Settings(BaseSettings):
 
     database_url: str = DEFAULT_DATABASE_URL
     app: str = DEFAULT_APP
+    agents: Path | None = None
+    mcp_headers: dict[str, dict[str, SecretStr]] = Field(default_factory=dict)
     sqlite_busy_timeout_ms: int = Field(default=750, ge=0, le=600_000)
     sqlite_synchronous: Literal["full", "normal"] = "full"
     lease_seconds: float = Field(default=30.0, gt=0)
@@ -268,6 +276,11 @@ class Settings(BaseSettings):
         if not sep or not module.strip() or not attr.strip():
             raise ValueError("expected package.module:attr, e.g. examples:demo_agents")
         return value.strip()
+
+    @field_validator("agents", mode="before")
+    @classmethod
+    def _no_agents_file(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("slack_api_base_url")
     @classmethod

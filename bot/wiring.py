@@ -8,7 +8,9 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from adapters.models import ModelOptions, ModelResolver, Price, parse_spec
@@ -17,11 +19,14 @@ from runtime import Agent, ConfigurationError, Model, Runtime, SignoffError
 from runtime.store.sql import SQLStore
 
 if TYPE_CHECKING:
+    from adapters.mcp.hub import McpHub
+    from bot.agents_file import AgentsFile
+
     # Not re-exported by `runtime`: any callable taking (point, info) fits.
     from runtime._support import Checkpoint
 
 
-def load_agents(settings: Settings) -> list[Agent]:
+def _app_agents(settings: Settings) -> list[Agent]:
     """Import the agents named by ``SIGNOFF_APP`` (``package.module:attr``).
 
     ``attr`` may be dotted (``module:holder.agents``). It must be a list or tuple of
@@ -158,6 +163,117 @@ def check_models(settings: Settings, agents: Sequence[Agent]) -> None:
                 raise ConfigurationError(f"agent {agent.name!r}: {exc}") from exc
 
 
+@dataclass
+class LoadedAgents:
+    """The agents of ``SIGNOFF_APP`` and ``SIGNOFF_AGENTS``, and the MCP servers they use.
+
+    The agents file's MCP tools join their agents' catalogs once `start` has connected
+    the servers; `close` disconnects them (stdio servers are stopped).
+
+    Attributes:
+        agents: Every agent, names unique.
+        origin: Where they came from, for people (``examples:demo_agents``, a file).
+        file: The agents file, if one is set.
+    """
+
+    agents: list[Agent]
+    origin: str
+    file: AgentsFile | None = None
+    _hub: McpHub | None = field(default=None, repr=False)
+
+    async def start(self) -> None:
+        """Connect the MCP servers and list their tools (waits for each first attempt).
+
+        Raises:
+            ConfigurationError: The ``mcp`` extra is missing, or a rule names a tool that
+                a reachable server does not have.
+        """
+        if self.file is None or not self.file.bindings or self._hub is not None:
+            return
+        try:
+            from adapters.mcp.hub import McpHub
+        except ImportError as exc:
+            raise ConfigurationError(
+                f"SIGNOFF_AGENTS={self.file.path}: MCP servers need the MCP SDK: "
+                f"pip install 'signoff[mcp]' ({exc})"
+            ) from exc
+        hub = McpHub(self.file.servers, self.file.bindings)
+        await hub.start()
+        self._hub = hub
+
+    async def close(self) -> None:
+        """Disconnect the MCP servers."""
+        hub, self._hub = self._hub, None
+        if hub is not None:
+            await hub.stop()
+
+    def source_of(self, agent: str, tool: str) -> str:
+        """``python``, or ``mcp:<server>`` for an MCP tool."""
+        found = self._hub.source_of(agent, tool) if self._hub is not None else None
+        return found or "python"
+
+
+def load_agent_set(settings: Settings) -> LoadedAgents:
+    """The agents of ``SIGNOFF_APP`` and of the agents file ``SIGNOFF_AGENTS``, combined.
+
+    ``SIGNOFF_APP``'s default (the bundled examples) is loaded only when no agents file is
+    set; set both to combine them. Nothing is connected yet (see `LoadedAgents.start`).
+
+    Raises:
+        ConfigurationError: Either source is invalid, or both define an agent's name.
+    """
+    agents: list[Agent] = []
+    origins: list[str] = []
+    if settings.agents is None or "app" in settings.model_fields_set:
+        agents.extend(_app_agents(settings))
+        origins.append(settings.app)
+    file = None
+    if settings.agents is not None:
+        from bot.agents_file import load_agents_file
+
+        headers = {
+            server: {k: v.get_secret_value() for k, v in values.items()}
+            for server, values in settings.mcp_headers.items()
+        }
+        file = load_agents_file(settings.agents, mcp_headers=headers)
+        taken = {agent.name for agent in agents}
+        for agent in file.agents:
+            if agent.name in taken:
+                raise ConfigurationError(
+                    f"SIGNOFF_AGENTS={settings.agents}: agent {agent.name!r} is also defined "
+                    f"by SIGNOFF_APP={settings.app}"
+                )
+        agents.extend(file.agents)
+        origins.append(str(settings.agents))
+    return LoadedAgents(agents, " and ".join(origins), file)
+
+
+def load_agents(settings: Settings) -> list[Agent]:
+    """The agents of ``SIGNOFF_APP`` and ``SIGNOFF_AGENTS`` (see `load_agent_set`).
+
+    MCP tools are not in their catalogs: use `connected_agents` for those.
+
+    Raises:
+        ConfigurationError: The agents cannot be loaded.
+    """
+    return load_agent_set(settings).agents
+
+
+@asynccontextmanager
+async def connected_agents(settings: Settings) -> AsyncIterator[LoadedAgents]:
+    """`load_agent_set`, with the MCP servers connected for the block.
+
+    Raises:
+        ConfigurationError: The agents cannot be loaded or a rule names no MCP tool.
+    """
+    loaded = load_agent_set(settings)
+    await loaded.start()
+    try:
+        yield loaded
+    finally:
+        await loaded.close()
+
+
 def _agents_from(value: Any, where: str) -> list[Agent]:
     if isinstance(value, Agent):
         return [value]
@@ -231,7 +347,8 @@ async def build_runtime(
 
     Args:
         settings: The process settings.
-        agents: The agents to run; by default those named by ``SIGNOFF_APP``.
+        agents: The agents to run; by default `load_agents` (without MCP tools; pass
+            `connected_agents`' for those).
         checkpoint: Observer of the runtime's named execution points (metrics, tests).
 
     Returns:
@@ -243,7 +360,9 @@ async def build_runtime(
             setting).
         StorageError: The database cannot be reached or migrated.
     """
-    chosen = with_model_setting(settings, agents) if agents is not None else load_agents(settings)
+    # ``SIGNOFF_MODEL`` was applied to SIGNOFF_APP's agents when they were loaded; agents
+    # of an agents file keep the model the file names.
+    chosen = list(agents) if agents is not None else load_agents(settings)
     # Models first: a missing key is reported before the database is touched.
     resolver = model_resolver(settings)
     check_models(settings, chosen)
@@ -263,9 +382,12 @@ async def build_runtime(
 
 
 __all__ = [
+    "LoadedAgents",
     "SettingsModelResolver",
     "build_runtime",
     "check_models",
+    "connected_agents",
+    "load_agent_set",
     "load_agents",
     "migrated_store",
     "model_options",

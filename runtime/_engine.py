@@ -26,13 +26,17 @@ from runtime._support import (
 )
 from runtime.agent import Agent
 from runtime.context import ToolContext, _enter, _leave
-from runtime.errors import ModelError
+from runtime.errors import ModelError, ToolOutcomeUnknown
 from runtime.model import ModelRequest, ModelResponse, StopReason
 from runtime.states import CallState, RunStatus, TicketStatus, check_run_move
 from runtime.store.base import Transaction
 from runtime.store.records import CallRecord, RunFlags, RunRecord
 from runtime.tickets import Actor, Pause, RemoteInput, Uncertain
 from runtime.tools import ArgumentError, InputRequest, Permission, ReplayPolicy
+
+# How many times a safe or idempotent call whose outcome came back unknown is run again
+# at once, before the model is told.
+_LIVE_REPLAYS = 1
 
 
 def blocked_text(reason: str | None) -> str:
@@ -163,51 +167,61 @@ class Driver:
         async with self.deps.store.transaction() as tx:
             for call in orphaned:
                 if call.replay_policy == ReplayPolicy.MANUAL:
-                    move(call, CallState.UNCERTAIN)
-                    call.updated_at = now
-                    await tx.update_call(call)
-                    await record(
-                        tx,
-                        self.run.run_id,
-                        now,
-                        "tool_uncertain",
-                        call_id=call.call_id,
-                        tool=call.tool,
-                        attempts=call.attempts,
-                        execution_key=call.execution_key,
-                    )
-                    target = Uncertain(
-                        call_id=call.call_id,
-                        tool=call.tool,
-                        args=call.args,
-                        execution_key=call.execution_key,
-                    )
-                    await open_ticket(
-                        self.deps,
-                        tx,
-                        self.run,
-                        agent,
-                        target,
-                        agent.tools.get(call.tool),
-                        "uncertain",
-                    )
+                    await self._make_uncertain(tx, agent, call, now)
                 else:
-                    move(call, CallState.APPROVED)
-                    call.updated_at = now
-                    await tx.update_call(call)
-                    await record(
-                        tx,
-                        self.run.run_id,
-                        now,
-                        "tool_replayed",
-                        call_id=call.call_id,
-                        tool=call.tool,
-                        policy=call.replay_policy,
-                        execution_key=call.execution_key,
-                        attempts=call.attempts,
-                    )
+                    await self._replay(tx, call, now)
             await self._save(tx)
         return calls
+
+    async def _make_uncertain(
+        self, tx: Transaction, agent: Agent, call: CallRecord, now: Any, reason: str | None = None
+    ) -> None:
+        """Mark a dispatched call whose outcome is unknown uncertain, and open its ticket."""
+        move(call, CallState.UNCERTAIN)
+        call.updated_at = now
+        await tx.update_call(call)
+        extra = {"reason": reason} if reason is not None else {}
+        await record(
+            tx,
+            self.run.run_id,
+            now,
+            "tool_uncertain",
+            call_id=call.call_id,
+            tool=call.tool,
+            attempts=call.attempts,
+            execution_key=call.execution_key,
+            **extra,
+        )
+        target = Uncertain(
+            call_id=call.call_id,
+            tool=call.tool,
+            args=call.args,
+            execution_key=call.execution_key,
+        )
+        await open_ticket(
+            self.deps, tx, self.run, agent, target, agent.tools.get(call.tool), "uncertain"
+        )
+
+    async def _replay(
+        self, tx: Transaction, call: CallRecord, now: Any, reason: str | None = None
+    ) -> None:
+        """Approve a dispatched call whose outcome is unknown to run again (safe, idempotent)."""
+        move(call, CallState.APPROVED)
+        call.updated_at = now
+        await tx.update_call(call)
+        extra = {"reason": reason} if reason is not None else {}
+        await record(
+            tx,
+            self.run.run_id,
+            now,
+            "tool_replayed",
+            call_id=call.call_id,
+            tool=call.tool,
+            policy=call.replay_policy,
+            execution_key=call.execution_key,
+            attempts=call.attempts,
+            **extra,
+        )
 
     # -- tools ------------------------------------------------------------------------
     async def _dispatch(
@@ -241,6 +255,7 @@ class Driver:
         tool = agent.tools.get(call.tool)
         outcome: Any
         failed: str | None = None
+        unknown: str | None = None
         if tool is None:
             failed = f"tool {call.tool!r} is not available any more"
         else:
@@ -261,6 +276,11 @@ class Driver:
                 outcome = await tool.invoke(call.args)
             except asyncio.CancelledError:
                 raise
+            except ToolOutcomeUnknown as exc:
+                unknown = str(exc) or type(exc).__name__
+                if call.replay_policy != ReplayPolicy.MANUAL and call.attempts >= _LIVE_REPLAYS + 1:
+                    failed = f"the outcome is unknown after {call.attempts} attempts: {unknown}"
+                    unknown = None
             except Exception as exc:  # a tool's failure is the model's to see
                 failed = f"{type(exc).__name__}: {exc}"
             finally:
@@ -272,7 +292,13 @@ class Driver:
         now = self._now()
         call.updated_at = now
         async with self.deps.store.transaction() as tx:
-            if failed is not None:
+            if unknown is not None:
+                # As if the process had died between dispatch and result.
+                if call.replay_policy == ReplayPolicy.MANUAL:
+                    await self._make_uncertain(tx, agent, call, now, reason=unknown)
+                else:
+                    await self._replay(tx, call, now, reason=unknown)
+            elif failed is not None:
                 move(call, CallState.FAILED)
                 call.error = failed
                 call.result = f"Error: {failed}"

@@ -15,6 +15,7 @@ One root, split by who must act::
     │       └── InvalidAnswer       typed input that fails the requested schema
     ├── IdempotencyConflict         the caller: a reused idempotency key with another body
     ├── AccessDenied                the caller: may not do this (e.g. join another's thread)
+    ├── ToolOutcomeUnknown          raised by a tool: its effect may or may not have happened
     ├── RunError                    the run itself
     │   ├── RunNotFound
     │   ├── ModelError              a model call failed (bad key, context length, rate limit ...)
@@ -109,6 +110,17 @@ class AccessDenied(SignoffError):
     """The caller may not do this, e.g. start a run in a thread they do not take part in."""
 
     code = "forbidden"
+
+
+class ToolOutcomeUnknown(SignoffError):
+    """Raised by a tool that cannot tell whether its call took effect.
+
+    For example, the connection to the system it called broke after the request was
+    sent and before the answer came back. The runtime treats it like a crash between
+    dispatch and result, by the call's replay policy: ``manual`` makes the call
+    *uncertain* (a person resolves it); ``safe`` and ``idempotent`` run it once more
+    (with the same execution key), then give the model an error result.
+    """
 
 
 class RunError(SignoffError):

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
 from functools import cached_property
 from typing import Any, get_type_hints, overload
 
+import jsonschema
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from runtime.errors import ConfigurationError
@@ -103,7 +104,10 @@ class ArgumentError(ValueError):
 
 @dataclass(frozen=True)
 class Tool:
-    """A tool an agent may call. Build it with the `tool` decorator.
+    """A tool an agent may call.
+
+    Build it with the `tool` decorator from a Python function, or with `Tool.from_schema`
+    from a JSON schema and an async invoker (tools of another system, e.g. MCP).
 
     Attributes:
         name: The name the model calls it by.
@@ -130,10 +134,85 @@ class Tool:
     secret: frozenset[str] = frozenset()
     on_expiry: OnExpiry | None = None
     _args_model: type[BaseModel] = field(default=BaseModel, repr=False, compare=False)
+    # Set by `from_schema`: the arguments' JSON schema as given, and its validator.
+    _schema: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_schema(
+        cls,
+        name: str,
+        description: str,
+        schema: dict[str, Any],
+        invoke: Callable[[dict[str, Any]], Awaitable[Any]],
+        *,
+        permission: Permission | str | PermissionRule = Permission.ALLOW,
+        replay_policy: ReplayPolicy | str = ReplayPolicy.MANUAL,
+        approvers: Sequence[str] | None = None,
+        four_eyes: bool | None = None,
+        deadline: timedelta | float | None = None,
+        secret: Sequence[str] = (),
+        on_expiry: OnExpiry | str | None = None,
+    ) -> Tool:
+        """A tool whose arguments are described by a JSON schema instead of type hints.
+
+        The schema is shown to the model and to forms exactly as given, and the model's
+        arguments are validated against it (`jsonschema`, the draft named by ``$schema``,
+        else 2020-12); arguments that do not fit become an error result the model sees.
+
+        Args:
+            name: The name the model calls it by.
+            description: What it does, for the model.
+            schema: The arguments' JSON schema (an object schema).
+            invoke: Called with the validated arguments as one dict; its result (or
+                exception) is the tool's.
+            permission: As for `tool`.
+            replay_policy: As for `tool`.
+            approvers: As for `tool`.
+            four_eyes: As for `tool`.
+            deadline: As for `tool`.
+            secret: As for `tool`; names of the schema's properties.
+            on_expiry: As for `tool`.
+
+        Raises:
+            ConfigurationError: The schema is not a valid JSON schema, or an option is bad.
+        """
+        if not isinstance(schema, dict):
+            raise ConfigurationError(f"tool {name!r}: the input schema must be a JSON object")
+        try:
+            _validator_class(schema).check_schema(schema)
+        except jsonschema.SchemaError as exc:
+            raise ConfigurationError(
+                f"tool {name!r}: invalid input schema: {exc.message}"
+            ) from None
+        limit = _deadline(name, deadline)
+        properties = schema.get("properties")
+        unknown = set(secret) - set(properties) if isinstance(properties, dict) else set()
+        if unknown:
+            raise ConfigurationError(f"tool {name!r}: secret names unknown arguments {unknown}")
+        return cls(
+            name=name,
+            description=description,
+            fn=invoke,
+            permission=_coerce_permission(permission),
+            replay_policy=_coerce_policy(replay_policy),
+            approvers=tuple(approvers) if approvers is not None else None,
+            four_eyes=four_eyes,
+            deadline=limit,
+            secret=frozenset(secret),
+            on_expiry=coerce_expiry(on_expiry),
+            _schema=schema,
+        )
+
+    @cached_property
+    def _validator(self) -> Any:
+        assert self._schema is not None
+        return _validator_class(self._schema)(self._schema)
 
     @cached_property
     def parameters(self) -> dict[str, Any]:
-        """JSON schema of the arguments, from the function's type hints."""
+        """JSON schema of the arguments: as given, or from the function's type hints."""
+        if self._schema is not None:
+            return self._schema
         schema = self._args_model.model_json_schema()
         schema.pop("title", None)
         return schema
@@ -159,6 +238,15 @@ class Tool:
         Raises:
             ArgumentError: With a message the model can act on.
         """
+        if self._schema is not None:
+            errors = sorted(self._validator.iter_errors(raw), key=lambda e: list(e.absolute_path))
+            if errors:
+                problems = "; ".join(
+                    f"{'.'.join(str(p) for p in e.absolute_path) or 'arguments'}: {e.message}"
+                    for e in errors
+                )
+                raise ArgumentError(f"invalid arguments for {self.name}: {problems}")
+            return dict(raw)
         try:
             parsed = self._args_model.model_validate(raw)
         except ValidationError as exc:
@@ -188,8 +276,8 @@ class Tool:
         return {k: ("••••••" if k in self.secret else v) for k, v in args.items()}
 
     async def invoke(self, args: dict[str, Any]) -> Any:
-        """Call the function with validated arguments."""
-        outcome = self.fn(**args)
+        """Call the function (or a `from_schema` invoker) with validated arguments."""
+        outcome = self.fn(dict(args)) if self._schema is not None else self.fn(**args)
         if inspect.isawaitable(outcome):
             outcome = await outcome
         return outcome
@@ -232,6 +320,17 @@ def _coerce_policy(value: ReplayPolicy | str) -> str:
         raise ConfigurationError(
             f"replay_policy must be one of manual, safe, idempotent; got {value!r}"
         ) from exc
+
+
+def _validator_class(schema: dict[str, Any]) -> Any:
+    return jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+
+
+def _deadline(name: str, deadline: timedelta | float | None) -> timedelta | None:
+    limit = timedelta(seconds=deadline) if isinstance(deadline, int | float) else deadline
+    if limit is not None and limit <= timedelta(0):
+        raise ConfigurationError(f"tool {name!r}: deadline must be positive")
+    return limit
 
 
 def _args_model(fn: Callable[..., Any], name: str) -> type[BaseModel]:
@@ -305,9 +404,7 @@ def tool(
     def build(func: Callable[..., Any]) -> Tool:
         tool_name = name or func.__name__
         doc = inspect.getdoc(func) or ""
-        limit = timedelta(seconds=deadline) if isinstance(deadline, int | float) else deadline
-        if limit is not None and limit <= timedelta(0):
-            raise ConfigurationError(f"tool {tool_name!r}: deadline must be positive")
+        limit = _deadline(tool_name, deadline)
         args_model = _args_model(func, tool_name)
         unknown = set(secret) - set(args_model.model_fields)
         if unknown:

@@ -1,0 +1,375 @@
+"""One supervised connection to an MCP server, on the official `mcp` SDK (client side).
+
+Each server has one long-lived asyncio task that owns its `mcp.Client` (the SDK's anyio
+task groups must be entered and left by the same task): it connects, lists the tools,
+waits until the connection ends or the bot stops, and then connects again after a
+growing delay (a stdio server is restarted that way). Tool calls from runs go through
+the session that task holds.
+
+How a call ends, for the runtime:
+
+- the server's result: the tool's result (its text content);
+- an error result, an MCP error response or no answer within the timeout (the request is
+  cancelled): `McpToolError`, which the model sees;
+- no connection when the call starts: `McpServerUnavailable` (nothing was sent);
+- the connection lost after the request was sent: `runtime.ToolOutcomeUnknown`, so the
+  call is handled by its replay policy (``manual``: uncertain, a person resolves it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import sys
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any, assert_never, cast
+
+import anyio
+import httpx2
+import mcp_types
+from mcp import Client, MCPError, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from pydantic import ValidationError
+
+from adapters.mcp.config import HttpServer, ServerConfig, StdioServer
+from runtime import ToolOutcomeUnknown
+
+log = logging.getLogger("signoff.mcp")
+
+EXECUTION_KEY_META = "signoff/execution_key"
+"""The ``_meta`` key of every ``tools/call`` request: the call's execution key, the same for
+every retry of one call, so a server can deduplicate."""
+
+_SETTLE_SECONDS = 5.0  # how long a lost call waits to learn why the connection ended
+_LIST_PAGES = 100
+
+
+class McpServerUnavailable(Exception):
+    """The server is not connected; the call was not sent."""
+
+
+class McpToolError(Exception):
+    """The server answered with an error, or not in time."""
+
+
+@dataclass(eq=False)
+class _Session:
+    """One connection's life, as calls made on it see it."""
+
+    client: Client
+    in_flight: int = 0
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+    reason: str = ""
+    refused: bool = False  # it ended because a request could not even connect
+    in_flight_at_end: int = 0
+
+
+class _WatchedRead:
+    """A transport's read stream that reports its end (the server went away)."""
+
+    def __init__(self, inner: Any, on_end: Callable[[], None]) -> None:
+        self._inner = inner
+        self._on_end = on_end
+
+    @property
+    def last_context(self) -> Any:
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> Any:
+        try:
+            return await self._inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._on_end()
+            raise
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __aiter__(self) -> _WatchedRead:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> _WatchedRead:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def describe_failure(exc: BaseException) -> str:
+    """One line saying why a connection failed (never a header or an environment value)."""
+    parts = []
+    for leaf in _leaves(exc):
+        if isinstance(leaf, MCPError):
+            parts.append(f"MCP error {leaf.code}: {leaf.message}")
+        elif isinstance(leaf, httpx2.ConnectError):
+            parts.append("connection refused")
+        elif isinstance(leaf, FileNotFoundError):
+            parts.append(f"cannot start the command: {leaf.strerror} ({leaf.filename})")
+        else:
+            text = str(leaf).strip()
+            parts.append(f"{type(leaf).__name__}: {text}" if text else type(leaf).__name__)
+    unique = list(dict.fromkeys(parts))
+    return "; ".join(unique) or type(exc).__name__
+
+
+def _refused(exc: BaseException) -> bool:
+    leaves = _leaves(exc)
+    return bool(leaves) and all(isinstance(leaf, httpx2.ConnectError) for leaf in leaves)
+
+
+def result_value(result: mcp_types.CallToolResult) -> Any:
+    """What the runtime records for a tool result: its content as the model should read it
+    (the text, as MCP clients pass it on); structured content only when there is no other."""
+    if not result.content and result.structured_content is not None:
+        return result.structured_content
+    texts: list[str] = []
+    others: list[dict[str, Any]] = []
+    for block in result.content:
+        if isinstance(block, mcp_types.TextContent):
+            texts.append(block.text)
+        else:
+            shown = block.model_dump(mode="json", exclude_none=True, by_alias=True)
+            if isinstance(shown.get("data"), str):  # images, audio: not for the transcript
+                shown["data"] = f"<{len(shown['data'])} base64 characters>"
+            others.append(shown)
+    if not others:
+        return "\n".join(texts)
+    return [*({"type": "text", "text": t} for t in texts), *others]
+
+
+def _error_text(result: mcp_types.CallToolResult) -> str:
+    texts = [b.text for b in result.content if isinstance(b, mcp_types.TextContent)]
+    return "\n".join(texts).strip() or "the tool reported an error"
+
+
+class ServerConnection:
+    """A supervised connection to one MCP server.
+
+    Args:
+        config: How to reach it.
+        on_listing: Called (in the connection's task) with each fresh tool listing.
+    """
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        on_listing: Callable[[ServerConnection, list[mcp_types.Tool]], None],
+    ) -> None:
+        self.config = config
+        self.tools: list[mcp_types.Tool] | None = None
+        self.reason: str | None = None
+        self._on_listing = on_listing
+        self._session: _Session | None = None
+        self._wake = asyncio.Event()
+        self._first = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def name(self) -> str:
+        """The server's name."""
+        return self.config.name
+
+    @property
+    def up(self) -> bool:
+        """Whether a session is connected now."""
+        return self._session is not None
+
+    def start(self) -> None:
+        """Start the connection's task."""
+        self._task = asyncio.create_task(self._run(), name=f"mcp:{self.name}")
+
+    async def first_attempt(self) -> None:
+        """Wait until the first connection attempt succeeded or failed."""
+        await self._first.wait()
+
+    async def stop(self) -> None:
+        """Close the session (a stdio server's process is stopped) and end the task."""
+        self._stop.set()
+        self._wake.set()
+        task = self._task
+        if task is None:
+            return
+        try:
+            await asyncio.wait_for(asyncio.shield(task), timeout=15.0)
+        except TimeoutError:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    # -- the connection's task --------------------------------------------------------------
+    async def _run(self) -> None:
+        first, longest = self.config.restart_delay
+        delay = first
+        while not self._stop.is_set():
+            self._wake.clear()
+            session: _Session | None = None
+            reason = "the server closed the connection"
+            refused = False
+            try:
+                with anyio.CancelScope() as scope:
+                    scope.deadline = anyio.current_time() + self.config.connect_timeout
+                    async with self._client() as client:
+                        tools = await self._list(client)
+                        scope.deadline = math.inf
+                        session = _Session(client)
+                        self._session = session
+                        self.tools = tools
+                        self.reason = None
+                        self._on_listing(self, tools)
+                        log.info("MCP %s is up with %d tools", self.config.shown, len(tools))
+                        self._first.set()
+                        delay = first
+                        await self._wake.wait()
+                        self._session = None
+                if scope.cancelled_caught:
+                    reason = f"no answer within {self.config.connect_timeout:g}s"
+            except Exception as exc:
+                reason = describe_failure(exc)
+                refused = _refused(exc)
+            finally:
+                self._session = None
+                if session is not None:
+                    session.reason, session.refused = reason, refused
+                    session.in_flight_at_end = session.in_flight
+                    session.ended.set()
+            if self._stop.is_set():
+                break
+            self.reason = reason
+            self._first.set()
+            log.warning(
+                "MCP %s is not available: %s; retrying in %gs",
+                self.config.shown,
+                reason,
+                delay,
+                extra={"mcp_server": self.name},
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), timeout=delay)
+            delay = min(delay * 2, longest)
+
+    @contextlib.asynccontextmanager
+    async def _client(self) -> AsyncIterator[Client]:
+        async with self._transport() as (read, write):
+            watched = _WatchedRead(read, self._wake.set)
+            client = Client(
+                _streams(watched, write),
+                cache=None,
+                read_timeout_seconds=self.config.timeout,
+                client_info=mcp_types.Implementation(name="signoff", version="1"),
+            )
+            async with client:
+                yield client
+
+    @contextlib.asynccontextmanager
+    async def _transport(self) -> AsyncIterator[Any]:
+        config = self.config
+        match config:
+            case StdioServer():
+                params = StdioServerParameters(
+                    command=config.command,
+                    args=list(config.args),
+                    env=dict(config.env) or None,
+                    cwd=config.cwd,
+                )
+                async with stdio_client(params, errlog=sys.stderr) as streams:
+                    yield streams
+            case HttpServer():
+                # A read timeout longer than any call: the SDK times calls out itself.
+                timeout = httpx2.Timeout(30.0, read=max(300.0, config.timeout + 30.0))
+                async with (
+                    httpx2.AsyncClient(headers=dict(config.headers), timeout=timeout) as http,
+                    streamable_http_client(config.url, http_client=http) as streams,
+                ):
+                    yield streams
+            case _:
+                assert_never(config)
+
+    async def _list(self, client: Client) -> list[mcp_types.Tool]:
+        tools: list[mcp_types.Tool] = []
+        cursor: str | None = None
+        for _ in range(_LIST_PAGES):
+            page = await client.list_tools(cursor=cursor)
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        return tools
+
+    # -- calls ------------------------------------------------------------------------------
+    async def call(self, tool: str, args: dict[str, Any], execution_key: str) -> Any:
+        """Call `tool` with `args`; the execution key goes in the request's ``_meta``.
+
+        Raises:
+            McpServerUnavailable: Not connected; nothing was sent.
+            McpToolError: An error result, an MCP error, or no answer in time.
+            ToolOutcomeUnknown: The connection was lost after the request was sent.
+        """
+        session = self._session
+        if session is None:
+            raise McpServerUnavailable(
+                f"MCP server {self.name!r} is not available ({self.reason or 'not connected'})"
+            )
+        session.in_flight += 1
+        try:
+            result = await session.client.call_tool(
+                tool,
+                args,
+                read_timeout_seconds=self.config.timeout,
+                meta=cast(mcp_types.RequestParamsMeta, {EXECUTION_KEY_META: execution_key}),
+            )
+        except MCPError as exc:
+            if exc.code == mcp_types.CONNECTION_CLOSED:
+                await self._lost(session, tool)
+            if exc.code == mcp_types.REQUEST_TIMEOUT:
+                raise McpToolError(
+                    f"{tool} got no answer from MCP server {self.name!r} within "
+                    f"{self.config.timeout:g}s; the request was cancelled"
+                ) from None
+            raise McpToolError(
+                f"MCP server {self.name!r} refused {tool}: error {exc.code}: {exc.message}"
+            ) from None
+        except (ValidationError, RuntimeError) as exc:
+            raise McpToolError(
+                f"MCP server {self.name!r} gave {tool} an answer signoff cannot use: {exc}"
+            ) from None
+        finally:
+            session.in_flight -= 1
+        if result.is_error:
+            raise McpToolError(_error_text(result))
+        return result_value(result)
+
+    async def _lost(self, session: _Session, tool: str) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(session.ended.wait(), timeout=_SETTLE_SECONDS)
+        if session.ended.is_set() and session.refused and session.in_flight_at_end <= 1:
+            # The request's own connection was refused: it never reached the server.
+            raise McpServerUnavailable(
+                f"MCP server {self.name!r} is not available ({session.reason})"
+            )
+        why = session.reason or "the connection broke"
+        raise ToolOutcomeUnknown(
+            f"MCP server {self.name!r} went away before answering {tool} ({why}); "
+            "it may or may not have run"
+        )
+
+
+@contextlib.asynccontextmanager
+async def _streams(read: Any, write: Any) -> AsyncIterator[Any]:
+    yield read, write

@@ -1,0 +1,153 @@
+"""An MCP server for the tests, on the MCP SDK's server side: ``python fake_mcp_server.py
+stdio`` or ``... http`` (Streamable HTTP on 127.0.0.1, a free port; prints ``READY
+<port>`` once it accepts connections).
+
+Its state directory (``FAKE_MCP_STATE``) is how tests watch and steer it:
+
+- ``pids``: one line per start, the process id (tests SIGKILL it);
+- ``calls.jsonl``: one JSON line per tool call, with the arguments, the request's
+  ``_meta`` and (over HTTP) the ``Authorization`` header;
+- ``hanging``: written by ``hang`` when its call has arrived (then it never answers);
+- ``schema``: if it says ``v2`` at start-up, ``deploy`` takes a required ``reason`` too;
+- ``down``: while it exists, the server exits at once when started.
+
+With ``FAKE_MCP_TOKEN`` set, HTTP requests without ``Authorization: Bearer <token>`` get 401.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+STATE = Path(os.environ["FAKE_MCP_STATE"])
+SCHEMA = (STATE / "schema").read_text().strip() if (STATE / "schema").exists() else "v1"
+
+server: MCPServer[Any] = MCPServer("fake-infra", log_level="ERROR")
+
+
+def _log(tool: str, args: dict[str, Any], ctx: Context) -> None:
+    meta = dict(ctx.request_context.meta or {})
+    headers = ctx.headers or {}
+    entry = {
+        "tool": tool,
+        "args": args,
+        "meta": meta,
+        "authorization": headers.get("authorization"),
+        "pid": os.getpid(),
+    }
+    with (STATE / "calls.jsonl").open("a") as handle:
+        handle.write(json.dumps(entry) + "\n")
+
+
+@server.tool()
+def lookup(service: str, ctx: Context) -> str:
+    """Look a service up (read-only)."""
+    _log("lookup", {"service": service}, ctx)
+    return f"{service} is healthy"
+
+
+if SCHEMA == "v2":
+
+    @server.tool()
+    def deploy(
+        service: str, environment: Literal["staging", "production"], reason: str, ctx: Context
+    ) -> str:
+        """Deploy a service (v2: with a reason)."""
+        _log("deploy", {"service": service, "environment": environment, "reason": reason}, ctx)
+        return f"deployed {service} to {environment}"
+
+else:
+
+    @server.tool()
+    def deploy(service: str, environment: Literal["staging", "production"], ctx: Context) -> str:
+        """Deploy a service."""
+        _log("deploy", {"service": service, "environment": environment}, ctx)
+        return f"deployed {service} to {environment}"
+
+
+@server.tool()
+def merge(branch: str, token: str, ctx: Context) -> str:
+    """Merge a branch (the token is a secret)."""
+    _log("merge", {"branch": branch}, ctx)
+    return f"merged {branch}"
+
+
+@server.tool()
+def fail(ctx: Context) -> str:
+    """Always fails."""
+    _log("fail", {}, ctx)
+    raise ToolError("the disk is full")
+
+
+@server.tool()
+async def hang(ctx: Context) -> str:
+    """Never answers (the test kills the server or times the call out)."""
+    _log("hang", {}, ctx)
+    marker = STATE / f"hanging.{os.getpid()}"
+    marker.write_text(str(os.getpid()))
+    marker.replace(STATE / "hanging")  # atomically: a reader never sees it half written
+    await asyncio.sleep(3600)
+    return "woke up"
+
+
+class _Bearer:
+    """ASGI middleware: 401 unless the request carries the expected bearer token."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and dict(scope["headers"]).get(b"authorization") != (
+            self.expected
+        ):
+            await send({"type": "http.response.start", "status": 401, "headers": []})
+            await send({"type": "http.response.body", "body": b"unauthorized"})
+            return
+        await self.app(scope, receive, send)
+
+
+async def _serve_http() -> None:
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    app: Any = server.streamable_http_app()
+    token = os.environ.get("FAKE_MCP_TOKEN")
+    if token:
+        app = _Bearer(app, token)
+    config = uvicorn.Config(app, log_level="error", lifespan="on")
+    http = uvicorn.Server(config)
+    task = asyncio.create_task(http.serve(sockets=[sock]))
+    while not http.started:
+        if task.done():
+            await task
+        await asyncio.sleep(0.01)
+    print(f"READY {port}", flush=True)
+    await task
+
+
+def main() -> None:
+    STATE.mkdir(parents=True, exist_ok=True)
+    if (STATE / "down").exists():
+        sys.exit(1)
+    with (STATE / "pids").open("a") as handle:
+        handle.write(f"{os.getpid()} {time.time()}\n")
+    if sys.argv[1:] == ["http"]:
+        asyncio.run(_serve_http())
+    else:
+        server.run()
+
+
+if __name__ == "__main__":
+    main()
