@@ -49,6 +49,7 @@ def api_tokens(settings: Settings, operator_token: str) -> list[ApiToken]:
                 entry.actor,
                 operator=entry.operator,
                 name=entry.name,
+                groups=frozenset(entry.groups),
             )
         )
     return tokens
@@ -133,6 +134,7 @@ def add_slack(
         api_base_url=settings.slack_api_base_url,
         command=settings.slack_command,
         default_agent=settings.slack_default_agent,
+        approver_groups={k: tuple(v) for k, v in settings.slack_approver_groups.items()},
     )
     if config.default_agent is not None and config.default_agent not in runtime.agents:
         raise ConfigurationError(
@@ -153,4 +155,4 @@ def add_slack(
 
         app.on_startup.append(connect)
         app.on_shutdown.append(disconnect)
-    return SlackNotifier(bolt.client, runtime.store)
+    return SlackNotifier(bolt.client, runtime.store, groups=config.approver_groups)

@@ -81,6 +81,7 @@ class ApiTokenSetting(BaseModel):
     actor: str = Field(min_length=1)
     operator: bool = False
     name: str | None = None
+    groups: list[str] = Field(default_factory=list)
 
 
 class HookSetting(BaseModel):
@@ -142,7 +143,8 @@ class Settings(BaseSettings):
         operator_token: Sign-in token of the built-in operator (console and API). Unset:
             a random one is made at start-up and printed.
         api_tokens: More tokens, each standing for a user id (JSON list of
-            ``{"token", "actor", "operator", "name"}``).
+            ``{"token", "actor", "operator", "name", "groups"}``; ``groups`` are approver
+            groups the user belongs to).
         hooks: Signed webhooks by name (JSON object of ``{"secret", "agent",
             "input_template", "approvals", "requester", "callback_url",
             "callback_hosts", "max_body_bytes"}``).
@@ -155,6 +157,8 @@ class Settings(BaseSettings):
         slack_api_base_url: Base URL of Slack's Web API (GovSlack, a test fake).
         slack_command: The slash command that starts runs, e.g. ``/signoff``.
         slack_default_agent: The agent a Slack request runs when it names none.
+        slack_approver_groups: ``{"<group>": ["S...", "C...", ...]}``: members of those
+            Slack user groups or channels match approver entries ``group:<group>``.
         slack_mode: ``off`` (default), ``http`` (Slack calls ``POST /slack/events``; needs
             the bot token and signing secret) or ``socket`` (Socket Mode; needs the bot
             token and app token).
@@ -219,6 +223,7 @@ class Settings(BaseSettings):
     slack_api_base_url: str = DEFAULT_SLACK_API_BASE_URL
     slack_command: str = "/signoff"
     slack_default_agent: str | None = Field(default=None, min_length=1)
+    slack_approver_groups: dict[str, list[str]] = Field(default_factory=dict)
     # Last: its check reads the Slack credentials above.
     slack_mode: Literal["off", "http", "socket"] = "off"
     discord_bot_token: SecretStr | None = Field(default=None, min_length=1)
@@ -290,6 +295,18 @@ class Settings(BaseSettings):
             raise ValueError("expected an http(s) URL such as https://slack.com/api/")
         # slack_sdk appends the method name to the base URL as it is.
         return value if value.endswith("/") else value + "/"
+
+    @field_validator("slack_approver_groups")
+    @classmethod
+    def _slack_ids(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        for group, ids in value.items():
+            wrong = [i for i in ids if not re.fullmatch(r"[SCG][A-Z0-9]+", i)]
+            if wrong or not ids:
+                raise ValueError(
+                    f"group {group!r}: expected Slack user group ids (S...) or channel ids "
+                    f"(C... or G...), got {wrong or 'none'}"
+                )
+        return value
 
     @field_validator("slack_command")
     @classmethod

@@ -3,6 +3,14 @@
 The public surface is re-exported here; everything else is internal.
 """
 
+from runtime.accepting import (
+    Accepted,
+    AcceptOutcome,
+    ActorSource,
+    Decidable,
+    FormOutcome,
+    Refused,
+)
 from runtime.agent import Agent
 from runtime.clock import Clock, IdSource, ManualClock, RandomIds, SequentialIds, SystemClock
 from runtime.context import ToolContext, current_tool_context
@@ -41,6 +49,7 @@ from runtime.model import (
     tool_call_reply,
     usage_of_events,
 )
+from runtime.refusals import Refusal, RefusalReason, classify
 from runtime.results import PendingEntry, RunResult, ToolCallView
 from runtime.runtime import ReceivedOutcome, Runtime
 from runtime.states import CallState, RunStatus, TicketStatus
@@ -51,6 +60,7 @@ from runtime.tickets import (
     Actor,
     Allow,
     Answer,
+    AnswerKind,
     AwaitTarget,
     Continue,
     Deny,
@@ -77,20 +87,26 @@ from runtime.tools import (
 
 __all__ = [
     "Abort",
+    "AcceptOutcome",
+    "Accepted",
     "AccessDenied",
     "Actor",
+    "ActorSource",
     "Agent",
     "Allow",
     "Answer",
+    "AnswerKind",
     "AwaitTarget",
     "CallState",
     "Clock",
     "ConfigurationError",
     "Continue",
+    "Decidable",
     "Deny",
     "Escalate",
     "Expired",
     "ExpiryAction",
+    "FormOutcome",
     "IdSource",
     "IdempotencyConflict",
     "IllegalTransition",
@@ -111,6 +127,9 @@ __all__ = [
     "Permission",
     "RandomIds",
     "ReceivedOutcome",
+    "Refusal",
+    "RefusalReason",
+    "Refused",
     "RemoteInput",
     "ReplayPolicy",
     "ResolutionError",
@@ -145,6 +164,7 @@ __all__ = [
     "UnknownExecutionKey",
     "UnknownTicket",
     "Usage",
+    "classify",
     "current_tool_context",
     "final_reply",
     "tool",

@@ -206,6 +206,7 @@ def ticket_payload(ticket: ResumeTicket, agent: Agent | None) -> dict[str, Any]:
         "target": target,
         "requester": ticket.requester,
         "approvers": list(ticket.approvers),
+        "deciders": list(ticket.deciders()),
         "four_eyes": ticket.four_eyes,
         "who_may_decide": ticket.who_may_decide(),
         "deadline": ticket.deadline.isoformat() if ticket.deadline else None,

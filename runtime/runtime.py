@@ -22,6 +22,14 @@ from runtime._support import (
     record,
     to_jsonable,
 )
+from runtime.accepting import (
+    Accepted,
+    AcceptOutcome,
+    ActorSource,
+    Decidable,
+    FormOutcome,
+    Refused,
+)
 from runtime.agent import Agent
 from runtime.clock import Clock, IdSource, RandomIds, SystemClock
 from runtime.errors import (
@@ -34,10 +42,12 @@ from runtime.errors import (
     ResumeError,
     RunNotFound,
     SignoffError,
+    StorageError,
     UnknownExecutionKey,
     UnknownTicket,
 )
 from runtime.model import Model
+from runtime.refusals import Refusal, classify
 from runtime.results import PendingEntry, RunResult, pending_entry, run_result
 from runtime.states import CallState, RunStatus, TicketStatus, check_run_move
 from runtime.store.base import DuplicateKey, Store, Transaction
@@ -54,6 +64,7 @@ from runtime.tickets import (
     Actor,
     Allow,
     Answer,
+    AnswerKind,
     Continue,
     Deny,
     InputData,
@@ -65,6 +76,7 @@ from runtime.tickets import (
     Retry,
     ToolPermission,
     Uncertain,
+    check_decidable,
     validate_resume,
 )
 from runtime.tools import Escalate, ExpiryAction
@@ -97,6 +109,33 @@ def _idempotency_keys(
 def _seq(entry: PendingEntry, calls: dict[str, CallRecord]) -> int:
     call = calls.get(entry.call.call_id)
     return call.seq if call is not None else -1
+
+
+CARD_KINDS = ("approval_requested", "input_requested", "uncertain")
+"""Notifications that post a card asking for a decision."""
+
+
+@dataclass(frozen=True, slots=True)
+class CardRef:
+    """Where a ticket's card was posted.
+
+    Attributes:
+        kind: The notification that posted it (one of `CARD_KINDS`).
+        ref: The platform's message reference (empty until it was posted).
+        destination: Where it was addressed (the run's origin: channel, guild ...).
+    """
+
+    kind: str
+    ref: dict[str, Any]
+    destination: dict[str, Any]
+
+
+class _Refusing(Exception):
+    """Internal: leave a transaction (rolling it back) with this refusal."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.message)
+        self.refusal = refusal
 
 
 @dataclass(frozen=True, slots=True)
@@ -356,6 +395,21 @@ class Runtime:
                 IdempotencyRecord(scope, key, fingerprint, earlier_id or run_id, now)
             )
         return earlier_id
+
+    async def card_of(self, ticket_id: str, platform: str) -> CardRef | None:
+        """Where the card asking for a ticket's decision was posted on `platform`."""
+        async with self._deps.store.transaction() as tx:
+            for kind in CARD_KINDS:
+                item = await tx.find_outbox(ticket_id=ticket_id, kind=kind)
+                if item is not None and item.destination.get("platform") == platform:
+                    return CardRef(kind, dict(item.platform_ref or {}), dict(item.destination))
+        return None
+
+    async def started_by(self, scope: str, key: str) -> str | None:
+        """The run an idempotency key already started in `scope`, if any."""
+        async with self._deps.store.transaction() as tx:
+            found = await tx.get_idempotency(scope, key)
+        return found.run_id if found is not None else None
 
     async def forget_idempotency(self, scope: str, before: datetime) -> int:
         """Forget the idempotency keys of `scope` first used before `before`.
@@ -703,6 +757,126 @@ class Runtime:
         )
         return ticket
 
+    async def accept(
+        self,
+        ticket_id: str,
+        answer: Answer,
+        actor: ActorSource,
+        *,
+        correlation: str,
+        source: str,
+        delivery_id: str,
+        reply: dict[str, Any] | None = None,
+    ) -> AcceptOutcome:
+        """Check a click and store it durably, in one transaction (see `runtime.accepting`).
+
+        Args:
+            ticket_id: The ticket the click names.
+            answer: The typed answer.
+            actor: The clicker, or a function finding them from the ticket.
+            correlation: The token the click carried.
+            source: The platform, e.g. ``slack``.
+            delivery_id: The platform's id of this delivery (its retries repeat it).
+            reply: Where the edge wants word if the decision is refused when applied.
+
+        Returns:
+            `Accepted` (stored, or already stored by an earlier delivery) or `Refused`.
+        """
+        deps = self._deps
+        try:
+            who = await self._resolve_actor(actor, ticket_id)
+            now = deps.clock.now()
+            item = ReceivedRecord(
+                command_id=deps.ids.new_id("rc"),
+                source=source,
+                delivery_id=delivery_id,
+                ticket_id=ticket_id,
+                correlation=correlation,
+                answer=ANSWER.dump_python(answer, mode="json"),
+                actor=who.model_dump(mode="json"),
+                received_at=now,
+                reply=reply,
+            )
+            try:
+                async with deps.store.transaction() as tx:
+                    ticket = await tx.get_ticket(ticket_id)
+                    # A retry of a stored delivery is recognised before the check: the
+                    # ticket may be decided by now, by this very click.
+                    if not await tx.insert_received(item):
+                        return Accepted(ticket, stored=False)
+                    try:
+                        self._check_click(ticket, ticket_id, answer, who, correlation, now)
+                    except ResumeError as exc:
+                        # Leaving the block by an exception rolls the insert back.
+                        raise _Refusing(classify(exc, ticket)) from exc
+            except DuplicateKey:
+                return Accepted(None, stored=False)  # a concurrent delivery won the insert
+        except _Refusing as refusing:
+            return Refused(refusing.refusal)
+        except StorageError as exc:
+            return Refused(classify(exc, None))
+        return Accepted(ticket, stored=True)
+
+    def _check_click(
+        self,
+        ticket: ResumeTicket | None,
+        ticket_id: str,
+        answer: Answer,
+        actor: Actor,
+        correlation: str,
+        at: datetime,
+    ) -> None:
+        if ticket is None:
+            raise UnknownTicket(f"no ticket {ticket_id!r} exists")
+        agent = self._deps.agents.get(ticket.agent)
+        command = ResumeCommand.from_ticket(ticket, answer, actor, at)
+        validate_resume(
+            command.model_copy(update={"correlation": correlation}),
+            ticket,
+            agent_version=agent.version if agent is not None else None,
+            catalog_fingerprint=agent.catalog_fingerprint if agent is not None else None,
+        )
+
+    async def may_answer(
+        self, ticket_id: str, kind: AnswerKind, actor: ActorSource, *, correlation: str
+    ) -> FormOutcome:
+        """Whether `actor` may answer the ticket with an answer of `kind` now.
+
+        For a button that opens a form: everything a decision is checked for except the
+        answer's content. Changes nothing.
+        """
+        deps = self._deps
+        try:
+            who = await self._resolve_actor(actor, ticket_id)
+            async with deps.store.transaction() as tx:
+                ticket = await tx.get_ticket(ticket_id)
+        except StorageError as exc:
+            return Refused(classify(exc, None))
+        agent = deps.agents.get(ticket.agent) if ticket is not None else None
+        try:
+            if ticket is None:
+                raise UnknownTicket(f"no ticket {ticket_id!r} exists")
+            check_decidable(
+                ticket,
+                ticket_id=ticket_id,
+                correlation=correlation,
+                actor=who,
+                at=deps.clock.now(),
+                kind=kind,
+                agent_version=agent.version if agent is not None else None,
+                catalog_fingerprint=agent.catalog_fingerprint if agent is not None else None,
+            )
+        except ResumeError as exc:
+            return Refused(classify(exc, ticket))
+        return Decidable(ticket)
+
+    async def _resolve_actor(self, actor: ActorSource, ticket_id: str) -> Actor:
+        if isinstance(actor, Actor):
+            return actor
+        async with self._deps.store.transaction() as tx:
+            ticket = await tx.get_ticket(ticket_id)
+        return await actor(ticket)
+
     async def receive(
         self,
         ticket_id: str,
@@ -792,11 +966,13 @@ class Runtime:
                 async with deps.store.transaction() as tx:
                     await tx.update_received(item)
                     if item.reply is not None:
-                        await self._tell_refused(tx, item)
+                        await self._tell_refused(tx, item, error)
             outcomes.append(ReceivedOutcome(item, error))
         return outcomes
 
-    async def _tell_refused(self, tx: Transaction, item: ReceivedRecord) -> None:
+    async def _tell_refused(
+        self, tx: Transaction, item: ReceivedRecord, error: SignoffError
+    ) -> None:
         """Queue word to the clicker that their stored decision was refused.
 
         The click was acknowledged as recorded; this is how the edge learns otherwise.
@@ -806,6 +982,7 @@ class Runtime:
         run = await tx.get_run(ticket.run_id) if ticket is not None else None
         if run is None:
             return
+        refusal = classify(error, ticket)
         await tx.add_outbox(
             OutboxRecord(
                 outbox_id=self._deps.ids.new_id("ob"),
@@ -816,6 +993,8 @@ class Runtime:
                     "agent": run.agent,
                     "ticket_id": item.ticket_id,
                     "error": item.error_code,
+                    "reason": refusal.reason.value,
+                    "decided_by": refusal.decided_by,
                     "message": item.error,
                     "actor": item.actor.get("id"),
                 },

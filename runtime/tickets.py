@@ -314,19 +314,104 @@ class ResumeCommand(_Frozen):
         )
 
 
-def answer_fits(target: AwaitTarget, answer: Answer) -> bool:
-    """Whether `answer` is one of the answers `target` accepts."""
+AnswerKind = Literal["allow", "deny", "input", "resolve", "retry", "abort", "continue"]
+"""The ``kind`` of an `Answer`: what a button or form will send, before it is filled in."""
+
+
+def kinds_accepted(target: AwaitTarget) -> frozenset[AnswerKind]:
+    """The kinds of answer `target` accepts."""
     match target:
         case ToolPermission():
-            return isinstance(answer, Allow | Deny)
+            return frozenset({"allow", "deny"})
         case RemoteInput():
-            return isinstance(answer, InputData | Deny)
+            return frozenset({"input", "deny"})
         case Uncertain():
-            return isinstance(answer, Resolve | Retry | Abort)
+            return frozenset({"resolve", "retry", "abort"})
         case Pause():
-            return isinstance(answer, Continue)
+            return frozenset({"continue"})
         case _:
             assert_never(target)
+
+
+def answer_fits(target: AwaitTarget, answer: Answer) -> bool:
+    """Whether `answer` is one of the answers `target` accepts."""
+    return answer.kind in kinds_accepted(target)
+
+
+def check_decidable(
+    ticket: ResumeTicket | None,
+    *,
+    ticket_id: str,
+    correlation: str,
+    actor: Actor,
+    at: datetime,
+    kind: AnswerKind,
+    agent_version: str | None,
+    catalog_fingerprint: str | None,
+    run_id: str | None = None,
+    thread_id: str | None = None,
+) -> ResumeTicket:
+    """Check that `actor` may now answer `ticket` with an answer of `kind`.
+
+    Everything `validate_resume` checks except the answer's content, in the same order:
+    so a button can learn whether its form may open before anything is typed.
+
+    Args:
+        ticket: The committed ticket, or None if none exists.
+        ticket_id: The id the click or request named.
+        correlation: The token it carried.
+        actor: Who answers.
+        at: When the answer was given.
+        kind: The kind of answer.
+        agent_version: Version of the ticket's agent as loaded now (None: not loaded).
+        catalog_fingerprint: Fingerprint of its tool catalog as loaded now.
+        run_id: The run the command names (defaults to the ticket's).
+        thread_id: The thread the command names (defaults to the ticket's).
+
+    Returns:
+        The ticket, which is open.
+
+    Raises:
+        NotAwaiting: No open ticket, or the correlation or identities do not match.
+        Expired: The ticket expired, or its deadline passed before `at`.
+        Unauthorized: The actor may not decide.
+        ResolutionError: An answer of `kind` does not fit the target.
+        StaleTicket: The agent or its catalog changed since the run parked.
+    """
+    if ticket is None:
+        raise NotAwaiting(f"no ticket {ticket_id!r} is awaiting a decision")
+    if ticket.status is TicketStatus.EXPIRED:
+        raise Expired(f"ticket {ticket.ticket_id} expired")
+    if ticket.status is not TicketStatus.OPEN:
+        raise NotAwaiting(f"ticket {ticket.ticket_id} was already {ticket.status}")
+    if not hmac.compare_digest(
+        correlation.encode("utf-8", "surrogatepass"), ticket.correlation.encode()
+    ):
+        raise NotAwaiting(f"ticket {ticket.ticket_id}: correlation token does not match")
+    if (run_id is not None and run_id != ticket.run_id) or (
+        thread_id is not None and thread_id != ticket.thread_id
+    ):
+        raise NotAwaiting(f"ticket {ticket.ticket_id} belongs to another run or thread")
+    # Who may decide comes before what the answer looks like, so someone who may not
+    # decide learns nothing about what the ticket waits for.
+    if not ticket.may_decide(actor):
+        raise Unauthorized(
+            f"{actor.id} may not decide ticket {ticket.ticket_id}; "
+            f"who may: {ticket.who_may_decide()}"
+        )
+    if kind not in kinds_accepted(ticket.target):
+        raise ResolutionError(f"a {kind!r} answer does not fit a {ticket.target.kind!r} ticket")
+    if ticket.deadline is not None and at >= ticket.deadline:
+        raise Expired(
+            f"ticket {ticket.ticket_id} passed its deadline {ticket.deadline.isoformat()}"
+        )
+    if agent_version is None:
+        raise StaleTicket(f"agent {ticket.agent!r} is not loaded any more")
+    if agent_version != ticket.agent_version or catalog_fingerprint != ticket.catalog_fingerprint:
+        raise StaleTicket(
+            f"agent {ticket.agent!r} changed since ticket {ticket.ticket_id} was opened"
+        )
+    return ticket
 
 
 def validate_resume(
@@ -354,39 +439,20 @@ def validate_resume(
         StaleTicket: The agent or its catalog changed since the run parked.
         InvalidAnswer: Typed input does not match the requested schema.
     """
-    if ticket is None:
-        raise NotAwaiting(f"no ticket {command.ticket_id!r} is awaiting a decision")
-    if ticket.status is TicketStatus.EXPIRED:
-        raise Expired(f"ticket {ticket.ticket_id} expired")
-    if ticket.status is not TicketStatus.OPEN:
-        raise NotAwaiting(f"ticket {ticket.ticket_id} was already {ticket.status}")
-    if not hmac.compare_digest(command.correlation.encode(), ticket.correlation.encode()):
-        raise NotAwaiting(f"ticket {ticket.ticket_id}: correlation token does not match")
-    if command.run_id != ticket.run_id or command.thread_id != ticket.thread_id:
-        raise NotAwaiting(f"ticket {ticket.ticket_id} belongs to another run or thread")
-    # Who may decide comes before what the answer looks like, so someone who may not
-    # decide learns nothing about what the ticket waits for.
-    if not ticket.may_decide(command.actor):
-        raise Unauthorized(
-            f"{command.actor.id} may not decide ticket {ticket.ticket_id}; "
-            f"who may: {ticket.who_may_decide()}"
-        )
-    if not answer_fits(ticket.target, command.answer):
-        raise ResolutionError(
-            f"a {command.answer.kind!r} answer does not fit a {ticket.target.kind!r} ticket"
-        )
-    if ticket.deadline is not None and command.at >= ticket.deadline:
-        raise Expired(
-            f"ticket {ticket.ticket_id} passed its deadline {ticket.deadline.isoformat()}"
-        )
-    if agent_version is None:
-        raise StaleTicket(f"agent {ticket.agent!r} is not loaded any more")
-    if agent_version != ticket.agent_version or catalog_fingerprint != ticket.catalog_fingerprint:
-        raise StaleTicket(
-            f"agent {ticket.agent!r} changed since ticket {ticket.ticket_id} was opened"
-        )
-    if isinstance(ticket.target, RemoteInput) and isinstance(command.answer, InputData):
-        check_input(ticket.target.schema_, command.answer.data)
+    checked = check_decidable(
+        ticket,
+        ticket_id=command.ticket_id,
+        correlation=command.correlation,
+        actor=command.actor,
+        at=command.at,
+        kind=command.answer.kind,
+        agent_version=agent_version,
+        catalog_fingerprint=catalog_fingerprint,
+        run_id=command.run_id,
+        thread_id=command.thread_id,
+    )
+    if isinstance(checked.target, RemoteInput) and isinstance(command.answer, InputData):
+        check_input(checked.target.schema_, command.answer.data)
 
 
 def check_input(schema: dict[str, Any], data: dict[str, Any]) -> None:

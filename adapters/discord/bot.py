@@ -19,7 +19,7 @@ import discord
 from discord import app_commands
 
 from adapters.discord.config import DiscordConfig, SyncMode
-from adapters.discord.custom_ids import BUTTON_TEMPLATE, Action, TicketClick, is_ours
+from adapters.discord.custom_ids import BUTTON_TEMPLATE, Action, TicketClick
 from adapters.discord.handlers import Handlers, Interaction
 from runtime import ConfigurationError
 
@@ -122,14 +122,18 @@ class DiscordBot(discord.Client):
         await sync_commands(self.tree, self.config)
 
     async def on_interaction(self, interaction: Interaction) -> None:
-        """Modal submissions, and signoff components no button template matches."""
+        """Modal submissions, and components no button template matches.
+
+        Every component this bot can receive is on a message it posted, so one that is
+        not a signoff button (a malformed or foreign ``custom_id``) still gets an answer
+        instead of Discord's "This interaction failed".
+        """
         data = cast(dict[str, Any], interaction.data or {})
         custom_id = str(data.get("custom_id", ""))
         if interaction.type is discord.InteractionType.modal_submit:
             await self.handlers.submitted(interaction)
         elif (
             interaction.type is discord.InteractionType.component
-            and is_ours(custom_id)
             and not TicketButton.__discord_ui_compiled_template__.fullmatch(custom_id)
         ):
             await self.handlers.unrecognised(interaction)

@@ -101,18 +101,27 @@ def approver(entry: str, role_groups: Mapping[str, Sequence[str]]) -> str:
 
 
 def who_may_decide(
-    requester: str | None,
-    approvers: Sequence[str],
+    deciders: Sequence[str],
     four_eyes: bool,
     role_groups: Mapping[str, Sequence[str]],
 ) -> str:
-    """Who may decide a ticket, with mentions."""
-    people = [] if four_eyes or not requester else [user(requester)]
-    people += [approver(entry, role_groups) for entry in approvers]
+    """Who may decide a ticket (its deciders, see `runtime.ResumeTicket.deciders`)."""
+    people = list(dict.fromkeys(approver(entry, role_groups) for entry in deciders))
     shown = ", ".join(people) if people else "an operator"
     if four_eyes:
         shown += " (not the requester)"
     return shown
+
+
+def payload_deciders(payload: Mapping[str, Any]) -> list[str]:
+    """The deciders a ticket notification names (older ones only list approvers)."""
+    if "deciders" in payload:
+        return [str(entry) for entry in payload.get("deciders") or ()]
+    approvers = [str(a) for a in payload.get("approvers") or ()]
+    requester = payload.get("requester")
+    if not approvers and requester and not payload.get("four_eyes"):
+        return [str(requester)]
+    return approvers
 
 
 def when(iso: str | None) -> str:
@@ -320,9 +329,7 @@ def card(
     fields.append(
         _field(
             "Who may decide",
-            who_may_decide(
-                requester, payload.get("approvers") or [], bool(payload.get("four_eyes")), groups
-            ),
+            who_may_decide(payload_deciders(payload), bool(payload.get("four_eyes")), groups),
             inline=False,
         )
     )

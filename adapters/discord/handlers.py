@@ -2,12 +2,13 @@
 
 The click path keeps every decision durable before it is acknowledged:
 
-1. ``runtime.check`` validates the decision against the committed ticket (read-only);
-   a refusal is answered ephemerally and nothing is stored or changed;
-2. ``runtime.receive`` stores the click as a resume command in one short transaction,
-   keyed by the interaction id, so a redelivered interaction is stored once;
-3. only then is the interaction answered ("recorded"); the worker applies the stored
-   command exactly once, and the runtime's ``decided`` notification edits the card.
+1. ``Runtime.accept`` checks the decision against the committed ticket and stores it as a
+   resume command in one transaction, keyed by the interaction id, so a redelivered
+   interaction is stored once; a refusal stores nothing and is answered ephemerally;
+2. only then is the interaction answered ("recorded"); the worker applies the stored
+   command exactly once, and the runtime's ``decided`` notification edits the card. A
+   stored click refused when applied (the loser of two) is told so by a follow-up only
+   its clicker sees.
 
 Discord wants an answer within 3 seconds. Each interaction gets
 ``DiscordConfig.ack_budget_seconds`` to do its work; past that the bot defers (the user
@@ -26,27 +27,40 @@ import discord
 
 from adapters.discord import cards, forms, modals, refusals
 from adapters.discord.config import DiscordConfig, actor_of
-from adapters.discord.custom_ids import Action, TicketClick, is_ours, parse_modal
+from adapters.discord.custom_ids import Action, TicketClick, parse_modal
 from runtime import (
     Abort,
+    Accepted,
     Actor,
     Allow,
     Answer,
+    AnswerKind,
+    Decidable,
     Deny,
     InputData,
     NotAwaiting,
+    Refusal,
+    Refused,
     RemoteInput,
     Resolve,
-    ResumeError,
     ResumeTicket,
     Retry,
     RunNotFound,
     RunResult,
     Runtime,
     SignoffError,
+    UnknownTicket,
+    classify,
 )
 
 log = logging.getLogger("signoff.discord")
+
+# Buttons that open a form: the kind of answer the form will send.
+_FORM_KINDS: dict[Action, AnswerKind] = {
+    Action.REASON: "deny",
+    Action.INPUT: "input",
+    Action.RESULT: "resolve",
+}
 
 FORM_BUDGET_SECONDS = 2.5
 """How long the check before opening a modal may take (a modal cannot follow a deferral)."""
@@ -112,8 +126,15 @@ class Handlers:
                 if isinstance(interaction.channel, discord.Thread)
                 else None
             )
+            # A redelivered interaction (same id) finds the run it started.
             result = await self._runtime.start(
-                agent, prompt, requester=requester, origin=origin, thread_id=thread, wait=False
+                agent,
+                prompt,
+                requester=requester,
+                origin=origin,
+                thread_id=thread,
+                wait=False,
+                idempotency=("discord:interaction", str(interaction.id), f"{agent}\n{prompt}"),
             )
             self._wake()
             return Reply(
@@ -225,25 +246,27 @@ class Handlers:
     async def _open_form(self, interaction: Interaction, click: TicketClick) -> None:
         """Open the modal of a button, after checking the clicker may decide at all."""
         # A modal must be the first answer, so it cannot follow a deferral: check fast.
-        probe: Answer = Retry() if click.action is Action.RESULT else Deny()
         actor = self._actor(interaction)
         try:
-            ticket = await asyncio.wait_for(
-                self._runtime.check(click.ticket_id, probe, actor, correlation=click.correlation),
+            checked = await asyncio.wait_for(
+                self._runtime.may_answer(
+                    click.ticket_id, _FORM_KINDS[click.action], actor, correlation=click.correlation
+                ),
                 timeout=FORM_BUDGET_SECONDS,
             )
-        except ResumeError as exc:
-            await self._send(interaction, Reply(await self._refusal(exc, click.ticket_id)))
-            return
         except TimeoutError:
             await self._send(
                 interaction, Reply("⚠️ The database is slow right now; please click again.")
             )
             return
-        except SignoffError as exc:  # the database failed
-            await self._send(interaction, Reply(refusals.refusal_text(exc, None)))
-            return
-        modal = _form_for(click, ticket, self._config)
+        match checked:
+            case Refused(refusal):
+                await self._send(interaction, Reply(self._wording(refusal)))
+                return
+            case Decidable(ticket):
+                modal = _form_for(click, ticket, self._config)
+            case _:
+                assert_never(checked)
         if isinstance(modal, Reply):
             await self._send(interaction, modal)
             return
@@ -262,8 +285,8 @@ class Handlers:
         custom_id = str(data.get("custom_id", ""))
         click = parse_modal(custom_id)
         if click is None:
-            if is_ours(custom_id):
-                await self.unrecognised(interaction)
+            # Every modal this bot sees is one it opened: answer, never leave it hanging.
+            await self.unrecognised(interaction)
             return
         values = forms.submitted_values(data.get("components", []))
 
@@ -282,9 +305,11 @@ class Handlers:
         await self._decide(interaction, click, answer)
 
     async def _typed_input(self, click: TicketClick, values: dict[str, str]) -> Answer | Reply:
-        async with self._runtime.store.transaction() as tx:
-            ticket = await tx.get_ticket(click.ticket_id)
-        if ticket is None or not isinstance(ticket.target, RemoteInput):
+        try:
+            ticket = await self._runtime.ticket(click.ticket_id)
+        except UnknownTicket:
+            return Reply(refusals.UNRECOGNISED)
+        if not isinstance(ticket.target, RemoteInput):
             return Reply(refusals.UNRECOGNISED)
         fields = forms.form_fields(ticket.target.schema_)
         data, errors = forms.read_values(fields, values)
@@ -300,20 +325,14 @@ class Handlers:
         click: TicketClick,
         answer: Answer | Callable[[], Awaitable[Answer | Reply]],
     ) -> None:
-        """Check, store, then acknowledge one decision."""
+        """Check and store (one step), then acknowledge one decision."""
         actor = self._actor(interaction)
 
         async def work() -> Reply:
             chosen = answer if not callable(answer) else await answer()
             if isinstance(chosen, Reply):
                 return chosen
-            try:
-                await self._runtime.check(
-                    click.ticket_id, chosen, actor, correlation=click.correlation
-                )
-            except ResumeError as exc:
-                return Reply(await self._refusal(exc, click.ticket_id))
-            stored = await self._runtime.receive(
+            outcome = await self._runtime.accept(
                 click.ticket_id,
                 chosen,
                 actor,
@@ -322,38 +341,31 @@ class Handlers:
                 delivery_id=str(interaction.id),
                 reply=_where(interaction),
             )
-            if not stored:
-                return Reply("📌 This click was already received; nothing more to do.")
-            self._wake()
-            return Reply(_received_text(chosen))
+            match outcome:
+                case Refused(refusal):
+                    return Reply(self._wording(refusal))
+                case Accepted(stored=False):
+                    return Reply("📌 This click was already received; nothing more to do.")
+                case Accepted():
+                    self._wake()
+                    return Reply(_received_text(chosen))
+                case _:
+                    assert_never(outcome)
 
         await self._respond(interaction, work)
 
-    async def _refusal(self, exc: SignoffError, ticket_id: str) -> str:
-        ticket: ResumeTicket | None = None
-        try:
-            async with self._runtime.store.transaction() as tx:
-                ticket = await tx.get_ticket(ticket_id)
-        except SignoffError:
-            ticket = None
-        return refusals.refusal_text(exc, ticket, self._config.role_groups)
+    def _wording(self, refusal: Refusal) -> str:
+        return refusals.refusal_text(refusal, self._config.role_groups)
 
     async def _card_link(self, ticket_id: str) -> str | None:
-        async with self._runtime.store.transaction() as tx:
-            for kind in cards.CARD_KINDS:
-                item = await tx.find_outbox(ticket_id=ticket_id, kind=kind)
-                if (
-                    item is not None
-                    and item.platform_ref
-                    and item.destination.get("platform") == "discord"
-                ):
-                    ref = item.platform_ref
-                    return cards.jump_url(
-                        item.destination.get("guild_id"),
-                        str(ref.get("channel_id")),
-                        str(ref.get("message_id")),
-                    )
-        return None
+        card = await self._runtime.card_of(ticket_id, "discord")
+        if card is None or not card.ref:
+            return None
+        return cards.jump_url(
+            card.destination.get("guild_id"),
+            str(card.ref.get("channel_id")),
+            str(card.ref.get("message_id")),
+        )
 
     def _actor(self, interaction: Interaction) -> Actor:
         return actor_of(interaction.user, self._config)
@@ -381,7 +393,7 @@ class Handlers:
             return await work()
         except SignoffError as exc:
             log.warning("a Discord interaction failed: %s", exc)
-            return Reply(refusals.refusal_text(exc, None, self._config.role_groups))
+            return Reply(self._wording(classify(exc, None)))
         except Exception:
             log.exception("a Discord interaction failed")
             return Reply("⚠️ Something went wrong on our side; please try again.")
@@ -418,8 +430,17 @@ def _constant(reply: Reply) -> Callable[[], Awaitable[Reply]]:
 
 
 def _where(interaction: Interaction) -> dict[str, Any]:
-    """Where the click came from, kept with the stored decision (no credentials)."""
-    where: dict[str, Any] = {"channel_id": str(interaction.channel_id)}
+    """Where the click came from and who clicked, kept with the stored decision.
+
+    The interaction's token lets the bot send a follow-up only the clicker sees if the
+    decision is refused when applied; Discord accepts it for 15 minutes after the click.
+    """
+    where: dict[str, Any] = {
+        "channel_id": str(interaction.channel_id),
+        "user_id": str(interaction.user.id),
+        "application_id": str(interaction.application_id),
+        "interaction_token": interaction.token,
+    }
     if interaction.message is not None:
         where["message_id"] = str(interaction.message.id)
     return where

@@ -9,6 +9,8 @@
   message instead.
 - ``run_finished``: the final answer (or the error, or why it was cancelled);
   ``run_paused``: a short note.
+- ``decision_refused``: a stored click that was refused when applied (the loser of two
+  clicks): a follow-up to that click only its clicker sees.
 
 The destination is the run's ``origin``: ``{"platform": "discord", "channel_id": "..."}``
 (``"channel"`` is accepted too, as webhook approvals name it). The notifier needs no
@@ -28,7 +30,7 @@ from typing import Any
 
 import aiohttp
 
-from adapters.discord import cards
+from adapters.discord import cards, refusals
 from adapters.discord.config import DiscordConfig
 from runtime import Store
 from runtime.outbox import DeliveryError
@@ -42,6 +44,9 @@ MISSING_ACCESS = 50001
 MISSING_PERMISSIONS = 50013
 PERMANENT_CODES = frozenset({UNKNOWN_CHANNEL, MISSING_ACCESS, MISSING_PERMISSIONS})
 """Discord JSON error codes retrying cannot fix (any other 4xx is permanent too)."""
+
+EPHEMERAL = 64
+"""Message flag: only the interaction's user sees it."""
 
 USER_AGENT = "DiscordBot (https://github.com/signoff/signoff, 0.1) signoff"
 
@@ -88,6 +93,8 @@ class DiscordNotifier:
             DeliveryError: Discord refused it (``permanent``), rate-limited it
                 (``retry_after``) or could not be reached.
         """
+        if item.kind == "decision_refused":
+            return await self._tell_refused(item)
         channel = _channel_of(item.destination)
         if item.kind in cards.CARD_KINDS:
             return await self._post(channel, await self._card(item))
@@ -99,6 +106,24 @@ class DiscordNotifier:
             return await self._post(channel, cards.paused_message(item.payload))
         log.debug("no Discord message for notification kind %s", item.kind)
         return None
+
+    async def _tell_refused(self, item: OutboxRecord) -> dict[str, Any]:
+        """Tell the clicker, and only them, that their stored decision was refused.
+
+        A follow-up to their click's interaction, visible to them alone (Discord accepts
+        those for 15 minutes after the click).
+        """
+        destination = item.destination
+        app, token = destination.get("application_id"), destination.get("interaction_token")
+        if not app or not token:
+            raise DeliveryError("a refused decision without its interaction", permanent=True)
+        body = {
+            "content": cards.clip_content(refusals.applied_refusal_text(item.payload)),
+            "flags": EPHEMERAL,
+            "allowed_mentions": cards.NO_MENTIONS,
+        }
+        message = await self._request("POST", f"/webhooks/{app}/{token}", body)
+        return {"channel_id": str(destination.get("channel_id")), "message_id": message.get("id")}
 
     # -- cards -----------------------------------------------------------------------
     async def _card(self, item: OutboxRecord, outcome: cards.Outcome | None = None) -> Any:

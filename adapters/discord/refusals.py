@@ -1,94 +1,92 @@
-"""What a person reads in Discord when their click or form is refused (nothing changed)."""
+"""What a person reads in Discord when their click or form is refused (nothing changed).
+
+The runtime classifies every refusal once (`runtime.Refusal`); this module only words it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any, assert_never
 
 from adapters.discord import cards
-from runtime import (
-    Expired,
-    InvalidAnswer,
-    NotAwaiting,
-    ResolutionError,
-    ResumeTicket,
-    SignoffError,
-    StaleTicket,
-    StorageError,
-    TicketStatus,
-    Unauthorized,
-    UnknownTicket,
-)
+from runtime import Refusal, RefusalReason, TicketStatus
 
 UNRECOGNISED = "⚠️ This button does not belong to any request I know; nothing was changed."
 
 
-def refusal_text(
-    exc: SignoffError,
-    ticket: ResumeTicket | None,
-    role_groups: Mapping[str, Sequence[str]] | None = None,
-) -> str:
+def refusal_text(refusal: Refusal, role_groups: Mapping[str, Sequence[str]] | None = None) -> str:
     """The ephemeral message for a refused decision.
 
     Args:
-        exc: Why the runtime refused it.
-        ticket: The committed ticket, read again, to say *which* conflict happened.
+        refusal: Why the runtime refused it.
         role_groups: Group names mapped to role ids, to name approvers as role mentions.
     """
-    match exc:
-        case Unauthorized():
-            who = (
-                cards.who_may_decide(
-                    ticket.requester, ticket.approvers, ticket.four_eyes, role_groups or {}
-                )
-                if ticket is not None
-                else "someone else"
-            )
+    match refusal.reason:
+        case RefusalReason.UNAUTHORIZED:
+            who = cards.who_may_decide(refusal.deciders, refusal.four_eyes, role_groups or {})
             return f"⛔ You may not decide this request. Who may: {who}. Nothing was changed."
-        case Expired() if ticket is not None and ticket.status is TicketStatus.EXPIRED:
+        case RefusalReason.EXPIRED if (
+            refusal.ticket is not None and refusal.ticket.status is TicketStatus.EXPIRED
+        ):
             return "⏰ This request already expired; nothing was changed."
-        case Expired():
+        case RefusalReason.EXPIRED:
             return "⏰ This request expired before your decision; nothing was changed."
-        case StaleTicket():
+        case RefusalReason.STALE:
             return (
                 "⚠️ The agent or its tools changed since this was asked; the run must be "
                 "restarted or cancelled. Nothing was changed."
             )
-        case InvalidAnswer():
+        case RefusalReason.INVALID_ANSWER:
             lines = [
                 f"• {cards.code(e.get('path') or '(form)')}: {cards.escape(str(e.get('message')))}"
-                for e in exc.errors
-            ] or [cards.escape(str(exc))]
+                for e in refusal.errors
+            ] or [cards.escape(refusal.message)]
             return cards.clip_content(
                 "⚠️ That answer does not fit the form; nothing was recorded:\n" + "\n".join(lines)
             )
-        case ResolutionError():
-            return f"⚠️ This answer does not fit the request: {cards.escape(str(exc))}"
-        case UnknownTicket():
+        case RefusalReason.DOES_NOT_FIT:
+            return f"⚠️ This answer does not fit the request: {cards.escape(refusal.message)}"
+        case RefusalReason.UNKNOWN_TICKET | RefusalReason.UNKNOWN_RUN:
             return UNRECOGNISED
-        case NotAwaiting() if ticket is not None:
-            return _closed(ticket)
-        case NotAwaiting():
-            return "⚠️ This request is no longer open; nothing was changed."
-        case StorageError():
+        case RefusalReason.ALREADY_DECIDED:
+            return f"📌 Already decided by {cards.user(refusal.decided_by)}; nothing was changed."
+        case RefusalReason.VOIDED:
+            return "✖️ This request was withdrawn (the run was cancelled); nothing was changed."
+        case RefusalReason.MISMATCH:
+            return "⚠️ This button does not match the open request; nothing was changed."
+        case RefusalReason.STORAGE:
             return (
                 "⚠️ The database did not answer, so your decision may not have been "
                 "recorded. If the message does not update, click again."
             )
+        case RefusalReason.FORBIDDEN | RefusalReason.NOT_AWAITING:
+            return "⚠️ This request is no longer open; nothing was changed."
         case _:
-            return f"⚠️ Could not record that: {cards.escape(str(exc))}"
+            assert_never(refusal.reason)
 
 
-def _closed(ticket: ResumeTicket) -> str:
-    match ticket.status:
-        case TicketStatus.DECIDED:
-            return f"📌 Already decided by {cards.user(ticket.decided_by)}; nothing was changed."
-        case TicketStatus.EXPIRED:
-            return "⏰ This request already expired; nothing was changed."
-        case TicketStatus.VOIDED:
-            return "✖️ This request was withdrawn (the run was cancelled); nothing was changed."
+def applied_refusal_text(payload: Mapping[str, Any]) -> str:
+    """The follow-up for a click that was stored but refused when it was applied.
+
+    Args:
+        payload: The ``decision_refused`` notification (``reason``, ``decided_by``).
+    """
+    head = "⚠️ Your decision was recorded but could not be applied"
+    match str(payload.get("reason") or payload.get("error") or ""):
+        case RefusalReason.ALREADY_DECIDED.value:
+            who = cards.user(str(payload["decided_by"])) if payload.get("decided_by") else None
+            return f"{head}: it was already decided by {who or 'someone'}. Nothing was changed."
+        case RefusalReason.EXPIRED.value:
+            return f"{head}: the request expired first. Nothing was changed."
+        case RefusalReason.VOIDED.value:
+            return f"{head}: the request was withdrawn (the run was cancelled)."
+        case RefusalReason.UNAUTHORIZED.value:
+            return f"{head}: you may not decide it. Nothing was changed."
+        case RefusalReason.STALE.value:
+            return f"{head}: the agent or its tools changed since this was asked."
         case _:
-            # Still open, so the click's correlation token did not match the ticket.
-            return "⚠️ This button does not match the open request; nothing was changed."
+            message = cards.escape(str(payload.get("message") or "it was refused"))
+            return cards.clip_content(f"{head}: {message}")
 
 
 def form_errors_text(errors: Mapping[str, str], labels: Mapping[str, str]) -> str:

@@ -42,7 +42,8 @@ import logging
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from dataclasses import replace
+from typing import Any, assert_never
 
 import aiohttp
 from aiohttp import web
@@ -63,18 +64,24 @@ from adapters.slack.directory import Directory
 from adapters.slack.refusals import refusal_text
 from runtime import (
     Abort,
+    Accepted,
     Actor,
+    ActorSource,
     Allow,
     Answer,
+    AnswerKind,
+    Decidable,
     Deny,
     IdempotencyConflict,
     InputData,
-    InvalidAnswer,
+    Refusal,
+    RefusalReason,
+    Refused,
     RemoteInput,
-    ResolutionError,
     Resolve,
     ResumeTicket,
     Retry,
+    RunResult,
     Runtime,
     SignoffError,
     StorageError,
@@ -86,6 +93,7 @@ log = logging.getLogger("signoff.slack")
 
 EVENTS_PATH = "/slack/events"
 SOURCE = "slack"
+COMMAND_SCOPE = "slack:command"
 _MENTIONS = re.compile(r"^\s*(?:<@[A-Z0-9]+(?:\|[^>]*)?>[\s,:]*)+")
 _ACTION_PATTERN = re.compile(r"^signoff\.")
 _BUTTON_ANSWERS: dict[str, Answer] = {
@@ -94,11 +102,11 @@ _BUTTON_ANSWERS: dict[str, Answer] = {
     blocks.ACTION_RETRY: Retry(),
     blocks.ACTION_ABORT: Abort(),
 }
-# Buttons that open a modal: the decision they stand for when checking the clicker.
-_MODAL_PROBES: dict[str, Answer] = {
-    blocks.ACTION_DENY_REASON: Deny(),
-    blocks.ACTION_ANSWER: Deny(),
-    blocks.ACTION_RESOLVE: Resolve(result=None),
+# Buttons that open a modal: the kind of answer the modal will send.
+_FORM_KINDS: dict[str, AnswerKind] = {
+    blocks.ACTION_DENY_REASON: "deny",
+    blocks.ACTION_ANSWER: "input",
+    blocks.ACTION_RESOLVE: "resolve",
 }
 
 OnChange = Callable[[], None]
@@ -158,7 +166,8 @@ def build_slack_app(
         runtime,
         config,
         on_change,
-        directory or Directory(web_client, ttl=config.group_cache_seconds),
+        directory
+        or Directory(web_client, ttl=config.group_cache_seconds, named=config.approver_groups),
     )
     app.command(config.command)(edge.on_command)
     app.event("app_mention", middleware=[edge.start_from_event])(edge.acknowledged)
@@ -313,7 +322,9 @@ class _SlackEdge:
         channel: str,
         thread_ts: str,
         idempotency: tuple[str, str],
-    ) -> None:
+    ) -> RunResult | None:
+        """Start the run (or find the one this delivery started before); None if the
+        delivery id was reused for another request."""
         scope, key = idempotency
         origin = {"platform": SOURCE, "channel": channel, "thread_ts": thread_ts, "user": user}
         try:
@@ -328,13 +339,14 @@ class _SlackEdge:
             )
         except IdempotencyConflict:
             log.warning("Slack delivery %s reused with another request; ignored", key)
-            return
+            return None
         log.info(
             "started %s from Slack",
             agent,
             extra={"run_id": result.run_id, "channel": channel, "user": user},
         )
         self._on_change()
+        return result
 
     # -- the slash command -------------------------------------------------------------
     async def on_command(
@@ -348,6 +360,12 @@ class _SlackEdge:
             await ack(text=chosen, response_type="ephemeral")
             return
         agent, request = chosen
+        trigger = str(command.get("trigger_id") or "")
+        if trigger and await self._runtime.started_by(COMMAND_SCOPE, trigger) is not None:
+            # Slack retried a command we already started (X-Slack-Retry-Num): say nothing
+            # twice.
+            await ack()
+            return
         try:
             posted = await client.chat_postMessage(
                 channel=channel,
@@ -363,15 +381,15 @@ class _SlackEdge:
             )
             return
         thread_ts = str(posted["ts"])
-        trigger = str(command.get("trigger_id") or thread_ts)
+        posted_channel = str(posted.get("channel") or channel)
         try:
-            await self._start(
+            started = await self._start(
                 agent,
                 request,
                 user=user,
-                channel=str(posted.get("channel") or channel),
+                channel=posted_channel,
                 thread_ts=thread_ts,
-                idempotency=("slack:command", trigger),
+                idempotency=(COMMAND_SCOPE, trigger or thread_ts),
             )
         except SignoffError as exc:
             await ack(
@@ -379,7 +397,17 @@ class _SlackEdge:
                 response_type="ephemeral",
             )
             return
+        if started is not None and started.thread_id != thread_key(posted_channel, thread_ts):
+            # A retry raced the first delivery past the check above: the run is the first
+            # one's, in its thread; this second message is one too many.
+            await self._delete(client, posted_channel, thread_ts)
         await ack()
+
+    async def _delete(self, client: AsyncWebClient, channel: str, ts: str) -> None:
+        try:
+            await client.chat_delete(channel=channel, ts=ts)
+        except (SlackApiError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+            log.warning("could not delete a duplicate request message: %s", exc)
 
     # -- mentions and direct messages ----------------------------------------------------
     async def start_from_event(
@@ -439,33 +467,28 @@ class _SlackEdge:
             log.warning("cannot reply in Slack channel %s: %s", channel, exc)
 
     # -- who is clicking -------------------------------------------------------------------
-    async def _ticket(self, ticket_id: str) -> ResumeTicket | None:
-        async with self._runtime.store.transaction() as tx:
-            return await tx.get_ticket(ticket_id)
+    def _actor_for(self, user: str, name: str | None) -> ActorSource:
+        """The clicker, with the approver groups of the ticket Slack vouches for."""
 
-    async def _actor(self, user: str, name: str | None, ticket: ResumeTicket | None) -> Actor:
-        approvers = ticket.approvers if ticket is not None else ()
-        try:
-            async with asyncio.timeout(self._config.lookup_timeout_seconds):
-                return await self._directory.actor(user, approvers, name=name)
-        except TimeoutError:
-            log.warning("Slack membership look-up for %s timed out; no groups", user)
-            return Actor(id=user, platform=SOURCE, name=name)
+        async def actor(ticket: ResumeTicket | None) -> Actor:
+            approvers = ticket.approvers if ticket is not None else ()
+            try:
+                async with asyncio.timeout(self._config.lookup_timeout_seconds):
+                    return await self._directory.actor(user, approvers, name=name)
+            except TimeoutError:
+                log.warning("Slack membership look-up for %s timed out; no groups", user)
+                return Actor(id=user, platform=SOURCE, name=name)
+
+        return actor
 
     async def _refuse(
         self,
         client: AsyncWebClient,
         respond: AsyncRespond | None,
         body: Mapping[str, Any],
-        ticket_id: str | None,
-        exc: SignoffError | None,
-        text: str | None = None,
+        text: str,
     ) -> None:
         """Tell the clicker (only them) why nothing happened."""
-        if text is None:
-            assert exc is not None
-            ticket = await self._ticket(ticket_id) if ticket_id else None
-            text = refusal_text(exc, ticket)
         user, _name = _user(body)
         channel, thread_ts = _where_clicked(body)
         if channel and user:
@@ -483,6 +506,9 @@ class _SlackEdge:
             except (aiohttp.ClientError, OSError, TimeoutError) as error:
                 log.warning("cannot tell %s why their click was refused: %s", user, error)
 
+    def _wording(self, refusal: Refusal) -> str:
+        return refusal_text(refusal, self._config.approver_groups)
+
     # -- buttons -----------------------------------------------------------------------------
     async def on_button(
         self,
@@ -492,113 +518,101 @@ class _SlackEdge:
         client: AsyncWebClient,
         respond: AsyncRespond | None,
     ) -> None:
-        """A signoff button: check, store durably, then acknowledge (or open a modal)."""
+        """A signoff button: check and store durably, then acknowledge (or open a modal)."""
         action_id = str(action.get("action_id") or "")
         ref = blocks.parse_ref(action.get("value"))
         user, name = _user(body)
         if ref is None or action_id not in blocks.ACTIONS or not user:
             await ack()
-            await self._refuse(
-                client, respond, body, None, None, ":warning: This button is not valid."
-            )
+            await self._refuse(client, respond, body, INVALID_BUTTON)
             return
-        ticket = await self._ticket(ref.ticket_id)
-        actor = await self._actor(user, name, ticket)
-        answer = _BUTTON_ANSWERS.get(action_id) or _MODAL_PROBES[action_id]
+        actor = self._actor_for(user, name)
+        form = _FORM_KINDS.get(action_id)
+        if form is None:
+            await self._store(ack, body, ref, _BUTTON_ANSWERS[action_id], actor, client, respond)
+            return
+        checked = await self._runtime.may_answer(
+            ref.ticket_id, form, actor, correlation=ref.correlation
+        )
+        await ack()
+        match checked:
+            case Refused(refusal):
+                await self._refuse(client, respond, body, self._wording(refusal))
+                return
+            case Decidable(ticket):
+                pass
+            case _:
+                assert_never(checked)
+        channel, thread_ts = _where_clicked(body)
+        view = _modal_for(action_id, ticket, replace(ref, channel=channel, thread_ts=thread_ts))
+        if view is None:
+            await self._refuse(client, respond, body, INVALID_BUTTON)
+            return
         try:
-            checked = await self._runtime.check(
-                ref.ticket_id, answer, actor, correlation=ref.correlation
+            await client.views_open(trigger_id=str(body.get("trigger_id") or ""), view=view)
+        except (SlackApiError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+            log.warning("views.open failed: %s", exc, extra={"ticket_id": ref.ticket_id})
+            await self._refuse(
+                client, respond, body, ":warning: Could not open the form; please try again."
             )
-            if action_id in _MODAL_PROBES:
-                view = _modal_for(action_id, checked, ref)
-        except SignoffError as exc:
-            await ack()
-            await self._refuse(client, respond, body, ref.ticket_id, exc)
-            return
-        if action_id in _MODAL_PROBES:
-            await ack()
-            try:
-                await client.views_open(trigger_id=str(body.get("trigger_id") or ""), view=view)
-            except (SlackApiError, aiohttp.ClientError, OSError, TimeoutError) as exc:
-                log.warning("views.open failed: %s", exc, extra={"ticket_id": ref.ticket_id})
-                await self._refuse(
-                    client,
-                    respond,
-                    body,
-                    None,
-                    None,
-                    ":warning: Could not open the form; please try again.",
-                )
-            return
-        await self._receive(ack, body, ref, answer, actor, client, respond)
 
-    async def _receive(
+    async def _store(
         self,
         ack: AsyncAck,
         body: Mapping[str, Any],
         ref: TicketRef,
         answer: Answer,
-        actor: Actor,
+        actor: ActorSource,
         client: AsyncWebClient,
         respond: AsyncRespond | None,
-        **ack_arguments: Any,
-    ) -> None:
-        """Store the decision durably, then acknowledge; wake the worker if it was new.
+        *,
+        modal: bool = False,
+    ) -> Refused | None:
+        """Check and store the decision durably (`Runtime.accept`), then acknowledge.
 
         The stored ``reply`` says where to tell the clicker if the decision is refused
-        when it is applied: the channel and thread of the card they clicked.
+        when it is applied: the channel and thread of the card they clicked (a modal
+        carries them in its metadata). A refusal is told at once, or, for a `modal`,
+        returned unacknowledged so the modal can show it.
         """
         channel, thread_ts = _where_clicked(body)
-        if not channel:  # a modal: find the card it came from
-            channel, thread_ts = await self._card_location(ref.ticket_id)
+        user, _name = _user(body)
         reply = {
-            "channel": channel,
-            "thread_ts": thread_ts,
-            "user": actor.id,
+            "channel": channel or ref.channel,
+            "thread_ts": thread_ts or ref.thread_ts,
+            "user": user,
             "message_ts": _field(body.get("container"), "message_ts"),
             "response_url": body.get("response_url"),
         }
-        try:
-            stored = await self._runtime.receive(
-                ref.ticket_id,
-                answer,
-                actor,
-                correlation=ref.correlation,
-                source=SOURCE,
-                delivery_id=_delivery_id(body),
-                reply={k: v for k, v in reply.items() if v},
-            )
-        except SignoffError as exc:
-            # Not stored: say so, so the person clicks again (Slack sees an ack either way).
-            log.error("could not store a Slack decision on %s: %s", ref.ticket_id, exc)
-            await ack(**ack_arguments)
-            await self._refuse(
-                client,
-                respond,
-                body,
-                None,
-                None,
-                ":warning: Your decision could not be recorded (the database did not answer); "
-                "nothing changed. Please try again.",
-            )
-            return
-        await ack(**ack_arguments)
-        if stored:
-            self._on_change()
-        else:
-            log.info("duplicate Slack delivery for %s ignored", ref.ticket_id)
-
-    async def _card_location(self, ticket_id: str) -> tuple[str | None, str | None]:
-        """The channel and thread of a ticket's card, if it was posted to Slack."""
-        async with self._runtime.store.transaction() as tx:
-            for kind in blocks.CARD_KINDS:
-                card = await tx.find_outbox(ticket_id=ticket_id, kind=kind)
-                if card is not None and card.destination.get("platform") == SOURCE:
-                    ref = card.platform_ref or {}
-                    channel = ref.get("channel") or card.destination.get("channel")
-                    thread = card.destination.get("thread_ts")
-                    return (str(channel) if channel else None, str(thread) if thread else None)
-        return None, None
+        outcome = await self._runtime.accept(
+            ref.ticket_id,
+            answer,
+            actor,
+            correlation=ref.correlation,
+            source=SOURCE,
+            delivery_id=_delivery_id(body),
+            reply={k: v for k, v in reply.items() if v},
+        )
+        match outcome:
+            case Accepted(stored=True):
+                await ack()
+                self._on_change()
+            case Accepted():
+                await ack()
+                log.info("duplicate Slack delivery for %s ignored", ref.ticket_id)
+            case Refused() if modal:
+                return outcome  # the modal shows it in place
+            case Refused(refusal) if refusal.reason is not RefusalReason.STORAGE:
+                await ack()
+                await self._refuse(client, respond, body, self._wording(refusal))
+            case Refused():
+                # Not stored: say so, so the person clicks again (Slack sees an ack).
+                log.error("could not store a Slack decision on %s", ref.ticket_id)
+                await ack()
+                await self._refuse(client, respond, body, self._wording(outcome.refusal))
+            case _:
+                assert_never(outcome)
+        return None
 
     # -- modals ------------------------------------------------------------------------------
     async def on_view(
@@ -613,16 +627,10 @@ class _SlackEdge:
                 view=modals.notice_view("Not recorded", ":warning: This form is not valid."),
             )
             return
-        ticket = await self._ticket(ref.ticket_id)
-        actor = await self._actor(user, name, ticket)
         state = (view.get("state") or {}).get("values") or {}
         callback_id = view.get("callback_id")
-        schema = (
-            ticket.target.schema_
-            if ticket is not None and isinstance(ticket.target, RemoteInput)
-            else None
-        )
         answer: Answer
+        schema: Mapping[str, Any] | None = None
         if callback_id == modals.VIEW_DENY_REASON:
             reason = modals.submitted_text(state, modals.REASON_BLOCK).strip()
             answer = Deny(reason=reason or None)
@@ -636,32 +644,49 @@ class _SlackEdge:
                 return
             answer = Resolve(result=modals.parse_result(text))
         else:
+            schema = await self._input_schema(ref.ticket_id)
             data, errors = modals.read_input(schema, state)
             if errors:
                 await ack(response_action="errors", errors=errors)
                 return
             answer = InputData(data=data)
-        try:
-            await self._runtime.check(ref.ticket_id, answer, actor, correlation=ref.correlation)
-        except InvalidAnswer as exc:
-            await ack(response_action="errors", errors=modals.field_errors(schema, exc.errors))
+        refused = await self._store(
+            ack,
+            body,
+            ref,
+            answer,
+            self._actor_for(user, name),
+            client,
+            None,
+            modal=True,
+        )
+        if refused is None:
             return
-        except SignoffError as exc:
-            current = await self._ticket(ref.ticket_id)
+        refusal = refused.refusal
+        if refusal.reason is RefusalReason.INVALID_ANSWER:
+            await ack(
+                response_action="errors", errors=modals.field_errors(schema, list(refusal.errors))
+            )
+        else:
             await ack(
                 response_action="update",
-                view=modals.notice_view("Not recorded", refusal_text(exc, current)),
+                view=modals.notice_view("Not recorded", self._wording(refusal)),
             )
-            return
-        await self._receive(ack, body, ref, answer, actor, client, None)
+
+    async def _input_schema(self, ticket_id: str) -> Mapping[str, Any] | None:
+        try:
+            ticket = await self._runtime.ticket(ticket_id)
+        except SignoffError:
+            return None  # the check that follows says what is wrong
+        target = ticket.target
+        return target.schema_ if isinstance(target, RemoteInput) else None
 
 
-def _modal_for(action_id: str, ticket: ResumeTicket, ref: TicketRef) -> dict[str, Any]:
-    """The modal a button opens, for the ticket it was checked against.
+INVALID_BUTTON = ":warning: This button is not valid."
 
-    Raises:
-        ResolutionError: The button does not fit what the ticket waits for.
-    """
+
+def _modal_for(action_id: str, ticket: ResumeTicket, ref: TicketRef) -> dict[str, Any] | None:
+    """The modal a button opens, for the ticket it was checked against (None: no fit)."""
     target = ticket.target
     if action_id == blocks.ACTION_DENY_REASON and isinstance(target, ToolPermission | RemoteInput):
         return modals.deny_reason_modal(ref, target.tool)
@@ -669,4 +694,4 @@ def _modal_for(action_id: str, ticket: ResumeTicket, ref: TicketRef) -> dict[str
         return modals.input_modal(ref, target.tool, target.prompt, target.schema_)
     if action_id == blocks.ACTION_RESOLVE and isinstance(target, Uncertain):
         return modals.resolve_modal(ref, target.tool, target.args)
-    raise ResolutionError(f"this button does not fit a {target.kind} request")
+    return None

@@ -57,10 +57,16 @@ _SLACK_CHANNEL = re.compile(r"^[CG][A-Z0-9]+$")
 
 @dataclass(frozen=True, slots=True)
 class TicketRef:
-    """What a button or modal carries: the ticket and the token it must echo."""
+    """What a button or modal carries: the ticket and the token it must echo.
+
+    A modal also carries where its card is (``channel`` and ``thread_ts``), so a refusal
+    found when the decision is applied can be told in that thread.
+    """
 
     ticket_id: str
     correlation: str
+    channel: str | None = None
+    thread_ts: str | None = None
 
 
 # -- text helpers ----------------------------------------------------------------------
@@ -116,30 +122,50 @@ def user(ref: str | None) -> str:
     return f"`{escape(ref)}`"
 
 
-def approver(entry: str) -> str:
+Groups = Mapping[str, Sequence[str]]
+"""Named approver groups mapped to Slack user groups and channels
+(``SIGNOFF_SLACK_APPROVER_GROUPS``)."""
+
+
+def _slack_group(group: str) -> str | None:
+    if _SLACK_GROUP.match(group):
+        return f"<!subteam^{group}>"
+    if _SLACK_CHANNEL.match(group):
+        return f"members of <#{group}>"
+    return None
+
+
+def approver(entry: str, groups: Groups | None = None) -> str:
     """Render one approver entry (see the README's approver syntax)."""
     if entry == "*":
         return "anyone"
     if entry.startswith("group:"):
         group = entry[len("group:") :]
-        if _SLACK_GROUP.match(group):
-            return f"<!subteam^{group}>"
-        if _SLACK_CHANNEL.match(group):
-            return f"members of <#{group}>"
-        return f"group `{escape(group)}`"
+        mapped = [m for m in (_slack_group(i) for i in (groups or {}).get(group, ())) if m]
+        if mapped:
+            return " or ".join(mapped)
+        return _slack_group(group) or f"group `{escape(group)}`"
     return user(entry)
 
 
-def who_may_decide(payload: Mapping[str, Any]) -> str:
-    """Who may decide a ticket, from its notification payload."""
-    four_eyes = bool(payload.get("four_eyes"))
-    requester = payload.get("requester")
-    people = [] if four_eyes or not requester else [user(str(requester))]
-    people += [approver(str(a)) for a in payload.get("approvers") or ()]
+def who_may_decide(deciders: Sequence[str], four_eyes: bool, groups: Groups | None = None) -> str:
+    """Who may decide a ticket: its deciders (see `runtime.ResumeTicket.deciders`)."""
+    people = [approver(str(entry), groups) for entry in deciders]
     described = ", ".join(dict.fromkeys(people)) if people else "an operator"
     if four_eyes:
         described += " (not the requester)"
     return described
+
+
+def payload_deciders(payload: Mapping[str, Any]) -> list[str]:
+    """The deciders a ticket notification names (older ones only list approvers)."""
+    if "deciders" in payload:
+        return [str(entry) for entry in payload.get("deciders") or ()]
+    approvers = [str(a) for a in payload.get("approvers") or ()]
+    requester = payload.get("requester")
+    if not approvers and requester and not payload.get("four_eyes"):
+        return [str(requester)]
+    return approvers
 
 
 def when(iso: str | None) -> str:
@@ -183,7 +209,13 @@ def parse_ref(value: Any) -> TicketRef | None:
         return None
     if not ticket_id or not correlation:
         return None
-    return TicketRef(ticket_id, correlation)
+    channel, thread_ts = data.get("ch"), data.get("th")
+    return TicketRef(
+        ticket_id,
+        correlation,
+        channel if isinstance(channel, str) and channel else None,
+        thread_ts if isinstance(thread_ts, str) and thread_ts else None,
+    )
 
 
 def button(text: str, action_id: str, value: str, style: str | None = None) -> dict[str, Any]:
@@ -221,12 +253,13 @@ def _context(text: str) -> Block:
     return {"type": "context", "elements": [mrkdwn(text)]}
 
 
-def _details(payload: Mapping[str, Any]) -> Block:
+def _details(payload: Mapping[str, Any], groups: Groups | None) -> Block:
     deadline = payload.get("deadline")
+    who = who_may_decide(payload_deciders(payload), bool(payload.get("four_eyes")), groups)
     return _fields(
         ("Agent", f"`{escape(str(payload.get('agent') or '?'))}`"),
         ("Requested by", user(payload.get("requester"))),
-        ("Who may decide", who_may_decide(payload)),
+        ("Who may decide", who),
         ("Deadline", when(deadline) if deadline else "none"),
     )
 
@@ -248,7 +281,10 @@ def _target(payload: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def approval_card(
-    payload: Mapping[str, Any], ref: TicketRef | None, outcome: str | None = None
+    payload: Mapping[str, Any],
+    ref: TicketRef | None,
+    outcome: str | None = None,
+    groups: Groups | None = None,
 ) -> list[Block]:
     """The card of an ``approval_requested`` notification.
 
@@ -267,7 +303,7 @@ def approval_card(
             "with these arguments:"
         ),
         _section(code_block(target.get("args") or {})),
-        _details(payload),
+        _details(payload, groups),
     ]
     if target.get("reason"):
         blocks.append(_context(f"Why: {escape(str(target['reason']))}"))
@@ -289,7 +325,10 @@ def approval_card(
 
 
 def input_card(
-    payload: Mapping[str, Any], ref: TicketRef | None, outcome: str | None = None
+    payload: Mapping[str, Any],
+    ref: TicketRef | None,
+    outcome: str | None = None,
+    groups: Groups | None = None,
 ) -> list[Block]:
     """The card of an ``input_requested`` notification: a button opens the form."""
     target = _target(payload)
@@ -297,7 +336,7 @@ def input_card(
     blocks: list[Block] = [
         _header(f"Input needed: {tool}"),
         _section(escape(str(target.get("prompt") or "The agent asks for input."))),
-        _details(payload),
+        _details(payload, groups),
     ]
     if outcome is not None:
         blocks.append(_section(outcome))
@@ -317,7 +356,10 @@ def input_card(
 
 
 def uncertain_card(
-    payload: Mapping[str, Any], ref: TicketRef | None, outcome: str | None = None
+    payload: Mapping[str, Any],
+    ref: TicketRef | None,
+    outcome: str | None = None,
+    groups: Groups | None = None,
 ) -> list[Block]:
     """The card of an ``uncertain`` notification: record a result, retry or abort."""
     target = _target(payload)
@@ -330,7 +372,7 @@ def uncertain_card(
             "again, or abort it."
         ),
         _section(code_block(target.get("args") or {})),
-        _details(payload),
+        _details(payload, groups),
         _context(f"Execution key: `{escape(str(target.get('execution_key') or '?'))}`"),
     ]
     if outcome is not None:
@@ -355,14 +397,18 @@ CARD_KINDS = ("approval_requested", "input_requested", "uncertain")
 
 
 def card(
-    kind: str, payload: Mapping[str, Any], ref: TicketRef | None, outcome: str | None = None
+    kind: str,
+    payload: Mapping[str, Any],
+    ref: TicketRef | None,
+    outcome: str | None = None,
+    groups: Groups | None = None,
 ) -> list[Block]:
     """The card of a notification `kind` (one of `CARD_KINDS`)."""
     if kind == "input_requested":
-        return input_card(payload, ref, outcome)
+        return input_card(payload, ref, outcome, groups)
     if kind == "uncertain":
-        return uncertain_card(payload, ref, outcome)
-    return approval_card(payload, ref, outcome)
+        return uncertain_card(payload, ref, outcome, groups)
+    return approval_card(payload, ref, outcome, groups)
 
 
 def card_text(kind: str, payload: Mapping[str, Any]) -> str:

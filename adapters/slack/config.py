@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Literal
 
 DEFAULT_API_BASE_URL = "https://slack.com/api/"
@@ -25,6 +26,9 @@ class SlackConfig:
         group_cache_seconds: How long user-group and channel memberships are cached.
         lookup_timeout_seconds: Budget for membership look-ups while a click waits for
             its acknowledgement (Slack allows 3 seconds in all).
+        approver_groups: Named approver groups (``group:<name>`` entries) mapped to Slack
+            user group ids (``S...``) and channel ids (``C...``/``G...``): members of any
+            of them belong to the group.
     """
 
     bot_token: str
@@ -37,3 +41,4 @@ class SlackConfig:
     timeout_seconds: float = 10.0
     group_cache_seconds: float = 60.0
     lookup_timeout_seconds: float = 1.0
+    approver_groups: Mapping[str, Sequence[str]] = field(default_factory=dict)

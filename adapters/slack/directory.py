@@ -5,6 +5,8 @@ Approver entries on a tool or agent name people the runtime matches against the 
 - ``U0123ABCD``: that Slack user;
 - ``group:S0123ABCD``: members of a Slack user group (``usergroups.users.list``);
 - ``group:C0123ABCD``: members of a channel, public or private (``conversations.members``);
+- ``group:<name>``: members of the user groups and channels the name is mapped to
+  (``SIGNOFF_SLACK_APPROVER_GROUPS``);
 - ``*``: anyone who can click.
 
 Only the groups named by the ticket being decided are looked up, and memberships are
@@ -18,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
@@ -39,6 +41,7 @@ class Directory:
         client: The Slack Web API client.
         ttl: Seconds a group's member list is reused.
         monotonic: The time source of the cache (tests inject one).
+        named: Named approver groups mapped to Slack user group and channel ids.
     """
 
     def __init__(
@@ -47,8 +50,10 @@ class Directory:
         *,
         ttl: float = 60.0,
         monotonic: Callable[[], float] = time.monotonic,
+        named: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         self._client = client
+        self._named = {name: tuple(ids) for name, ids in (named or {}).items()}
         self._ttl = ttl
         self._monotonic = monotonic
         self._cache: dict[str, tuple[float, frozenset[str]]] = {}
@@ -57,14 +62,21 @@ class Directory:
     async def actor(
         self, user_id: str, approvers: Iterable[str], *, name: str | None = None
     ) -> Actor:
-        """The `Actor` for `user_id`, with the approver groups Slack says they are in."""
+        """The `Actor` for `user_id`, with the approver groups Slack says they are in.
+
+        A ``group:<name>`` entry mapped in `named` (``SIGNOFF_SLACK_APPROVER_GROUPS``)
+        counts when the user is in any user group or channel it maps to; an unmapped
+        ``group:S...`` or ``group:C...`` entry is that user group or channel itself.
+        """
         groups = set()
         for entry in dict.fromkeys(approvers):
             if not entry.startswith(GROUP_PREFIX):
                 continue
             group = entry[len(GROUP_PREFIX) :]
-            if user_id in await self.members(group):
-                groups.add(group)
+            for slack_id in self._named.get(group) or (group,):
+                if user_id in await self.members(slack_id):
+                    groups.add(group)
+                    break
         return Actor(id=user_id, groups=frozenset(groups), platform="slack", name=name)
 
     async def members(self, group: str) -> frozenset[str]:

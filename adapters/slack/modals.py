@@ -1,7 +1,8 @@
 """Slack modals: deny with a reason, typed input from a JSON schema, an uncertain call's result.
 
-Every modal carries the ticket id and correlation token in ``private_metadata`` (set by
-us, stored by Slack, returned with the signed ``view_submission``) and nothing else.
+Every modal carries the ticket id, the correlation token and where its card is (channel
+and thread) in ``private_metadata`` (set by us, stored by Slack, returned with the signed
+``view_submission``) and nothing else.
 
 Typed input: each property of the ticket's object schema becomes one input block, in the
 schema's order: strings, numbers and integers a ``plain_text_input``, enums and booleans
@@ -83,7 +84,12 @@ def _title(text: str) -> dict[str, Any]:
 
 
 def _metadata(ref: TicketRef) -> str:
-    return json.dumps({"t": ref.ticket_id, "c": ref.correlation}, separators=(",", ":"))
+    data = {"t": ref.ticket_id, "c": ref.correlation}
+    if ref.channel:
+        data["ch"] = ref.channel
+    if ref.thread_ts:
+        data["th"] = ref.thread_ts
+    return json.dumps(data, separators=(",", ":"))
 
 
 def _modal(

@@ -192,11 +192,18 @@ class SlackNotifier:
         client: The Slack Web API client (its base URL may point at GovSlack or a fake).
         store: The runtime's store (to read tickets and find a card's message).
         limiter: Per-channel spacing (default: one message per second per channel).
+        groups: Named approver groups mapped to Slack ids, to word who may decide.
     """
 
     def __init__(
-        self, client: AsyncWebClient, store: Store, *, limiter: ChannelLimiter | None = None
+        self,
+        client: AsyncWebClient,
+        store: Store,
+        *,
+        limiter: ChannelLimiter | None = None,
+        groups: blocks.Groups | None = None,
     ) -> None:
+        self._groups = dict(groups or {})
         self._client = client
         self._store = store
         self._limiter = limiter or ChannelLimiter()
@@ -237,11 +244,11 @@ class SlackNotifier:
                 ticket = await tx.get_ticket(item.ticket_id)
         if ticket is not None and ticket.status is TicketStatus.OPEN:
             ref = TicketRef(ticket.ticket_id, ticket.correlation)
-            shown = blocks.card(item.kind, item.payload, ref)
+            shown = blocks.card(item.kind, item.payload, ref, groups=self._groups)
         else:
             # Decided (or expired) before its card could be posted: show how, no buttons.
             outcome = closed_outcome(ticket) if ticket is not None else None
-            shown = blocks.card(item.kind, item.payload, None, outcome)
+            shown = blocks.card(item.kind, item.payload, None, outcome, self._groups)
         return await self._post(item, channel, blocks.card_text(item.kind, item.payload), shown)
 
     async def _post(
@@ -284,11 +291,7 @@ class SlackNotifier:
         user = destination.get("user")
         if not isinstance(user, str) or not user:
             raise DeliveryError("a refused decision without a user to tell", permanent=True)
-        ticket = None
-        if item.ticket_id is not None:
-            async with self._store.transaction() as tx:
-                ticket = await tx.get_ticket(item.ticket_id)
-        text = applied_refusal_text(item.payload, ticket)
+        text = applied_refusal_text(item.payload, self._groups)
         channel = destination.get("channel")
         if isinstance(channel, str) and channel:
             arguments: dict[str, Any] = {"channel": channel, "user": user, "text": text}
@@ -317,7 +320,7 @@ class SlackNotifier:
         ref = (original.platform_ref or {}) if original is not None else {}
         text = outcome
         if original is not None and ref.get("ts"):
-            shown = self._closed_card(original, outcome)
+            shown = self._closed_card(original, outcome, self._groups)
             target = str(ref.get("channel") or channel)
             arguments: dict[str, Any] = {
                 "channel": target,
@@ -352,11 +355,11 @@ class SlackNotifier:
         return None
 
     @staticmethod
-    def _closed_card(original: OutboxRecord, outcome: str) -> list[Block]:
+    def _closed_card(original: OutboxRecord, outcome: str, groups: blocks.Groups) -> list[Block]:
         if original.kind == "run_paused":
             _text, shown = blocks.paused_message(original.payload)
             return [*shown, blocks.notice_section(outcome)]
-        return blocks.card(original.kind, original.payload, None, outcome)
+        return blocks.card(original.kind, original.payload, None, outcome, groups)
 
     # -- the Web API -------------------------------------------------------------------
     async def _call(

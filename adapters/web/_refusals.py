@@ -1,25 +1,23 @@
-"""One translation of runtime refusals into HTTP terms, shared by the API and the console."""
+"""One translation of runtime refusals into HTTP terms, shared by the API and the console.
+
+The runtime classifies a refusal (`runtime.classify`); this module picks the status and
+the words.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, assert_never
 
 from runtime import (
-    AccessDenied,
-    Expired,
-    InvalidAnswer,
-    NotAwaiting,
-    ResolutionError,
-    ResumeError,
-    RunNotFound,
+    Refusal as Classified,
+)
+from runtime import (
+    RefusalReason,
     Runtime,
     SignoffError,
-    StaleTicket,
-    TicketStatus,
-    Unauthorized,
-    UnknownExecutionKey,
     UnknownTicket,
+    classify,
 )
 
 
@@ -54,51 +52,48 @@ async def explain(runtime: Runtime, exc: SignoffError, ticket_id: str | None = N
     that never existed is 404, one that was decided, voided or expired is 409.
     """
     ticket = None
-    if ticket_id is not None:
+    if ticket_id is not None and not isinstance(exc, UnknownTicket):
         try:
             ticket = await runtime.ticket(ticket_id)
         except UnknownTicket:
             ticket = None
-    match exc:
-        case AccessDenied():
-            return Refusal(403, "forbidden", str(exc))
-        case Unauthorized():
-            who = ticket.who_may_decide() if ticket is not None else "someone else"
-            return Refusal(403, "unauthorized", f"You may not decide this: who may: {who}")
-        case Expired():
-            return Refusal(409, "expired", f"Expired: {exc}")
-        case StaleTicket():
+        except SignoffError:
+            ticket = None  # the database is failing too; the status still fits
+    return http_refusal(classify(exc, ticket), ticket_id)
+
+
+def http_refusal(refusal: Classified, ticket_id: str | None = None) -> Refusal:
+    """A classified refusal as an HTTP status, code and message."""
+    code = refusal.reason.value
+    match refusal.reason:
+        case RefusalReason.UNAUTHORIZED:
+            who = refusal.ticket.who_may_decide() if refusal.ticket is not None else "someone else"
+            return Refusal(403, code, f"You may not decide this: who may: {who}")
+        case RefusalReason.FORBIDDEN:
+            return Refusal(403, code, refusal.message)
+        case RefusalReason.EXPIRED:
+            return Refusal(409, code, f"Expired: {refusal.message}")
+        case RefusalReason.STALE:
             return Refusal(
-                409, "stale_ticket", f"Stale: {exc}; the run must be restarted or cancelled"
+                409, code, f"Stale: {refusal.message}; the run must be restarted or cancelled"
             )
-        case InvalidAnswer():
-            return Refusal(422, "invalid_answer", str(exc), list(exc.errors))
-        case ResolutionError():
-            return Refusal(422, "resolution_error", str(exc))
-        case UnknownExecutionKey():
-            return Refusal(404, "unknown_ticket", str(exc))
-        case RunNotFound():
-            return Refusal(404, "unknown_run", str(exc))
-        case UnknownTicket():
-            return Refusal(404, "unknown_ticket", f"No ticket {ticket_id!r}")
-        case NotAwaiting() if ticket_id is not None and ticket is None:
-            return Refusal(404, "unknown_ticket", f"No ticket {ticket_id!r}")
-        case NotAwaiting() if ticket is not None:
-            return _closed(ticket.status, ticket.decided_by, exc)
-        case NotAwaiting():
-            return Refusal(409, "not_awaiting", str(exc))
-        case ResumeError():
-            return Refusal(409, exc.code, str(exc))
+        case RefusalReason.INVALID_ANSWER:
+            return Refusal(422, code, refusal.message, list(refusal.errors))
+        case RefusalReason.DOES_NOT_FIT:
+            return Refusal(422, code, refusal.message)
+        case RefusalReason.UNKNOWN_TICKET:
+            shown = f"No ticket {ticket_id!r}" if ticket_id is not None else refusal.message
+            return Refusal(404, code, shown)
+        case RefusalReason.UNKNOWN_RUN:
+            return Refusal(404, code, refusal.message)
+        case RefusalReason.ALREADY_DECIDED:
+            by = f" by {refusal.decided_by}" if refusal.decided_by else ""
+            return Refusal(409, code, f"Already decided{by}")
+        case RefusalReason.VOIDED:
+            return Refusal(409, code, "Voided: the run was cancelled")
+        case RefusalReason.MISMATCH | RefusalReason.NOT_AWAITING:
+            return Refusal(409, "not_awaiting", refusal.message)
+        case RefusalReason.STORAGE:
+            return Refusal(503, code, "The database did not answer; try again")
         case _:
-            return Refusal(500, "internal_error", f"{type(exc).__name__}: {exc}")
-
-
-def _closed(status: TicketStatus, decided_by: str | None, exc: Exception) -> Refusal:
-    if status is TicketStatus.DECIDED:
-        by = f" by {decided_by}" if decided_by else ""
-        return Refusal(409, "already_decided", f"Already decided{by}")
-    if status is TicketStatus.EXPIRED:
-        return Refusal(409, "expired", "Expired: the decision deadline passed")
-    if status is TicketStatus.VOIDED:
-        return Refusal(409, "voided", "Voided: the run was cancelled")
-    return Refusal(409, "not_awaiting", str(exc))
+            assert_never(refusal.reason)

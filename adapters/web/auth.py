@@ -40,12 +40,15 @@ class ApiToken:
         actor_id: The user id decisions are recorded under (e.g. ``U123`` or ``ops:alice``).
         operator: Operators may decide any ticket (four-eyes still applies to them).
         name: A display name.
+        groups: Approver groups the token's user belongs to (matched by ``group:<name>``
+            approver entries, e.g. ``release-managers``).
     """
 
     token: str
     actor_id: str
     operator: bool = False
     name: str | None = None
+    groups: frozenset[str] = frozenset()
 
     @property
     def fingerprint(self) -> str:
@@ -54,7 +57,13 @@ class ApiToken:
 
     def actor(self, platform: str) -> Actor:
         """The actor this token authenticates, on `platform` (``api`` or ``console``)."""
-        return Actor(id=self.actor_id, operator=self.operator, platform=platform, name=self.name)
+        return Actor(
+            id=self.actor_id,
+            groups=self.groups,
+            operator=self.operator,
+            platform=platform,
+            name=self.name,
+        )
 
 
 class TokenAuth:

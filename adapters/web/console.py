@@ -20,6 +20,7 @@ Pages::
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -29,6 +30,7 @@ from urllib.parse import quote
 
 import jinja2
 from aiohttp import web
+from markupsafe import Markup
 
 from adapters.web._refusals import explain
 from adapters.web.api import BadRequest, may_control, parse_statuses
@@ -54,6 +56,7 @@ from runtime import (
     PendingEntry,
     RemoteInput,
     Resolve,
+    ResumeTicket,
     Retry,
     RunNotFound,
     RunStatus,
@@ -98,6 +101,7 @@ class TicketCard:
     fields: list[FormField]
     state: FormState
     may_decide: bool
+    why_not: str | None = None
 
 
 @dataclass(slots=True)
@@ -123,6 +127,33 @@ def safe_next(value: Any, default: str = "/runs") -> str:
     ):
         return default
     return text
+
+
+def when(value: datetime | str | None) -> Markup:
+    """A time people read: ``1 Dec 2026, 08:12:03 UTC`` (the page's script shows it in
+    the reader's own time zone), with the exact ISO time kept in ``datetime``."""
+    if value is None or value == "":
+        return Markup("—")
+    try:
+        moment = value if isinstance(value, datetime) else datetime.fromisoformat(value)
+    except ValueError:
+        return Markup.escape(str(value))
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    shown = moment.astimezone(UTC)
+    text = f"{shown.day} {shown:%b %Y, %H:%M:%S} UTC"
+    return Markup('<time datetime="{}" data-local>{}</time>').format(moment.isoformat(), text)
+
+
+def why_not(ticket: ResumeTicket, actor: Actor) -> str:
+    """Why `actor` may not decide `ticket`, and who can (shown instead of the buttons)."""
+    who = ticket.who_may_decide()
+    if ticket.four_eyes and actor.id == ticket.requester:
+        return (
+            "Four-eyes: you asked for this call, so someone else must decide it "
+            f"(operators included). Who may: {who}."
+        )
+    return f"You are not among those who may decide this. Who may: {who}."
 
 
 def redirect(location: str) -> web.Response:
@@ -184,6 +215,7 @@ class _Console:
             trim_blocks=True,
             lstrip_blocks=True,
         )
+        self.env.globals["when"] = when
 
     # -- sessions and rendering ----------------------------------------------------------
     def who(self, session: Session | None) -> Actor | None:
@@ -229,16 +261,22 @@ class _Console:
         if flash is not None:
             flashes.append(flash)
         context.setdefault("refresh", None)
+        nonce = secrets.token_urlsafe(16)
         html = self.env.get_template(template).render(
             actor=actor,
             csrf=session.csrf if session is not None else "",
             csrf_field=CSRF_FIELD,
             flashes=flashes,
             path=request.path_qs,
+            nonce=nonce,
             **context,
         )
         response = web.Response(text=html, content_type="text/html", status=status)
         response.headers.update(_HEADERS)
+        # One small script may run: the one that shows times in the reader's time zone.
+        response.headers["Content-Security-Policy"] = (
+            _HEADERS["Content-Security-Policy"] + f"; script-src 'nonce-{nonce}'"
+        )
         if FLASH_COOKIE in request.cookies:
             response.del_cookie(FLASH_COOKIE, path="/")
         return response
@@ -432,12 +470,15 @@ class _Console:
         )
 
     def card(self, entry: PendingEntry, actor: Actor, states: dict[str, FormState]) -> TicketCard:
+        ticket = entry.ticket
+        may_decide = ticket.may_decide(actor)
         return TicketCard(
             entry=entry,
             arguments=pretty(entry.call.arguments),
             fields=form_fields(entry.schema) if entry.status == "input" else [],
             state=states.get(entry.ticket_id, FormState()),
-            may_decide=entry.ticket.may_decide(actor),
+            may_decide=may_decide,
+            why_not=None if may_decide else why_not(ticket, actor),
         )
 
     async def start_page(

@@ -70,11 +70,10 @@ def _ticket_opened(d: dict[str, Any], actor: str | None) -> Described:
     title = f"Waiting for a decision on {what}; who may decide: {_d(d, 'who_may_decide')}"
     if d.get("deadline"):
         title += f"; deadline {d['deadline']}"
+    # The call's arguments are shown once, where it was proposed.
     details: list[tuple[str, Any]] = [("ticket", _d(d, "ticket_id"))]
     if target.get("prompt"):
         details.append(("asks", target["prompt"]))
-    if "args" in target:
-        details.append(("arguments", target["args"]))
     return title, details, "warn"
 
 
@@ -82,8 +81,7 @@ def _ticket_decided(d: dict[str, Any], actor: str | None) -> Described:
     who = d.get("actor_name") or d.get("actor") or actor or "?"
     decision = _d(d, "decision")
     title = (
-        f"{str(decision).capitalize()}: {_d(d, 'tool', 'ticket')} by {who} "
-        f"via {_d(d, 'platform')} at {_d(d, 'decided_at')}"
+        f"{str(decision).capitalize()}: {_d(d, 'tool', 'ticket')} by {who} via {_d(d, 'platform')}"
     )
     details: list[tuple[str, Any]] = []
     if d.get("reason"):

@@ -332,8 +332,7 @@ class HookHandler:
         # the key. Two concurrent first uses may both answer without the header, but
         # they still get the same run.
         try:
-            async with self._runtime.store.transaction() as tx:
-                return await tx.get_idempotency(scope, key) is not None
+            return await self._runtime.started_by(scope, key) is not None
         except StorageError as exc:
             log.error("hook could not read idempotency key: %s", exc)
             _storage_unavailable()

@@ -273,9 +273,15 @@ async def test_run_page_shows_the_timeline(service: Any) -> None:
     assert "Model call, turn 1 (scripted): 12 prompt + 6 completion tokens" in html
     assert "Tool call transfer proposed (permission: ask)" in html
     assert "who may decide: U1" in html
-    assert "Allow: transfer by Uma via console at" in html
+    assert "Allow: transfer by Uma via console" in html
     assert "Tool transfer completed" in html
     assert "&#34;transferred&#34;: 250.0" in html
+    # Times for people, the exact one kept for the machine; each argument block once.
+    assert re.search(
+        r'<time datetime="[^"]+" data-local>\d+ \w{3} \d{4}, [\d:]{8} UTC</time>', html
+    )
+    assert "+00:00</span>" not in html
+    assert html.count("&#34;account&#34;: &#34;ACME-1&#34;") == 1
     assert 'id="final-text">Finished. {&#34;transferred&#34;: 250.0' in html
     assert "sk-live" not in html
     assert 'http-equiv="refresh"' not in html

@@ -198,3 +198,35 @@ async def test_sign_in_start_deny_approve_and_watch_the_run_finish(served: Serve
             await browser.close()
 
     assert served.ledger == [("delete_branch", {"name": "release-2.4"})]
+
+
+async def test_at_phone_width_the_header_fits_and_times_are_local(served: Served) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    started = await served.runtime.start("demo", "wrap up", requester="ops:grace", wait=True)
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            # No CSP bypass here: the page's own script must be allowed by its nonce.
+            context = await browser.new_context(
+                viewport={"width": 390, "height": 844}, timezone_id="Asia/Kolkata"
+            )
+            page = await context.new_page()
+            page.set_default_timeout(15_000)
+            await page.goto(served.url + "/login")
+            await page.fill("#token", TOKEN)
+            await page.click("button:has-text('Sign in')")
+            await page.goto(f"{served.url}/runs/{started.run_id}")
+            sign_out = page.locator("header button:has-text('Sign out')")
+            await expect(sign_out).to_be_visible()
+            box = await sign_out.bounding_box()
+            assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390
+            width = await page.evaluate("document.scrollingElement.scrollWidth")
+            assert width <= 390, f"the page scrolls sideways ({width} px)"
+            # Times are shown in the reader's zone (India is UTC+5:30), exact in datetime.
+            first = page.locator("ol.timeline time").first
+            await expect(first).to_contain_text("GMT+5:30")
+            assert (await first.get_attribute("datetime") or "").endswith("+00:00")
+            await context.close()
+        finally:
+            await browser.close()

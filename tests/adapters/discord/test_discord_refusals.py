@@ -158,3 +158,45 @@ async def test_two_concurrent_clicks_resume_the_run_once(harness: Harness) -> No
     edited = await harness.outcome(card)
     outcome = edited["embeds"][0]["fields"][-1]["value"]
     assert f"<@{decided[0]['actor']}>" in outcome
+    # The loser is told, privately, that their click was not applied, and who won.
+    winner = decided[0]["actor"]
+    loser = next(r for r in records if str(r.payload["member"]["user"]["id"]) != winner)
+    [followup] = await harness.fake.wait_for(
+        lambda: [f for f in loser.followups if "could not be applied" in f.get("content", "")],
+        what="word to the loser",
+    )
+    assert f"already decided by <@{winner}>" in followup["content"]
+    assert int(followup["flags"]) & 64  # only they see it
+    winning = next(r for r in records if r is not loser)
+    assert not any("could not be applied" in f.get("content", "") for f in winning.followups)
+
+
+async def test_a_redelivered_run_command_starts_one_run(harness: Harness) -> None:
+    bot = await harness.start_bot()
+    payload = harness.fake.slash(ALICE, "run", agent="bank", prompt="pay it")
+    first = await harness.fake.interact(payload)
+    await harness.fake.answered(first)
+    await harness.fake.interact(payload)  # the same interaction delivered again
+    await harness.fake.wait_for(
+        lambda: (
+            sum(1 for m, p in harness.fake.requests if p.startswith(f"/interactions/{first.id}/"))
+            >= 2
+        ),
+        what="the second answer attempt",
+    )
+    await harness.settled()
+    assert len(await bot.runtime.list_runs()) == 1
+
+
+@pytest.mark.parametrize("custom_id", ["not-ours", "x:allow:tk_1:abc", "", "so:"])
+async def test_a_button_that_is_not_ours_still_gets_an_answer(
+    harness: Harness, custom_id: str
+) -> None:
+    await harness.start_bot()
+    run_id, card = await harness.park(ALICE, "bank")
+    before = await harness.snapshot(run_id)
+    refused = await harness.click(ALICE, card, "Allow", custom_id=custom_id)
+    assert refused.ephemeral
+    assert "does not belong to any request" in refused.text
+    await harness.settled()
+    assert await harness.snapshot(run_id) == before

@@ -27,7 +27,7 @@ from adapters.slack import (
     build_client,
     build_slack_app,
 )
-from runtime import ManualClock, Runtime
+from runtime import Agent, ManualClock, Runtime
 from runtime.outbox import RetryPolicy, RoutingNotifier
 from runtime.store.sql import SQLStore
 from runtime.worker import Worker, outbox_loop
@@ -58,16 +58,39 @@ async def fake() -> AsyncIterator[FakeSlack]:
 
 
 @pytest.fixture
-async def slack(fake: FakeSlack, tmp_path: Path) -> AsyncIterator[SlackBed]:
+def ledger() -> list[tuple[str, dict[str, Any]]]:
+    """Every real tool execution of the test agents."""
+    return []
+
+
+@pytest.fixture
+def slack_agents(ledger: list[tuple[str, dict[str, Any]]]) -> list[Agent]:
+    """The agents of the test bed (a test module may override this fixture)."""
+    return build_agents(ledger)
+
+
+@pytest.fixture
+def slack_options() -> dict[str, Any]:
+    """`SlackConfig` values of the test bed (a test module may override this fixture)."""
+    return {}
+
+
+@pytest.fixture
+async def slack(
+    fake: FakeSlack,
+    tmp_path: Path,
+    ledger: list[tuple[str, dict[str, Any]]],
+    slack_agents: list[Agent],
+    slack_options: dict[str, Any],
+) -> AsyncIterator[SlackBed]:
     db_path = tmp_path / "signoff.db"
     store = SQLStore.sqlite(db_path)
     await store.migrate()
     clock = ManualClock()
-    ledger: list[tuple[str, dict[str, Any]]] = []
-    agents = build_agents(ledger)
+    agents = slack_agents
     runtime = Runtime(store, agents, clock=clock)
     worker = Worker(runtime, poll_seconds=0.05)
-    config = slack_config(fake)
+    config = slack_config(fake, **slack_options)
     client = build_client(config)
     bolt = build_slack_app(runtime, config, worker.wake, client=client)
     notifier = RoutingNotifier(
@@ -75,6 +98,7 @@ async def slack(fake: FakeSlack, tmp_path: Path) -> AsyncIterator[SlackBed]:
             "slack": SlackNotifier(
                 client,
                 store,
+                groups=config.approver_groups,
                 # No spacing, and a 429's hold follows the manual clock like the outbox does.
                 limiter=ChannelLimiter(interval=0.0, monotonic=lambda: clock.now().timestamp()),
             )

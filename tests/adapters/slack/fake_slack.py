@@ -199,6 +199,12 @@ class FakeSlack:
         message.updates += 1
         return {"ok": True, "channel": key[0], "ts": key[1]}
 
+    def _chat_delete(self, args: dict[str, Any]) -> dict[str, Any]:
+        key = (str(args["channel"]), str(args["ts"]))
+        if self.messages.pop(key, None) is None:
+            return {"ok": False, "error": "message_not_found"}
+        return {"ok": True, "channel": key[0], "ts": key[1]}
+
     def _chat_postEphemeral(self, args: dict[str, Any]) -> dict[str, Any]:
         return {"ok": True, "message_ts": self._next_ts()}
 
@@ -311,6 +317,7 @@ def command_body(
     channel: str = "C1",
     command: str = "/signoff",
     response_url: str = "",
+    trigger: str | None = None,
 ) -> str:
     """A slash command request body (form-encoded)."""
     return urllib.parse.urlencode(
@@ -326,7 +333,7 @@ def command_body(
             "text": text,
             "api_app_id": "A1",
             "response_url": response_url,
-            "trigger_id": trigger_id(),
+            "trigger_id": trigger or trigger_id(),
         }
     )
 

@@ -141,8 +141,11 @@ async def test_a_click_stored_by_a_dying_process_is_applied_once_by_the_next(
 
     # Allow, then (before anything is applied) Deny with a reason, from the modal: both
     # pass the check and are stored.
-    await post(click_payload(blocks.ACTION_ALLOW, values[blocks.ACTION_ALLOW]))
-    await post(click_payload(blocks.ACTION_DENY_REASON, values[blocks.ACTION_DENY_REASON]))
+    message = {"ts": card.ts, "thread_ts": card.thread_ts, "text": card.text}
+    await post(click_payload(blocks.ACTION_ALLOW, values[blocks.ACTION_ALLOW], message=message))
+    await post(
+        click_payload(blocks.ACTION_DENY_REASON, values[blocks.ACTION_DENY_REASON], message=message)
+    )
     [opened] = await until(lambda: fake.called("views.open"))
     reason = {"reason": {"value": {"type": "plain_text_input", "value": "changed my mind"}}}
     await post(submission_payload(opened.args["view"], reason))
@@ -172,7 +175,7 @@ async def test_a_click_stored_by_a_dying_process_is_applied_once_by_the_next(
     assert told.args["user"] == "U1" and told.args["channel"] == "C1"
     assert told.args["thread_ts"] == ORIGIN["thread_ts"]  # where the card is
     assert "could not be applied" in told.args["text"]
-    assert "Already decided by <@U1>" in told.args["text"]
+    assert "already decided by <@U1>" in told.args["text"]
     await store_b.close()
 
 

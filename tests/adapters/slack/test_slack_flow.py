@@ -3,10 +3,11 @@ from Slack, approval cards, decisions by button and modal, cards updated, answer
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 
-from fake_slack import BOT_USER, selected, text_input
+from fake_slack import BOT_USER, command_body, selected, signed_headers, text_input
 from slackbed import SECRET_KEY, SlackBed, buttons, text_of
 
 from adapters.slack import blocks
@@ -74,7 +75,10 @@ async def test_deny_with_reason_opens_a_modal_and_the_model_sees_the_reason(
     view = opened.args["view"]
     assert view["callback_id"] == "signoff.deny_reason"
     assert len(view["title"]["text"]) <= blocks.MAX_MODAL_TITLE
-    assert json.loads(view["private_metadata"]) == json.loads(values[blocks.ACTION_DENY_REASON])
+    metadata = json.loads(view["private_metadata"])
+    # The ticket and its token, and where the card is (for word after the modal closes).
+    assert {k: metadata[k] for k in ("t", "c")} == json.loads(values[blocks.ACTION_DENY_REASON])
+    assert (metadata["ch"], metadata["th"]) == (card.channel, card.thread_ts)
     assert (await slack.runtime.get(run.run_id)).status is RunStatus.AWAITING  # nothing yet
 
     reply = await slack.submit(view, {"reason": text_input("over budget <this month>")})
@@ -250,3 +254,33 @@ async def test_slash_command_in_a_channel_the_bot_cannot_post_to(slack: SlackBed
     reply = await slack.command("bank pay", channel="C404")
     assert "I cannot post in this channel (not_in_channel)" in reply.json()["text"]
     assert await slack.runtime.list_runs() == []
+
+
+async def test_a_retried_slash_command_posts_its_request_once(slack: SlackBed) -> None:
+    body = command_body("bank pay it", trigger="7.T1.retried")
+    first = await slack.post(body)
+    assert first.status == 200
+    await slack.card("transfer")
+    # Slack did not see the answer in time and sends the very same command again.
+    retried = signed_headers(body)
+    retried["X-Slack-Retry-Num"] = "1"
+    retried["X-Slack-Retry-Reason"] = "http_timeout"
+    again = await slack.post(body, headers=retried)
+    assert again.status == 200
+    await slack.settled()
+    asked = [m for m in slack.fake.messages.values() if " asked *bank*" in m.text]
+    assert len(asked) == 1
+    assert len(await slack.runtime.list_runs()) == 1
+
+
+async def test_concurrent_deliveries_of_one_command_keep_one_request_message(
+    slack: SlackBed,
+) -> None:
+    body = command_body("bank pay it", trigger="7.T1.raced")
+    replies = await asyncio.gather(slack.post(body), slack.post(body), slack.post(body))
+    assert {r.status for r in replies} == {200}
+    await slack.card("transfer")
+    await slack.settled()
+    asked = [m for m in slack.fake.messages.values() if " asked *bank*" in m.text]
+    [run] = await slack.runtime.list_runs()
+    assert [f"slack:{m.channel}:{m.ts}" for m in asked] == [run.thread_id]
