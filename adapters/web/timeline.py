@@ -56,6 +56,12 @@ def _model_call(d: dict[str, Any], actor: str | None) -> Described:
         f"Model call, turn {_d(d, 'turn')} ({_d(d, 'model')}): "
         f"{_d(d, 'prompt_tokens', 0)} prompt + {_d(d, 'completion_tokens', 0)} completion tokens"
     )
+    if d.get("cached_tokens"):
+        title += f" ({d['cached_tokens']} cached)"
+    if d.get("cost") is not None:
+        title += f", cost {float(d['cost']):.4f}"
+    if d.get("stop") in ("length", "refusal"):
+        title += f"; stopped: {d['stop']}"
     details: list[tuple[str, Any]] = []
     if d.get("text"):
         details.append(("said", d["text"]))
@@ -98,6 +104,12 @@ _SIMPLE: dict[str, Callable[[dict[str, Any], str | None], Described]] = {
     ),
     "run_claimed": lambda d, a: (f"Picked up by worker {_d(d, 'worker')}", [], "muted"),
     "model_call": _model_call,
+    "model_failed": lambda d, a: (
+        f"Model call failed, turn {_d(d, 'turn')} ({_d(d, 'model')}): "
+        f"{_d(d, 'failure')}" + (f" (HTTP {d['status']})" if d.get("status") is not None else ""),
+        [("provider said", d.get("message", ""))],
+        "bad",
+    ),
     "model_interrupted": lambda d, a: (
         f"Model call interrupted; attempt {_d(d, 'attempt')} of turn {_d(d, 'turn')}",
         [],
