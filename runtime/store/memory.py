@@ -7,7 +7,7 @@ import copy
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 from runtime.errors import LeaseLost
@@ -451,7 +451,8 @@ class MemoryTransaction:
         held = self._t.leases.get(name)
         if held is not None and held[0] == owner:
             self.wrote = True
-            del self._t.leases[name]
+            # Kept, expired: fences only grow.
+            self._t.leases[name] = (owner, held[1], datetime.min.replace(tzinfo=UTC))
 
     async def stats(self) -> dict[str, int]:
         outbox = list(self._t.outbox.values())

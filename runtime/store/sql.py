@@ -605,13 +605,13 @@ _TAKE_LEASE = (
     update(leases)
     .where(
         leases.c.name == bindparam("b_name"),
-        or_(leases.c.owner == bindparam("owner"), leases.c.expires_at <= bindparam("now")),
+        or_(leases.c.owner == bindparam("b_owner"), leases.c.expires_at <= bindparam("b_now")),
     )
     .values(
-        owner=bindparam("owner"),
-        expires_at=bindparam("until"),
+        owner=bindparam("b_owner"),
+        expires_at=bindparam("b_until"),
         fence=case(
-            (leases.c.owner == bindparam("owner"), leases.c.fence), else_=leases.c.fence + 1
+            (leases.c.owner == bindparam("b_owner"), leases.c.fence), else_=leases.c.fence + 1
         ),
     )
     .returning(leases.c.fence)
@@ -619,7 +619,7 @@ _TAKE_LEASE = (
 # Dropping keeps the row (and its fence, so fences only grow), expired.
 _DROP_LEASE = (
     update(leases)
-    .where(leases.c.name == bindparam("b_name"), leases.c.owner == bindparam("owner"))
+    .where(leases.c.name == bindparam("b_name"), leases.c.owner == bindparam("b_owner"))
     .values(expires_at=0)
 )
 _NOTIFY = text("SELECT pg_notify(:channel, :payload)")
@@ -647,7 +647,10 @@ def _upserts(dialect: str) -> _Upserts:
     )
     key = [outbox_pacing.c.channel_key]
     lease = module.insert(leases).values(
-        name=bindparam("b_name"), owner=bindparam("owner"), fence=1, expires_at=bindparam("until")
+        name=bindparam("b_name"),
+        owner=bindparam("b_owner"),
+        fence=1,
+        expires_at=bindparam("b_until"),
     )
     return _Upserts(
         # A channel's slot is taken only when it is free: of two claims racing for it,
@@ -1188,7 +1191,12 @@ class SQLTransaction:
         self, name: str, *, owner: str, now: datetime, until: datetime
     ) -> int | None:
         """Take or extend a named lease; its fence, or None when someone else holds it."""
-        params = {"b_name": name, "owner": owner, "now": to_micros(now), "until": to_micros(until)}
+        params = {
+            "b_name": name,
+            "b_owner": owner,
+            "b_now": to_micros(now),
+            "b_until": to_micros(until),
+        }
         row = (await self._execute(_TAKE_LEASE, params)).first()
         if row is None:
             row = (await self._execute(_upserts(self._dialect).insert_lease, params)).first()
@@ -1199,7 +1207,7 @@ class SQLTransaction:
 
     async def drop_lease(self, name: str, *, owner: str) -> None:
         """Give a named lease up if `owner` holds it."""
-        if (await self._execute(_DROP_LEASE, {"b_name": name, "owner": owner})).rowcount:
+        if (await self._execute(_DROP_LEASE, {"b_name": name, "b_owner": owner})).rowcount:
             self.wrote = True
 
     async def stats(self) -> dict[str, int]:
@@ -1637,7 +1645,13 @@ class SQLStore:
             try:
                 async with self._engine.connect() as conn:
                     raw = await conn.get_raw_connection()
-                    await _listen_on(raw.driver_connection, on_wake, stop, everything)
+                    driver = raw.driver_connection
+                    try:
+                        await _listen_on(driver, on_wake, stop, everything)
+                    finally:
+                        if driver is None or driver.is_closed():
+                            # Never hand a dead connection back to the pool.
+                            await conn.invalidate()
             except Exception as exc:  # the driver's own errors too: keep trying
                 if stop.is_set():
                     return
@@ -1688,14 +1702,25 @@ async def _listen_on(
     def notified(_conn: Any, _pid: int, _channel: str, payload: str) -> None:
         on_wake(frozenset(payload.split(",")) & everything or everything)
 
+    lost = asyncio.Event()
+
+    def closed(_conn: Any) -> None:
+        lost.set()
+
+    driver.add_termination_listener(closed)
     await driver.add_listener(WAKE_CHANNEL, notified)
     try:
         on_wake(everything)
-        # The driver reports a closed socket only when it next reads: look now and then.
-        while not stop.is_set() and not driver.is_closed():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=_LISTEN_CHECK_SECONDS)
+        while not stop.is_set() and not lost.is_set() and not driver.is_closed():
+            waiters = {asyncio.ensure_future(stop.wait()), asyncio.ensure_future(lost.wait())}
+            # Also look now and then, in case the driver misses the socket's end.
+            _done, pending = await asyncio.wait(
+                waiters, timeout=_LISTEN_CHECK_SECONDS, return_when=asyncio.FIRST_COMPLETED
+            )
+            for waiter in pending:
+                waiter.cancel()
     finally:
+        driver.remove_termination_listener(closed)
         if not driver.is_closed():
             await driver.remove_listener(WAKE_CHANNEL, notified)
 
