@@ -1556,7 +1556,12 @@ class SQLStore:
         """Upgrade the schema to the newest migration (creating it if needed).
 
         Safe to run concurrently from several processes: SQLite serialises it with
-        ``BEGIN IMMEDIATE``, PostgreSQL with an advisory lock.
+        ``BEGIN IMMEDIATE``, PostgreSQL with an advisory lock. A schema that a newer
+        version already migrated is left alone when it is backward-compatible with this
+        version (see `schema_status`), and refused otherwise.
+
+        Raises:
+            StorageError: The database failed, or its schema is newer and incompatible.
         """
         # Another process migrating the same SQLite file holds the write lock for longer
         # than the busy timeout meant for short transactions: wait for it, a while.
@@ -1570,7 +1575,11 @@ class SQLStore:
                                 text("SELECT pg_advisory_xact_lock(:key)"),
                                 {"key": _PG_MIGRATION_LOCK},
                             )
-                        await conn.run_sync(_upgrade)
+                        status = await conn.run_sync(_schema_status)
+                        if status.state == "newer_incompatible":
+                            raise StorageError(f"cannot migrate: {status.describe()}")
+                        if status.state != "newer_compatible":
+                            await conn.run_sync(_upgrade)
                     return
                 except OperationalError as exc:
                     locked = self._is_sqlite and "locked" in str(exc.orig)
@@ -1766,12 +1775,13 @@ class SchemaStatus:
                 )
             case "behind":
                 return (
-                    f"database schema at {self.revision}, this version needs {self.head}: "
-                    "run signoff migrate"
+                    f"database schema at {self.revision} is behind this version's newest "
+                    f"migration {self.head}: run signoff migrate"
                 )
             case "empty":
                 return (
-                    f"database has no schema, this version needs {self.head}: run `signoff migrate`"
+                    f"database has no schema (no migration applied), this version needs "
+                    f"{self.head}: run signoff migrate"
                 )
             case _:
                 assert_never(self.state)
