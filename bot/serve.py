@@ -106,7 +106,12 @@ class Service:
             pacing=PACING,
         )
         outbox = outbox_loop(
-            self.runtime, notifier, self._stop, claim=claim, wake=self._outbox_wake
+            self.runtime,
+            notifier,
+            self._stop,
+            seconds=self.settings.poll_seconds,
+            claim=claim,
+            wake=self._outbox_wake,
         )
         self._tasks = [
             asyncio.create_task(self.worker.run(self._stop), name="worker"),
@@ -176,7 +181,7 @@ async def build_service(settings: Settings) -> Service:
     await loaded.start()  # MCP servers: connected and listed, or reported unavailable
     try:
         runtime, store = await build_runtime(settings, loaded.agents, checkpoint=metrics.observe)
-        worker = Worker(runtime, concurrency=settings.workers)
+        worker = Worker(runtime, concurrency=settings.workers, poll_seconds=settings.poll_seconds)
         operator_token = (
             settings.operator_token.get_secret_value()
             if settings.operator_token is not None

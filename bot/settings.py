@@ -191,6 +191,8 @@ class Settings(BaseSettings):
         auto_migrate: Every command brings the schema up to date before using it (True),
             or only checks it (False: ``signoff migrate`` runs as its own step, e.g. a
             deploy job).
+        poll_seconds: How often `signoff serve` looks for ready runs and due
+            notifications when nothing woke it (on PostgreSQL other replicas' commits do).
         outbox_lease_seconds: How long a process's claim on a notification it is
             delivering lasts; after that another replica may deliver it.
         discord_gateway_lease_seconds: How long the replica holding the Discord gateway
@@ -273,6 +275,7 @@ class Settings(BaseSettings):
 
     # Several replicas on one database.
     auto_migrate: bool = True
+    poll_seconds: float = Field(default=0.5, gt=0, le=300)
     outbox_lease_seconds: float = Field(default=60.0, gt=0)
     discord_gateway_lease_seconds: float = Field(default=15.0, gt=0)
 

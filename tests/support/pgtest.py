@@ -180,3 +180,12 @@ async def truncate(url: str) -> None:
         await conn.execute(f"TRUNCATE {names} RESTART IDENTITY CASCADE")
     finally:
         await conn.close()
+
+
+async def fetch(url: str, sql: str, *args: Any) -> list[asyncpg.Record]:
+    """Run one query on a database made by `create` (a test reading what replicas wrote)."""
+    conn = await asyncpg.connect(_dsn(make_url(url)))
+    try:
+        return list(await conn.fetch(sql, *args))
+    finally:
+        await conn.close()
