@@ -91,7 +91,7 @@ async def test_a_click_acked_by_a_killed_replica_is_applied_by_another(
         assert await post(acking, allow_click(card)) == 200
         cluster.kill(acking)  # right after Slack's 200: the click is stored, maybe not applied
 
-        async def applied() -> Any:
+        async def applied(attempt: int = attempt) -> Any:
             rows = await cluster.query(
                 "SELECT state, lease_owner FROM received_commands ORDER BY received_at"
             )
@@ -100,7 +100,7 @@ async def test_a_click_acked_by_a_killed_replica_is_applied_by_another(
 
         last = await eventually(applied, "the click applied")
 
-        async def finished() -> bool:
+        async def finished(attempt: int = attempt) -> bool:
             done = await cluster.value("SELECT count(*) FROM runs WHERE status = 'done'")
             return bool(done == attempt)
 
