@@ -79,7 +79,7 @@ async def new_card(fake: FakeSlack, seen: set[str], channel: str = "C1") -> Mess
 
 
 async def test_a_click_acked_by_a_killed_replica_is_applied_by_another(
-    cluster: Cluster, fake: FakeSlack
+    fake: FakeSlack, cluster: Cluster
 ) -> None:
     with_slack(cluster, fake)
     await cluster.start(3)
@@ -115,7 +115,7 @@ async def test_a_click_acked_by_a_killed_replica_is_applied_by_another(
 
 
 async def test_every_notification_is_delivered_exactly_once_across_replicas(
-    cluster: Cluster, fake: FakeSlack
+    fake: FakeSlack, cluster: Cluster
 ) -> None:
     with_slack(cluster, fake)
     replicas = await cluster.start(3)
