@@ -122,8 +122,9 @@ async def test_migrations_record_their_compatibility(own_url: str) -> None:
             ).all()
     finally:
         await store.close()
-    assert [tuple(r) for r in rows][:3] == [
+    assert [tuple(r) for r in rows][:4] == [
         ("0001", None, False),
         ("0002", "0001", False),
-        ("0003", "0002", True),
+        ("0003", "0002", False),
+        ("0004", "0003", True),
     ]

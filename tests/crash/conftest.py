@@ -7,19 +7,11 @@ The PostgreSQL databases come from the cluster of ``SIGNOFF_TEST_POSTGRES_URL`` 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from pgtest import close_databases, databases, run_apart
-
-
-@dataclass(frozen=True)
-class Place:
-    """A scenario's database (a file path or a URL) and its scratch directory."""
-
-    db: str
-    tmp: Path
+from places import Place
 
 
 def pytest_sessionfinish() -> None:

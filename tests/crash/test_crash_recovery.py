@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Place
+from places import Place
 
 pytestmark = pytest.mark.crash
 

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from conftest import Cluster, eventually
+from cluster import Cluster, eventually
 from discord_harness import ALICE, ROLES
 from fake_discord import TOKEN, FakeDiscord
 

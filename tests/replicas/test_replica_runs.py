@@ -8,7 +8,7 @@ import sys
 from collections import Counter
 from typing import Any
 
-from conftest import ROOT, Api, Cluster, eventually
+from cluster import ROOT, Api, Cluster, eventually
 
 
 async def start_run(api: Api, url: str, agent: str, text: str) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from conftest import Cluster
+from cluster import Cluster
 from pgtest import fresh_database
 
 from bot.settings import load_settings, require_shared_settings

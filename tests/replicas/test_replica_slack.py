@@ -8,7 +8,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from conftest import Cluster, eventually
+from cluster import Cluster, eventually
 from fake_slack import (
     BOT_TOKEN,
     SIGNING_SECRET,
