@@ -1140,9 +1140,12 @@ def serve(database_url: str | None) -> None:
     running tools settle (SIGNOFF_SHUTDOWN_GRACE_SECONDS) and exits; a restart picks
     everything up again.
 
-    Without SIGNOFF_OPERATOR_TOKEN a sign-in token is made up and printed. With
-    SIGNOFF_MODEL (e.g. openai:gpt-4.1-mini) every agent runs on that model; a missing
-    key (SIGNOFF_OPENAI_API_KEY, SIGNOFF_ANTHROPIC_API_KEY) stops the start with exit 3.
+    Without SIGNOFF_OPERATOR_TOKEN a sign-in token is made up and printed (SQLite
+    only). On PostgreSQL any number of replicas may serve one database; each needs the
+    same SIGNOFF_OPERATOR_TOKEN and SIGNOFF_COOKIE_SECRET (or their *_FILE variants).
+    With SIGNOFF_MODEL (e.g. openai:gpt-4.1-mini) every agent runs on that model; a
+    missing key (SIGNOFF_OPENAI_API_KEY, SIGNOFF_ANTHROPIC_API_KEY) stops the start with
+    exit 3.
 
     \b
     Examples:
