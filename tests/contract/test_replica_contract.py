@@ -8,11 +8,20 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from test_received_contract import received
 
-from runtime import ManualClock
+from runtime import (
+    Agent,
+    ManualClock,
+    RunStatus,
+    Runtime,
+    ScriptedModel,
+    final_reply,
+    tool_call_reply,
+)
 from runtime.outbox import Claim, deliver_due
 from runtime.store.base import Store
 from runtime.store.records import OutboxRecord
@@ -292,6 +301,47 @@ async def test_two_processes_deliver_every_item_exactly_once(sql_url: str, make:
             items = await tx.outbox_for_run("run_1")
         assert {o.state for o in items} == {"delivered"}
         assert all(o.platform_ref == {"ts": o.outbox_id} and o.lease_owner is None for o in items)
+    finally:
+        for store in stores:
+            await store.close()
+
+
+def _deadline_agent() -> Agent:
+    model = ScriptedModel([tool_call_reply(("deploy", {"service": "api"})), final_reply("Done.")])
+    agent = Agent("deployer", "Deploy.", model)
+
+    @agent.tool(permission="ask", deadline=timedelta(minutes=10))
+    def deploy(service: str) -> str:
+        """Deploy a service."""
+        return f"deployed {service}"
+
+    return agent
+
+
+async def test_three_processes_expire_each_ticket_exactly_once(sql_url: str) -> None:
+    clock = ManualClock()
+    stores = [SQLStore.from_url(sql_url, busy_timeout_ms=5000) for _ in range(3)]
+    try:
+        runtimes = [
+            Runtime(store, [_deadline_agent()], clock=clock, worker_id=f"p{n}")
+            for n, store in enumerate(stores)
+        ]
+        parked = [
+            await runtimes[n % 3].start("deployer", f"deploy {n}", requester="U1") for n in range(8)
+        ]
+        assert all(p.status is RunStatus.AWAITING for p in parked)
+        clock.advance(11 * 60)
+        expired = await asyncio.gather(*(rt.expire_overdue() for rt in runtimes * 2))
+        every = [ticket_id for found in expired for ticket_id in found]
+        assert sorted(every) == sorted(p.pending[0].ticket_id for p in parked)
+        async with stores[0].transaction() as tx:
+            for p in parked:
+                events = [e.kind for e in await tx.events(p.run_id)]
+                assert events.count("ticket_expired") == 1
+                outbox = [o.kind for o in await tx.outbox_for_run(p.run_id)]
+                assert outbox.count("expired") == 1
+                run = await tx.get_run(p.run_id)
+                assert run is not None and run.status is RunStatus.QUEUED
     finally:
         for store in stores:
             await store.close()
