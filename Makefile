@@ -1,4 +1,5 @@
-# The two commands of the README: `make run` and `make test`.
+# The two commands of the README: `make run` and `make test`
+# (`make test-postgres`: the same with a throwaway PostgreSQL cluster, as CI runs it).
 # Both create .venv (with python3.11, else python3) and install the project into it once;
 # the stamp file is refreshed only when pyproject.toml changes.
 
@@ -7,7 +8,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.signoff-installed
 
-.PHONY: run test venv clean stress
+.PHONY: run test test-postgres venv clean stress
 
 # The Python example agents plus the MCP demo agent (examples/mcp/agents.toml), unless
 # SIGNOFF_APP / SIGNOFF_AGENTS are set.
@@ -20,6 +21,9 @@ test: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/pytest -q
+
+test-postgres: $(STAMP)
+	.ci/with-postgres $(MAKE) test
 
 venv: $(STAMP)
 

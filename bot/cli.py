@@ -55,6 +55,7 @@ from runtime import (
     UnknownExecutionKey,
     usage_of_events,
 )
+from runtime.store.sql import SchemaStatus
 
 # --- exit codes --------------------------------------------------------------------------
 
@@ -1139,9 +1140,12 @@ def serve(database_url: str | None) -> None:
     running tools settle (SIGNOFF_SHUTDOWN_GRACE_SECONDS) and exits; a restart picks
     everything up again.
 
-    Without SIGNOFF_OPERATOR_TOKEN a sign-in token is made up and printed. With
-    SIGNOFF_MODEL (e.g. openai:gpt-4.1-mini) every agent runs on that model; a missing
-    key (SIGNOFF_OPENAI_API_KEY, SIGNOFF_ANTHROPIC_API_KEY) stops the start with exit 3.
+    Without SIGNOFF_OPERATOR_TOKEN a sign-in token is made up and printed (SQLite
+    only). On PostgreSQL any number of replicas may serve one database; each needs the
+    same SIGNOFF_OPERATOR_TOKEN and SIGNOFF_COOKIE_SECRET (or their *_FILE variants).
+    With SIGNOFF_MODEL (e.g. openai:gpt-4.1-mini) every agent runs on that model; a
+    missing key (SIGNOFF_OPENAI_API_KEY, SIGNOFF_ANTHROPIC_API_KEY) stops the start with
+    exit 3.
 
     \b
     Examples:
@@ -1163,8 +1167,10 @@ def serve(database_url: str | None) -> None:
 def migrate(database_url: str | None) -> None:
     """Create or upgrade the database schema to the newest migration.
 
-    Every command does this on its own before touching the database; run it explicitly
-    to prepare a database ahead of a deploy.
+    Every command does this on its own before touching the database, unless
+    SIGNOFF_AUTO_MIGRATE=false; run it explicitly to prepare a database ahead of a
+    deploy (a Kubernetes Job, a compose one-shot). A schema that a newer version
+    already migrated is left alone when it is backward-compatible with this one.
 
     \b
     Examples:
@@ -1173,22 +1179,24 @@ def migrate(database_url: str | None) -> None:
     """
     settings = _state().settings(database_url)
 
-    async def body() -> bool:
+    async def body() -> tuple[SchemaStatus, SchemaStatus]:
         store = open_store(settings)
         try:
-            current = await store.migrations_current()
-            if not current:
+            before = await store.schema_status()
+            if before.state not in ("current", "newer_compatible"):
                 await store.migrate()
-            return current
+            return before, await store.schema_status()
         finally:
             await store.close()
 
-    was_current = _run(body())
+    before, after = _run(body())
     where = _redacted(settings.database_url)
-    if was_current:
-        click.echo(f"{where} is already at the newest schema")
+    if before.state == "current":
+        click.echo(f"{where} is already at the newest schema ({after.revision})")
+    elif before.state == "newer_compatible":
+        click.echo(f"{where}: {before.describe()}; nothing to do")
     else:
-        click.echo(f"migrated {where} to the newest schema")
+        click.echo(f"migrated {where} to the newest schema ({after.revision})")
 
 
 def _redacted(url: str) -> str:

@@ -19,7 +19,13 @@ Variable                                  Meaning
 ``SIGNOFF_DISCORD_GUILD_READY_TIMEOUT``   Seconds discord.py waits for servers before ready (2).
 ``SIGNOFF_DISCORD_READY_TIMEOUT``         Seconds `start_discord` waits for the gateway (30).
 ``SIGNOFF_DISCORD_ACK_BUDGET``            Seconds of work before an answer is deferred (2).
+``SIGNOFF_DISCORD_GATEWAY_LEASE_SECONDS`` How long the gateway holder's lease lasts (15).
 ========================================  =====================================================
+
+Several replicas: one at a time holds the gateway (a named lease in the database,
+`DiscordEdge`); when it dies another takes over once the lease expires. Every replica
+delivers the outbox's Discord messages over REST, and clicks answered by the holder are
+applied by whichever replica claims them first.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import (
@@ -45,7 +52,7 @@ from runtime.outbox import Notifier
 from runtime.worker import Worker
 
 if TYPE_CHECKING:  # discord.py is an optional extra: imported when Discord is started
-    from adapters.discord import DiscordBot, DiscordNotifier
+    from adapters.discord import DiscordBot, DiscordConfig, DiscordNotifier
 
 log = logging.getLogger("signoff.discord")
 
@@ -71,6 +78,8 @@ class DiscordSettings(BaseModel):
             for the gateway before going on without it (it keeps connecting).
         ack_budget: ``SIGNOFF_DISCORD_ACK_BUDGET``: seconds an interaction may take before
             the bot defers its answer (Discord allows 3 in all).
+        gateway_lease_seconds: ``SIGNOFF_DISCORD_GATEWAY_LEASE_SECONDS``: how long the
+            replica holding the gateway keeps it without renewing its lease.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -85,6 +94,7 @@ class DiscordSettings(BaseModel):
     guild_ready_timeout: float = Field(default=2.0, ge=0)
     ready_timeout: float = Field(default=30.0, gt=0)
     ack_budget: float = Field(default=2.0, ge=0, le=2.8)
+    gateway_lease_seconds: float = Field(default=15.0, gt=0)
 
     @field_validator("api_base_url", "console_url")
     @classmethod
@@ -162,32 +172,20 @@ class DiscordHandle:
     task: asyncio.Task[None]
 
 
-async def start_discord(
-    runtime: Runtime, worker: Worker, settings: DiscordSettings
-) -> DiscordHandle:
-    """Log in, register the commands and connect the gateway; return once it is ready.
+def discord_config(settings: DiscordSettings) -> DiscordConfig:
+    """The adapter's configuration from the settings.
 
     Raises:
-        ConfigurationError: discord.py is not installed, Discord refused the token, or
-            the commands could not be registered.
+        ConfigurationError: discord.py is not installed.
     """
     try:
-        import discord
-
-        from adapters.discord import (
-            DiscordBot,
-            DiscordConfig,
-            DiscordNotifier,
-            Handlers,
-            SyncMode,
-            configure_endpoints,
-        )
+        from adapters.discord import DiscordConfig, SyncMode
     except ImportError as exc:
         raise ConfigurationError(
             f"SIGNOFF_DISCORD_BOT_TOKEN is set but discord.py is missing ({exc}); "
             "install the discord extra (pip install -e '.[discord]')"
         ) from exc
-    config = DiscordConfig(
+    return DiscordConfig(
         bot_token=settings.bot_token.get_secret_value(),
         api_base_url=settings.api_base_url,
         gateway_url=settings.gateway_url,
@@ -198,6 +196,22 @@ async def start_discord(
         guild_ready_timeout=settings.guild_ready_timeout,
         ack_budget_seconds=settings.ack_budget,
     )
+
+
+async def start_discord(
+    runtime: Runtime, worker: Worker, settings: DiscordSettings
+) -> DiscordHandle:
+    """Log in, register the commands and connect the gateway; return once it is ready.
+
+    Raises:
+        ConfigurationError: discord.py is not installed, Discord refused the token, or
+            the commands could not be registered.
+    """
+    import discord
+
+    from adapters.discord import DiscordBot, DiscordNotifier, Handlers, configure_endpoints
+
+    config = discord_config(settings)
     configure_endpoints(config.api_base_url, config.gateway_url)
     client = DiscordBot(Handlers(runtime, worker.wake, config), config)
     try:
@@ -250,6 +264,131 @@ async def stop_discord(handle: DiscordHandle) -> None:
     await handle.notifier.close()
 
 
+GATEWAY_LEASE = "discord-gateway"
+"""The named lease whose holder connects the Discord gateway."""
+
+
+class DiscordEdge:
+    """The Discord edge of one replica: REST delivery always, the gateway while it holds it.
+
+    Only one process at a time may hold the gateway connection (Discord would send each
+    interaction to one of them, and two bots would race to answer). The holder keeps a
+    named lease in the database (`GATEWAY_LEASE`) and renews it a few times per lease
+    period; the others try to take it just as often, so when the holder dies another
+    replica connects within about the lease time. Cards posted by a replica that died
+    keep working: their buttons carry only the ticket.
+
+    Args:
+        runtime: The runtime (its store holds the lease).
+        worker: Woken when a click was stored.
+        settings: The Discord settings.
+    """
+
+    def __init__(self, runtime: Runtime, worker: Worker, settings: DiscordSettings) -> None:
+        self._runtime = runtime
+        self._worker = worker
+        self._settings = settings
+        self._owner = runtime.worker_id
+        self._lease = settings.gateway_lease_seconds
+        self.gateway: DiscordHandle | None = None
+        self._notifier: DiscordNotifier | None = None
+
+    @property
+    def notifier(self) -> Notifier:
+        """The REST notifier for ``{"platform": "discord"}`` items (after `start`)."""
+        assert self._notifier is not None, "start the edge first"
+        notifier: Notifier = self._notifier
+        return notifier
+
+    @property
+    def holding(self) -> bool:
+        """Whether this process holds the gateway now."""
+        return self.gateway is not None
+
+    async def start(self) -> None:
+        """Build the REST notifier, and connect the gateway if nobody else holds it.
+
+        Raises:
+            ConfigurationError: discord.py is missing, or (when this process connects)
+                Discord refused the token.
+        """
+        from adapters.discord import DiscordNotifier
+
+        self._notifier = DiscordNotifier(discord_config(self._settings), self._runtime.store)
+        if await self._take():
+            try:
+                self.gateway = await start_discord(self._runtime, self._worker, self._settings)
+            except BaseException:
+                await self._drop()
+                raise
+        else:
+            log.info("another replica holds the Discord gateway; this one delivers over REST")
+
+    async def hold(self, stop: asyncio.Event) -> None:
+        """Renew the lease while holding; take the gateway over when it is free."""
+        interval = self._lease / 5
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=interval)
+            if stop.is_set():
+                return
+            try:
+                await self._turn()
+            except Exception:
+                log.exception("keeping the Discord gateway lease failed; retrying")
+
+    async def _turn(self) -> None:
+        gateway = self.gateway
+        if gateway is not None and gateway.task.done():
+            log.warning("the Discord gateway connection ended; letting another replica try")
+            await self._let_go()
+            return
+        try:
+            held = await self._take()
+        except Exception:
+            if self.gateway is not None:
+                # Without a renewed lease another replica may connect: step back first.
+                log.exception("cannot renew the Discord gateway lease; disconnecting")
+                await self._let_go()
+            raise
+        if held and self.gateway is None:
+            log.warning("taking over the Discord gateway")
+            try:
+                self.gateway = await start_discord(self._runtime, self._worker, self._settings)
+            except Exception:
+                await self._drop()
+                raise
+        elif not held and self.gateway is not None:
+            log.warning("the Discord gateway lease was taken by another replica; disconnecting")
+            gateway, self.gateway = self.gateway, None
+            await stop_discord(gateway)
+
+    async def _take(self) -> bool:
+        now = self._runtime.clock.now()
+        until = now + timedelta(seconds=self._lease)
+        async with self._runtime.store.transaction() as tx:
+            fence = await tx.take_lease(GATEWAY_LEASE, owner=self._owner, now=now, until=until)
+        return fence is not None
+
+    async def _drop(self) -> None:
+        with contextlib.suppress(Exception):
+            async with self._runtime.store.transaction() as tx:
+                await tx.drop_lease(GATEWAY_LEASE, owner=self._owner)
+
+    async def _let_go(self) -> None:
+        gateway, self.gateway = self.gateway, None
+        if gateway is not None:
+            await stop_discord(gateway)
+        await self._drop()
+
+    async def close(self) -> None:
+        """Disconnect the gateway, give the lease up (so another replica takes over at
+        once) and close the REST notifier."""
+        await self._let_go()
+        if self._notifier is not None:
+            await self._notifier.close()
+
+
 def discord_notifier(handle: DiscordHandle) -> Notifier:
     """The notifier to route ``{"platform": "discord"}`` outbox items to."""
     notifier: Notifier = handle.notifier
@@ -257,6 +396,8 @@ def discord_notifier(handle: DiscordHandle) -> Notifier:
 
 
 __all__ = [
+    "GATEWAY_LEASE",
+    "DiscordEdge",
     "DiscordHandle",
     "DiscordSettings",
     "discord_notifier",

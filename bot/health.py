@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from runtime import RunStatus, Runtime
+from runtime.store.sql import SQLStore
 
 
 class Metrics:
@@ -66,25 +67,46 @@ class Metrics:
 
 
 def add_health_routes(app: web.Application, runtime: Runtime, metrics: Metrics) -> None:
-    """``/healthz`` (alive), ``/readyz`` (database reachable, schema current), ``/metrics``."""
+    """``/healthz`` (alive), ``/readyz`` (database reachable, schema usable), ``/metrics``.
+
+    ``/readyz`` is ready when the database answers and its schema is this version's
+    newest, or newer and backward-compatible (a rolling upgrade in progress); its JSON
+    says which revision it sees (``schema.revision``) next to this version's
+    (``schema.code_revision``).
+    """
 
     async def healthz(request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
     async def readyz(request: web.Request) -> web.Response:
         problems = []
+        schema: dict[str, Any] | None = None
         try:
             async with runtime.store.transaction() as tx:
                 await tx.count_runs()
         except Exception as exc:
             problems.append(f"database unreachable: {exc}")
         else:
-            current = getattr(runtime.store, "migrations_current", None)
-            if current is not None and not await current():
-                problems.append("database schema is not at the latest migration")
+            store = runtime.store
+            if isinstance(store, SQLStore):
+                try:
+                    status = await store.schema_status()
+                except Exception as exc:
+                    problems.append(f"database schema unreadable: {exc}")
+                else:
+                    schema = {
+                        "revision": status.revision,
+                        "code_revision": status.head,
+                        "state": status.state,
+                    }
+                    if not status.usable:
+                        problems.append(status.describe())
+        body: dict[str, Any] = {"status": "unavailable" if problems else "ready"}
         if problems:
-            return web.json_response({"status": "unavailable", "problems": problems}, status=503)
-        return web.json_response({"status": "ready"})
+            body["problems"] = problems
+        if schema is not None:
+            body["schema"] = schema
+        return web.json_response(body, status=503 if problems else 200)
 
     async def metrics_route(request: web.Request) -> web.Response:
         await metrics.refresh(runtime)

@@ -188,6 +188,16 @@ class Settings(BaseSettings):
             servers use their default, Anthropic 4096).
         model_prices: ``{"<provider>:<model>": {"input", "output", "cached_input",
             "cache_write"}}`` per million tokens, to record each model call's cost.
+        auto_migrate: Every command brings the schema up to date before using it (True),
+            or only checks it (False: ``signoff migrate`` runs as its own step, e.g. a
+            deploy job).
+        poll_seconds: How often `signoff serve` looks for ready runs and due
+            notifications when nothing woke it (on PostgreSQL other replicas' commits do).
+        outbox_lease_seconds: How long a process's claim on a notification it is
+            delivering lasts; after that another replica may deliver it.
+        discord_gateway_lease_seconds: How long the replica holding the Discord gateway
+            keeps it without renewing; when it dies another replica takes over within
+            about this time.
     """
 
     model_config = SettingsConfigDict(
@@ -262,6 +272,12 @@ class Settings(BaseSettings):
     @classmethod
     def _price_specs(cls, value: dict[str, PriceSetting]) -> dict[str, PriceSetting]:
         return {_spec(spec): price for spec, price in value.items()}
+
+    # Several replicas on one database.
+    auto_migrate: bool = True
+    poll_seconds: float = Field(default=0.5, gt=0, le=300)
+    outbox_lease_seconds: float = Field(default=60.0, gt=0)
+    discord_gateway_lease_seconds: float = Field(default=15.0, gt=0)
 
     @field_validator("database_url")
     @classmethod
@@ -355,8 +371,13 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Code beats the environment, the environment beats the TOML file.
-        return (init_settings, env_settings, _FileSource(settings_cls))
+        # Code beats the environment (and its *_FILE secrets), which beats the TOML file.
+        return (
+            init_settings,
+            env_settings,
+            _SecretFileSource(settings_cls),
+            _FileSource(settings_cls),
+        )
 
 
 def _spec(value: str) -> str:
@@ -374,6 +395,92 @@ class _FileSource(PydanticBaseSettingsSource):
 
     def __call__(self) -> dict[str, Any]:
         return dict(_file_values.get() or {})
+
+
+FILE_SUFFIX = "_FILE"
+SECRET_FILE_SETTINGS = _SENSITIVE
+"""Settings that may also be read from a file named by ``SIGNOFF_<NAME>_FILE``."""
+
+
+def _secret_file_values() -> dict[str, Any]:
+    """Values of the ``SIGNOFF_<NAME>_FILE`` variables: the files' contents.
+
+    Raises:
+        ConfigurationError: A file cannot be read, or both ``SIGNOFF_<NAME>`` and
+            ``SIGNOFF_<NAME>_FILE`` are set.
+    """
+    environ = {k.upper(): v for k, v in os.environ.items()}
+    values: dict[str, Any] = {}
+    for field in sorted(SECRET_FILE_SETTINGS):
+        variable = env_name(field) + FILE_SUFFIX
+        path = environ.get(variable)
+        if not path:
+            continue
+        if env_name(field) in environ:
+            raise ConfigurationError(
+                f"{variable}: set either {env_name(field)} or {variable}, not both"
+            )
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigurationError(
+                f"{variable}: cannot read {path}: {exc.strerror or exc}"
+            ) from None
+        except UnicodeDecodeError:
+            raise ConfigurationError(f"{variable}: {path} is not UTF-8 text") from None
+        # Secret files usually end with a newline; the secret does not.
+        values[field] = text.rstrip("\r\n")
+    return values
+
+
+class _SecretFileSource(PydanticBaseSettingsSource):
+    """Secrets read from the files named by ``SIGNOFF_<NAME>_FILE`` (Docker, Kubernetes)."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return _secret_file_values().get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        values = _secret_file_values()
+        for name, value in list(values.items()):
+            annotation = Settings.model_fields[name].annotation
+            if annotation is not None and getattr(annotation, "__origin__", None) in (list, dict):
+                values[name] = _json_value(name, value)
+        return values
+
+
+def _json_value(field: str, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigurationError(
+            f"{env_name(field)}{FILE_SUFFIX}: the file is not valid JSON ({exc.msg})"
+        ) from None
+
+
+def uses_sqlite(settings: Settings) -> bool:
+    """Whether the store is a SQLite file (one machine) rather than a shared server."""
+    return settings.database_url.split(":", 1)[0].split("+", 1)[0].lower() == "sqlite"
+
+
+def require_shared_settings(settings: Settings) -> None:
+    """Check what every replica must share when the database is not SQLite.
+
+    Made-up values would differ from one replica to the next: a console session signed
+    by one replica would be refused by the next, and each would print its own token.
+
+    Raises:
+        ConfigurationError: ``SIGNOFF_COOKIE_SECRET`` or ``SIGNOFF_OPERATOR_TOKEN`` (or
+            their ``*_FILE`` variants) is not set.
+    """
+    if uses_sqlite(settings):
+        return
+    for field in ("cookie_secret", "operator_token"):
+        if getattr(settings, field) is None:
+            name = env_name(field)
+            raise ConfigurationError(
+                f"{name}: required when SIGNOFF_DATABASE_URL is not SQLite (every replica "
+                f"must use the same value; {name}{FILE_SUFFIX} reads it from a file)"
+            )
 
 
 def env_name(field: str) -> str:
@@ -435,12 +542,13 @@ def load_settings(
     path = Path(config_file) if config_file is not None else None
     from_file = read_config_file(path) if path is not None else {}
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    from_secret_files = set(_secret_file_values())
     token = _file_values.set(from_file)
     try:
         return Settings(**given)
     except ValidationError as exc:
         raise ConfigurationError(
-            _describe(exc, given, from_file, path, override_names or {})
+            _describe(exc, given, from_file, path, override_names or {}, from_secret_files)
         ) from None
     except SettingsError as exc:
         # pydantic-settings decodes JSON-valued variables itself and only says which
@@ -467,6 +575,7 @@ def _describe(
     from_file: Mapping[str, Any],
     path: Path | None,
     override_names: Mapping[str, str],
+    secret_files: set[str],
 ) -> str:
     environ = {k.upper() for k in os.environ}
     problems = []
@@ -475,6 +584,8 @@ def _describe(
         name = env_name(field)
         if field in given:
             name = override_names.get(field, name)
+        elif field in secret_files:
+            name += FILE_SUFFIX
         elif name not in environ and field in from_file and path is not None:
             name = f"{field} in {path}"
         inner = "".join(

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from adapters.models import ModelOptions, ModelResolver, Price, parse_spec
 from bot.settings import Settings
-from runtime import Agent, ConfigurationError, Model, Runtime, SignoffError
+from runtime import Agent, ConfigurationError, Model, Runtime, SignoffError, StorageError
 from runtime.store.sql import SQLStore
 
 if TYPE_CHECKING:
@@ -324,13 +324,22 @@ def open_store(settings: Settings) -> SQLStore:
 async def migrated_store(settings: Settings) -> SQLStore:
     """Open the store and bring its schema to the newest migration.
 
+    With ``SIGNOFF_AUTO_MIGRATE=false`` the schema is only checked: it must be current,
+    or newer and backward-compatible (``signoff migrate`` upgrades it).
+
     Raises:
         ConfigurationError: The URL cannot be used.
-        StorageError: The database cannot be reached or migrated.
+        StorageError: The database cannot be reached or migrated, or (not migrating)
+            its schema cannot be used by this version.
     """
     store = open_store(settings)
     try:
-        await store.migrate()
+        if settings.auto_migrate:
+            await store.migrate()
+        else:
+            status = await store.schema_status()
+            if not status.usable:
+                raise StorageError(f"{status.describe()} (SIGNOFF_AUTO_MIGRATE is false)")
     except BaseException:
         await store.close()
         raise

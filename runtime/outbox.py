@@ -4,13 +4,19 @@ A `Notifier` posts one outbox item to its platform and returns the platform's me
 reference. Transient failures are retried with exponential backoff (honouring a
 platform's ``Retry-After``); permanent ones are given up loudly: the item is marked
 ``failed`` and the run's flight recorder says why.
+
+Any number of processes may deliver from one database. Each item is claimed before it is
+posted (a lease with a fence, `Transaction.claim_outbox`), so two processes never post
+the same item at once, and its outcome is recorded with a compare-and-set on that fence:
+a process whose claim expired and was taken over records nothing. Per-channel pacing
+(`Claim.pacing`) is kept in the database, so it holds across processes.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol
 
@@ -95,6 +101,24 @@ class RetryPolicy:
         return max(backoff, float(retry_after or 0.0))
 
 
+@dataclass(frozen=True)
+class Claim:
+    """How a delivering process claims outbox items.
+
+    Attributes:
+        owner: Names the process in the items' leases.
+        lease_seconds: How long a claimed item is this process's to deliver; after that
+            (the process died) another one may claim it again. Longer than a delivery
+            can take.
+        pacing: Seconds between two messages to one channel, by platform
+            (``{"slack": 1.0}``), shared by every process on the database.
+    """
+
+    owner: str = "outbox"
+    lease_seconds: float = 60.0
+    pacing: Mapping[str, float] = field(default_factory=dict)
+
+
 async def deliver_due(
     store: Store,
     clock: Clock,
@@ -102,13 +126,23 @@ async def deliver_due(
     *,
     limit: int = 50,
     policy: RetryPolicy | None = None,
+    claim: Claim | None = None,
 ) -> int:
-    """Try every due outbox item once. Returns how many were delivered."""
+    """Claim due outbox items and try each once. Returns how many were delivered."""
     retry = policy or RetryPolicy()
+    how = claim or Claim()
+    now = clock.now()
     async with store.transaction() as tx:
-        due = await tx.due_outbox(clock.now(), limit)
+        due = await tx.claim_outbox(
+            now,
+            limit,
+            owner=how.owner,
+            until=now + timedelta(seconds=how.lease_seconds),
+            pacing=how.pacing,
+        )
     delivered = 0
     for item in due:
+        fence = item.fence
         try:
             reference = await notifier.deliver(item)
         except DeliveryError as exc:
@@ -124,44 +158,49 @@ async def deliver_due(
         item.delivered_at = now
         item.platform_ref = reference
         item.last_error = None
+        _release(item)
         async with store.transaction() as tx:
-            await tx.update_outbox(item)
-        delivered += 1
+            recorded = await tx.update_outbox(item, fence=fence)
+        if recorded:
+            delivered += 1
+        else:
+            _superseded(item)
     return delivered
+
+
+def _release(item: OutboxRecord) -> None:
+    item.lease_owner = None
+    item.lease_expires_at = None
+
+
+def _superseded(item: OutboxRecord) -> None:
+    log.warning(
+        "notification %s was claimed by another process while this one delivered it "
+        "(its claim expired); the other process records the outcome",
+        item.outbox_id,
+        extra={"run_id": item.run_id, "ticket_id": item.ticket_id},
+    )
 
 
 async def _failed(
     store: Store, clock: Clock, item: OutboxRecord, exc: DeliveryError, retry: RetryPolicy
 ) -> None:
     now = clock.now()
+    fence = item.fence
     item.attempts += 1
     item.last_error = str(exc)
+    _release(item)
     give_up = exc.permanent or item.attempts >= retry.max_attempts
+    wait = retry.delay(item.attempts, exc.retry_after)
+    if give_up:
+        item.state = "failed"
+    else:
+        item.next_attempt_at = now + timedelta(seconds=wait)
     async with store.transaction() as tx:
-        if give_up:
-            item.state = "failed"
-            log.error(
-                "giving up on notification %s (%s) of run %s: %s",
-                item.outbox_id,
-                item.kind,
-                item.run_id,
-                exc,
-                extra={"run_id": item.run_id, "ticket_id": item.ticket_id},
-            )
-            await record(
-                tx,
-                item.run_id,
-                now,
-                "notification_failed",
-                outbox_id=item.outbox_id,
-                notification=item.kind,
-                platform=item.destination.get("platform"),
-                error=str(exc),
-                attempts=item.attempts,
-            )
-        else:
-            wait = retry.delay(item.attempts, exc.retry_after)
-            item.next_attempt_at = now + timedelta(seconds=wait)
+        if not await tx.update_outbox(item, fence=fence):
+            _superseded(item)
+            return
+        if not give_up:
             log.warning(
                 "notification %s failed (attempt %d), retrying in %.1fs: %s",
                 item.outbox_id,
@@ -170,4 +209,23 @@ async def _failed(
                 exc,
                 extra={"run_id": item.run_id, "ticket_id": item.ticket_id},
             )
-        await tx.update_outbox(item)
+            return
+        log.error(
+            "giving up on notification %s (%s) of run %s: %s",
+            item.outbox_id,
+            item.kind,
+            item.run_id,
+            exc,
+            extra={"run_id": item.run_id, "ticket_id": item.ticket_id},
+        )
+        await record(
+            tx,
+            item.run_id,
+            now,
+            "notification_failed",
+            outbox_id=item.outbox_id,
+            notification=item.kind,
+            platform=item.destination.get("platform"),
+            error=str(exc),
+            attempts=item.attempts,
+        )

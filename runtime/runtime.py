@@ -210,6 +210,11 @@ class Runtime:
         return self._deps.clock
 
     @property
+    def worker_id(self) -> str:
+        """How this process is named in leases."""
+        return self._deps.worker_id
+
+    @property
     def agents(self) -> dict[str, Agent]:
         """Registered agents by name."""
         return dict(self._deps.agents)
@@ -935,8 +940,15 @@ class Runtime:
             What happened to each command.
         """
         deps = self._deps
+        now = deps.clock.now()
         async with deps.store.transaction() as tx:
-            pending = await tx.pending_received(limit)
+            # Claimed, so that of several processes only one applies (or refuses) each.
+            pending = await tx.claim_received(
+                now,
+                limit,
+                owner=deps.worker_id,
+                until=now + timedelta(seconds=deps.lease_seconds),
+            )
         outcomes = []
         for item in pending:
             error: SignoffError | None = None
@@ -964,7 +976,9 @@ class Runtime:
                 item.error_code = getattr(error, "code", type(error).__name__)
                 item.error = str(error)
                 async with deps.store.transaction() as tx:
-                    await tx.update_received(item)
+                    # Another process may have applied it meanwhile (its claim expired).
+                    if not await tx.update_received(item, only_pending=True):
+                        continue
                     if item.reply is not None:
                         await self._tell_refused(tx, item, error)
             outcomes.append(ReceivedOutcome(item, error))

@@ -1,4 +1,11 @@
-"""Background loops of a serving process: run workers, outbox delivery, deadlines."""
+"""Background loops of a serving process: run workers, outbox delivery, deadlines.
+
+Several processes (replicas) may run these loops on one database: runs, received chat
+decisions and outbox items are each claimed by one process under a lease, and a ticket
+expires exactly once (a compare-and-set on the ticket). Each loop polls, and wakes up
+early when told to (`Worker.wake`, the ``wake`` event of `outbox_loop`), e.g. by a
+PostgreSQL ``NOTIFY`` from another replica.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +14,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-from runtime.outbox import Notifier, RetryPolicy, deliver_due
+from runtime.outbox import Claim, Notifier, RetryPolicy, deliver_due
 from runtime.runtime import Runtime
 
 log = logging.getLogger("signoff.worker")
@@ -110,16 +117,32 @@ class Worker:
 
 
 async def every(
-    seconds: float, stop: asyncio.Event, step: Callable[[], Awaitable[object]], name: str
+    seconds: float,
+    stop: asyncio.Event,
+    step: Callable[[], Awaitable[object]],
+    name: str,
+    *,
+    wake: asyncio.Event | None = None,
 ) -> None:
-    """Call `step` every `seconds` until `stop` is set; log and go on when it fails."""
+    """Call `step` every `seconds` (or as soon as `wake` is set) until `stop` is set.
+
+    A failing step is logged and tried again at the next turn.
+    """
     while not stop.is_set():
+        if wake is not None:
+            wake.clear()
         try:
             await step()
         except Exception:
             log.exception("%s loop failed; retrying", name)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=seconds)
+        waiters = {asyncio.ensure_future(stop.wait())}
+        if wake is not None:
+            waiters.add(asyncio.ensure_future(wake.wait()))
+        _done, pending = await asyncio.wait(
+            waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED
+        )
+        for waiter in pending:
+            waiter.cancel()
 
 
 async def outbox_loop(
@@ -129,20 +152,34 @@ async def outbox_loop(
     *,
     seconds: float = 0.5,
     policy: RetryPolicy | None = None,
+    claim: Claim | None = None,
+    wake: asyncio.Event | None = None,
 ) -> None:
-    """Deliver due notifications until `stop` is set."""
+    """Deliver due notifications until `stop` is set.
+
+    Args:
+        runtime: Whose store and clock to use.
+        notifier: Posts the items.
+        stop: Set to end the loop.
+        seconds: How often to look without a wake-up.
+        policy: Retries of failed deliveries.
+        claim: How items are claimed (owner, lease, per-channel pacing); by default
+            under the runtime's worker id.
+        wake: Set it to look at once (a notification was queued).
+    """
+    how = claim or Claim(owner=runtime.worker_id)
 
     async def step() -> None:
         # Keep going while full batches come back, so a backlog drains at the platforms'
         # pace rather than one batch per interval.
         while not stop.is_set():
-            if (
-                await deliver_due(runtime.store, runtime.clock, notifier, limit=50, policy=policy)
-                < 50
-            ):
+            delivered = await deliver_due(
+                runtime.store, runtime.clock, notifier, limit=50, policy=policy, claim=how
+            )
+            if delivered < 50:
                 return
 
-    await every(seconds, stop, step, "outbox")
+    await every(seconds, stop, step, "outbox", wake=wake)
 
 
 async def deadline_loop(runtime: Runtime, stop: asyncio.Event, *, seconds: float = 1.0) -> None:

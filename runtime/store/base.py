@@ -7,7 +7,7 @@ and out are copies: changing one changes nothing until it is written back.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Protocol
@@ -177,8 +177,48 @@ class Transaction(Protocol):
         """Pending notifications whose next attempt is due, oldest first."""
         ...
 
-    async def update_outbox(self, item: OutboxRecord) -> None:
-        """Write a notification's delivery state back."""
+    async def claim_outbox(
+        self,
+        now: datetime,
+        limit: int,
+        *,
+        owner: str,
+        until: datetime,
+        pacing: Mapping[str, float] | None = None,
+    ) -> list[OutboxRecord]:
+        """Claim due notifications for delivery, oldest first; each by one process only.
+
+        An item is claimable when it is pending, its next attempt is due and nobody holds
+        an unexpired claim on it. A claimed item's lease belongs to `owner` until `until`
+        and its fence grows by one. Items locked by a concurrent claim are skipped, not
+        waited for.
+
+        Args:
+            now: The time.
+            limit: At most this many items.
+            owner: Who delivers them.
+            until: When the claim expires (another process may then claim them again).
+            pacing: Seconds between two messages to one channel, by platform
+                (``{"slack": 1.0}``). For those platforms at most one item per channel
+                is claimed, and only once the channel's previous slot has passed; the
+                slot is shared by every process on the database.
+
+        Returns:
+            The claimed items, with their new lease and fence.
+        """
+        ...
+
+    async def update_outbox(self, item: OutboxRecord, *, fence: int | None = None) -> bool:
+        """Write a notification's delivery state back.
+
+        Args:
+            item: The new row (its lease columns are written too).
+            fence: When given, a compare-and-set: the write happens only if the item is
+                still pending under this fence (nobody claimed it since).
+
+        Returns:
+            False when the fence no longer matched (and nothing was written).
+        """
         ...
 
     async def outbox_for_run(self, run_id: str) -> list[OutboxRecord]:
@@ -224,8 +264,42 @@ class Transaction(Protocol):
         """Received commands not yet applied, oldest first."""
         ...
 
-    async def update_received(self, item: ReceivedRecord) -> None:
-        """Write a received command's state back."""
+    async def claim_received(
+        self, now: datetime, limit: int, *, owner: str, until: datetime
+    ) -> list[ReceivedRecord]:
+        """Claim pending received commands to apply, oldest first; each by one process only.
+
+        Skips commands another process holds an unexpired claim on (or is claiming now).
+        """
+        ...
+
+    async def update_received(self, item: ReceivedRecord, *, only_pending: bool = False) -> bool:
+        """Write a received command's state back.
+
+        Args:
+            item: The new row.
+            only_pending: A compare-and-set: write only if the stored command is still
+                ``pending`` (so a refusal never overwrites another process's apply).
+
+        Returns:
+            False when `only_pending` was given and the command was no longer pending.
+        """
+        ...
+
+    # named leases -------------------------------------------------------------------
+    async def take_lease(
+        self, name: str, *, owner: str, now: datetime, until: datetime
+    ) -> int | None:
+        """Take or extend the named lease (e.g. ``discord-gateway``) for `owner`.
+
+        Succeeds when nobody holds it, its holder's lease expired, or `owner` holds it
+        already. Returns the lease's fence (it grows whenever the holder changes), or
+        None when another owner holds it.
+        """
+        ...
+
+    async def drop_lease(self, name: str, *, owner: str) -> None:
+        """Give the named lease up, if `owner` holds it."""
         ...
 
     async def stats(self) -> dict[str, int]:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 from runtime.errors import LeaseLost
@@ -37,6 +37,8 @@ class _Tables:
         self.keys: dict[tuple[str, str], IdempotencyRecord] = {}
         self.received: dict[str, ReceivedRecord] = {}
         self.revoked: dict[str, datetime] = {}
+        self.pacing: dict[str, datetime] = {}
+        self.leases: dict[str, tuple[str, int, datetime]] = {}
 
     def snapshot(self) -> _Tables:
         # Records are never mutated in place (reads and writes copy), so copying the
@@ -50,6 +52,8 @@ class _Tables:
         other.keys = dict(self.keys)
         other.received = dict(self.received)
         other.revoked = dict(self.revoked)
+        other.pacing = dict(self.pacing)
+        other.leases = dict(self.leases)
         return other
 
 
@@ -295,11 +299,51 @@ class MemoryTransaction:
         found.sort(key=lambda o: o.created_at)
         return [_copy(o) for o in found[:limit]]
 
-    async def update_outbox(self, item: OutboxRecord) -> None:
-        if item.outbox_id not in self._t.outbox:
+    async def claim_outbox(
+        self,
+        now: datetime,
+        limit: int,
+        *,
+        owner: str,
+        until: datetime,
+        pacing: Mapping[str, float] | None = None,
+    ) -> list[OutboxRecord]:
+        intervals = pacing or {}
+        due = [
+            o
+            for o in self._t.outbox.values()
+            if o.state == "pending"
+            and o.next_attempt_at <= now
+            and (o.lease_expires_at is None or o.lease_expires_at <= now)
+        ]
+        due.sort(key=lambda o: (o.created_at, o.outbox_id))
+        claimed: list[OutboxRecord] = []
+        for item in due:
+            if len(claimed) >= limit:
+                break
+            key = item.channel_key
+            interval = intervals.get(key.split(":", 1)[0]) if key is not None else None
+            if key is not None and interval is not None:
+                slot = self._t.pacing.get(key)
+                if slot is not None and slot > now:
+                    continue
+                self._t.pacing[key] = now + timedelta(seconds=interval)
+            taken = replace(item, lease_owner=owner, lease_expires_at=until, fence=item.fence + 1)
+            self._t.outbox[item.outbox_id] = taken
+            claimed.append(_copy(taken))
+        if claimed:
+            self.wrote = True
+        return claimed
+
+    async def update_outbox(self, item: OutboxRecord, *, fence: int | None = None) -> bool:
+        stored = self._t.outbox.get(item.outbox_id)
+        if stored is None:
             raise ValueError(f"outbox item {item.outbox_id} does not exist")
+        if fence is not None and (stored.fence != fence or stored.state != "pending"):
+            return False
         self.wrote = True
         self._t.outbox[item.outbox_id] = _copy(item)
+        return True
 
     async def outbox_for_run(self, run_id: str) -> list[OutboxRecord]:
         found = [o for o in self._t.outbox.values() if o.run_id == run_id]
@@ -358,11 +402,57 @@ class MemoryTransaction:
         found.sort(key=lambda r: r.received_at)
         return [_copy(r) for r in found[:limit]]
 
-    async def update_received(self, item: ReceivedRecord) -> None:
-        if item.command_id not in self._t.received:
+    async def claim_received(
+        self, now: datetime, limit: int, *, owner: str, until: datetime
+    ) -> list[ReceivedRecord]:
+        found = [
+            r
+            for r in self._t.received.values()
+            if r.state == "pending" and (r.lease_expires_at is None or r.lease_expires_at <= now)
+        ]
+        found.sort(key=lambda r: (r.received_at, r.command_id))
+        claimed = []
+        for item in found[:limit]:
+            taken = replace(item, lease_owner=owner, lease_expires_at=until)
+            self._t.received[item.command_id] = taken
+            claimed.append(_copy(taken))
+        if claimed:
+            self.wrote = True
+        return claimed
+
+    async def update_received(self, item: ReceivedRecord, *, only_pending: bool = False) -> bool:
+        stored = self._t.received.get(item.command_id)
+        if stored is None:
             raise ValueError(f"received command {item.command_id} does not exist")
+        if only_pending and stored.state != "pending":
+            return False
         self.wrote = True
         self._t.received[item.command_id] = _copy(item)
+        return True
+
+    # named leases -------------------------------------------------------------------
+    async def take_lease(
+        self, name: str, *, owner: str, now: datetime, until: datetime
+    ) -> int | None:
+        held = self._t.leases.get(name)
+        if held is None:
+            fence = 1
+        elif held[0] == owner:
+            fence = held[1]
+        elif held[2] <= now:
+            fence = held[1] + 1
+        else:
+            return None
+        self.wrote = True
+        self._t.leases[name] = (owner, fence, until)
+        return fence
+
+    async def drop_lease(self, name: str, *, owner: str) -> None:
+        held = self._t.leases.get(name)
+        if held is not None and held[0] == owner:
+            self.wrote = True
+            # Kept, expired: fences only grow.
+            self._t.leases[name] = (owner, held[1], datetime.min.replace(tzinfo=UTC))
 
     async def stats(self) -> dict[str, int]:
         outbox = list(self._t.outbox.values())
@@ -412,6 +502,8 @@ class MemoryStore:
                 self._tables.outbox = before.outbox
                 self._tables.keys = before.keys
                 self._tables.received = before.received
+                self._tables.pacing = before.pacing
+                self._tables.leases = before.leases
                 raise
             if tx.wrote:
                 self._commits += 1

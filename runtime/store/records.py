@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -95,7 +96,9 @@ class OutboxRecord:
 
     ``state`` is ``pending`` until delivered (``delivered``) or given up (``failed``).
     ``platform_ref`` holds the platform's message reference once posted, so the message
-    can be edited later.
+    can be edited later. A delivery claims the item first (`Transaction.claim_outbox`):
+    ``lease_owner`` delivers it until ``lease_expires_at``, and ``fence`` (one more for
+    every claim) lets only the latest claimer record the outcome.
     """
 
     outbox_id: str
@@ -111,6 +114,27 @@ class OutboxRecord:
     last_error: str | None = None
     platform_ref: dict[str, Any] | None = None
     delivered_at: datetime | None = None
+    lease_owner: str | None = None
+    lease_expires_at: datetime | None = None
+    fence: int = 0
+
+    @property
+    def channel_key(self) -> str | None:
+        """``platform:channel`` of the destination, the unit of pacing; see `channel_key`."""
+        return channel_key(self.destination)
+
+
+def channel_key(destination: Mapping[str, Any]) -> str | None:
+    """``platform:channel`` of an outbox destination; None when it names no channel.
+
+    Messages to one channel are paced together, across every replica. The channel is
+    the destination's ``channel`` (or ``channel_id``, as Discord origins name it).
+    """
+    channel = destination.get("channel") or destination.get("channel_id")
+    if channel is None or channel == "":
+        return None
+    platform = destination.get("platform") or "console"
+    return f"{platform}:{channel}"
 
 
 @dataclass(slots=True)
@@ -151,6 +175,8 @@ class ReceivedRecord:
         error_code: Why it was refused (an error ``code``), if it was.
         error: The refusal message.
         applied_at: When it was applied or refused.
+        lease_owner: The process applying it (`Transaction.claim_received`), if any.
+        lease_expires_at: Until when that claim holds.
     """
 
     command_id: str
@@ -166,3 +192,5 @@ class ReceivedRecord:
     error_code: str | None = None
     error: str | None = None
     applied_at: datetime | None = None
+    lease_owner: str | None = None
+    lease_expires_at: datetime | None = None

@@ -178,6 +178,13 @@ outbox = Table(
     Column("last_error", Text, nullable=True),
     Column("platform_ref", JSON(none_as_null=True), nullable=True),
     Column("delivered_at", BigInteger, nullable=True),
+    # ``platform:channel`` of the destination, for per-channel pacing (None: not paced).
+    Column("channel_key", String(_NAME), nullable=True),
+    # A delivery's claim: who delivers it until when; the fence grows with every claim,
+    # so only the latest claimer can record the outcome.
+    Column("lease_owner", String(_NAME), nullable=True),
+    Column("lease_expires_at", BigInteger, nullable=True),
+    Column("fence", BigInteger, nullable=False, server_default="0"),
     Index(None, "state", "next_attempt_at"),
     Index(None, "ticket_id", "kind"),
     Index(None, "run_id", "created_at"),
@@ -224,6 +231,42 @@ received_commands = Table(
     Column("error_code", String(_ENUM), nullable=True),
     Column("error", Text, nullable=True),
     Column("applied_at", BigInteger, nullable=True),
+    # Who applies it until when (one replica at a time).
+    Column("lease_owner", String(_NAME), nullable=True),
+    Column("lease_expires_at", BigInteger, nullable=True),
     UniqueConstraint("source", "delivery_id"),
     Index(None, "state", "received_at"),
+)
+
+
+outbox_pacing = Table(
+    "outbox_pacing",
+    metadata,
+    # When the next message to a channel may go, shared by every replica.
+    Column("channel_key", String(_NAME), primary_key=True),
+    Column("next_at", BigInteger, nullable=False),
+)
+
+
+leases = Table(
+    "leases",
+    metadata,
+    # Named leases on things one process at a time may hold (the Discord gateway).
+    Column("name", String(_NAME), primary_key=True),
+    Column("owner", String(_NAME), nullable=False),
+    Column("fence", BigInteger, nullable=False),
+    Column("expires_at", BigInteger, nullable=False),
+)
+
+
+schema_revisions = Table(
+    "schema_revisions",
+    metadata,
+    # Every migration applied, with whether the code of the revision before it still
+    # runs on its schema (an expand-only change): older replicas read this to stay ready
+    # during a rolling upgrade.
+    Column("revision", String(_ENUM), primary_key=True),
+    Column("down_revision", String(_ENUM), nullable=True),
+    Column("backward_compatible", Boolean, nullable=False),
+    Column("applied_at", BigInteger, nullable=False),
 )

@@ -20,14 +20,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import logging
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, Literal, TypeVar, assert_never, cast
 
 import aiosqlite
 from alembic import command
@@ -37,10 +40,12 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import (
     ColumnElement,
     Connection,
+    Insert,
     ScalarSelect,
     Table,
     and_,
     bindparam,
+    case,
     event,
     func,
     insert,
@@ -49,6 +54,10 @@ from sqlalchemy import (
     text,
     update,
 )
+from sqlalchemy import (
+    inspect as sa_inspect,
+)
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, CursorResult, Row, make_url
 from sqlalchemy.exc import (
     DBAPIError,
@@ -71,20 +80,26 @@ from runtime.store.records import (
     ReceivedRecord,
     RunFlags,
     RunRecord,
+    channel_key,
 )
 from runtime.store.schema import (
     events,
     idempotency_keys,
+    leases,
     outbox,
+    outbox_pacing,
     received_commands,
     revoked_sessions,
     runs,
+    schema_revisions,
     tickets,
     tool_calls,
 )
 from runtime.tickets import ANSWER, AWAIT_TARGET, Answer, ResumeTicket
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+
+log = logging.getLogger("signoff.store")
 
 _T = TypeVar("_T")
 
@@ -94,6 +109,14 @@ _SYNCHRONOUS = ("full", "normal")
 # Any constant works; it only has to be the same in every replica.
 _PG_MIGRATION_LOCK = 0x5169_0FF
 _MIGRATION_WAIT_SECONDS = 60.0
+_LISTEN_CHECK_SECONDS = 5.0
+
+WAKE_CHANNEL = "signoff_wake"
+"""The PostgreSQL ``LISTEN``/``NOTIFY`` channel of wake-ups between replicas."""
+WAKE_RUNS = "runs"
+"""Wake-up payload: a run became ready, or a received command waits to be applied."""
+WAKE_OUTBOX = "outbox"
+"""Wake-up payload: a notification was queued."""
 
 _OPEN = TicketStatus.OPEN.value
 _RUNNING = RunStatus.RUNNING.value
@@ -113,6 +136,10 @@ def to_micros(value: datetime) -> int:
 def from_micros(value: int) -> datetime:
     """The UTC datetime `value` microseconds after the Unix epoch."""
     return _EPOCH + timedelta(microseconds=value)
+
+
+def _seconds(value: float) -> timedelta:
+    return timedelta(seconds=value)
 
 
 def _opt_micros(value: datetime | None) -> int | None:
@@ -309,6 +336,10 @@ def _outbox_values(item: OutboxRecord) -> dict[str, Any]:
         "last_error": item.last_error,
         "platform_ref": item.platform_ref,
         "delivered_at": _opt_micros(item.delivered_at),
+        "channel_key": channel_key(item.destination),
+        "lease_owner": item.lease_owner,
+        "lease_expires_at": _opt_micros(item.lease_expires_at),
+        "fence": item.fence,
     }
 
 
@@ -327,6 +358,8 @@ def _received_values(item: ReceivedRecord) -> dict[str, Any]:
         "error_code": item.error_code,
         "error": item.error,
         "applied_at": to_micros(item.applied_at) if item.applied_at is not None else None,
+        "lease_owner": item.lease_owner,
+        "lease_expires_at": _opt_micros(item.lease_expires_at),
     }
 
 
@@ -345,6 +378,8 @@ def _received_record(row: Row[Any]) -> ReceivedRecord:
         error_code=row.error_code,
         error=row.error,
         applied_at=from_micros(row.applied_at) if row.applied_at is not None else None,
+        lease_owner=row.lease_owner,
+        lease_expires_at=_opt_datetime(row.lease_expires_at),
     )
 
 
@@ -363,6 +398,9 @@ def _outbox_record(row: Row[Any]) -> OutboxRecord:
         last_error=row.last_error,
         platform_ref=row.platform_ref,
         delivered_at=_opt_datetime(row.delivered_at),
+        lease_owner=row.lease_owner,
+        lease_expires_at=_opt_datetime(row.lease_expires_at),
+        fence=row.fence,
     )
 
 
@@ -399,6 +437,25 @@ _CLAIMABLE = or_(
 _CLAIM = (
     update(runs)
     .where(runs.c.run_id == bindparam("b_run_id"), _CLAIMABLE)
+    .values(
+        status=_RUNNING,
+        fence=runs.c.fence + 1,
+        lease_owner=bindparam("owner"),
+        lease_expires_at=bindparam("until"),
+        updated_at=bindparam("now"),
+    )
+)
+# PostgreSQL: a run another transaction has locked (being claimed, or decided) is passed
+# over at once instead of waited for; the loser would find it claimed anyway.
+_CLAIM_SKIP_LOCKED = (
+    update(runs)
+    .where(
+        runs.c.run_id
+        == select(runs.c.run_id)
+        .where(runs.c.run_id == bindparam("b_run_id"), _CLAIMABLE)
+        .with_for_update(skip_locked=True)
+        .scalar_subquery()
+    )
     .values(
         status=_RUNNING,
         fence=runs.c.fence + 1,
@@ -493,10 +550,120 @@ _PENDING_RECEIVED = (
 _UPDATE_RECEIVED = update(received_commands).where(
     received_commands.c.command_id == bindparam("b_command_id")
 )
+_OUTBOX_FREE = or_(
+    outbox.c.lease_expires_at.is_(None), outbox.c.lease_expires_at <= bindparam("now")
+)
+# Candidates for a claim, with their channel's pacing slot. FOR UPDATE SKIP LOCKED (on
+# PostgreSQL; SQLite holds the write lock already) makes concurrent claims pass each
+# other's rows by instead of waiting for them or taking them twice.
+_OUTBOX_CANDIDATES = (
+    select(outbox.c.outbox_id, outbox.c.channel_key, outbox_pacing.c.next_at)
+    .select_from(
+        outbox.outerjoin(outbox_pacing, outbox_pacing.c.channel_key == outbox.c.channel_key)
+    )
+    .where(outbox.c.state == "pending", outbox.c.next_attempt_at <= bindparam("now"), _OUTBOX_FREE)
+    .order_by(outbox.c.created_at, outbox.c.outbox_id)
+    .limit(bindparam("limit"))
+    .with_for_update(of=outbox, skip_locked=True)
+)
+_CLAIM_OUTBOX = (
+    update(outbox)
+    .where(outbox.c.outbox_id.in_(bindparam("ids", expanding=True)))
+    .values(
+        lease_owner=bindparam("owner"),
+        lease_expires_at=bindparam("until"),
+        fence=outbox.c.fence + 1,
+    )
+    .returning(*outbox.c)
+)
+_UPDATE_OUTBOX_FENCED = _UPDATE_OUTBOX.where(
+    outbox.c.fence == bindparam("b_fence"), outbox.c.state == "pending"
+)
+_CLAIM_RECEIVED = (
+    update(received_commands)
+    .where(
+        received_commands.c.command_id.in_(
+            select(received_commands.c.command_id)
+            .where(
+                received_commands.c.state == "pending",
+                or_(
+                    received_commands.c.lease_expires_at.is_(None),
+                    received_commands.c.lease_expires_at <= bindparam("now"),
+                ),
+            )
+            .order_by(received_commands.c.received_at, received_commands.c.command_id)
+            .limit(bindparam("limit"))
+            .with_for_update(skip_locked=True)
+            .scalar_subquery()
+        )
+    )
+    .values(lease_owner=bindparam("owner"), lease_expires_at=bindparam("until"))
+    .returning(*received_commands.c)
+)
+_UPDATE_RECEIVED_PENDING = _UPDATE_RECEIVED.where(received_commands.c.state == "pending")
+_TAKE_LEASE = (
+    update(leases)
+    .where(
+        leases.c.name == bindparam("b_name"),
+        or_(leases.c.owner == bindparam("b_owner"), leases.c.expires_at <= bindparam("b_now")),
+    )
+    .values(
+        owner=bindparam("b_owner"),
+        expires_at=bindparam("b_until"),
+        fence=case(
+            (leases.c.owner == bindparam("b_owner"), leases.c.fence), else_=leases.c.fence + 1
+        ),
+    )
+    .returning(leases.c.fence)
+)
+# Dropping keeps the row (and its fence, so fences only grow), expired.
+_DROP_LEASE = (
+    update(leases)
+    .where(leases.c.name == bindparam("b_name"), leases.c.owner == bindparam("b_owner"))
+    .values(expires_at=0)
+)
+_NOTIFY = text("SELECT pg_notify(:channel, :payload)")
 _INSERT_KEY = insert(idempotency_keys)
 _GET_KEY = select(idempotency_keys).where(
     idempotency_keys.c.scope == bindparam("scope"), idempotency_keys.c.key == bindparam("key")
 )
+
+
+@dataclass(frozen=True)
+class _Upserts:
+    """The statements that need an engine's own ``INSERT ... ON CONFLICT``."""
+
+    take_slot: Insert
+    insert_lease: Insert
+
+
+@functools.cache
+def _upserts(dialect: str) -> _Upserts:
+    if dialect not in ("postgresql", "sqlite"):
+        raise StorageError(f"signoff's store runs on SQLite and PostgreSQL, not {dialect}")
+    module: Any = postgresql if dialect == "postgresql" else sqlite
+    slot = module.insert(outbox_pacing).values(
+        channel_key=bindparam("key"), next_at=bindparam("next_at")
+    )
+    key = [outbox_pacing.c.channel_key]
+    lease = module.insert(leases).values(
+        name=bindparam("b_name"),
+        owner=bindparam("b_owner"),
+        fence=1,
+        expires_at=bindparam("b_until"),
+    )
+    return _Upserts(
+        # A channel's slot is taken only when it is free: of two claims racing for it,
+        # the second sees the first's row and updates nothing.
+        take_slot=slot.on_conflict_do_update(
+            index_elements=key,
+            set_={"next_at": slot.excluded.next_at},
+            where=outbox_pacing.c.next_at <= bindparam("now"),
+        ),
+        insert_lease=lease.on_conflict_do_nothing(index_elements=[leases.c.name]).returning(
+            leases.c.fence
+        ),
+    )
 
 
 def _count(table: Table, *where: ColumnElement[bool]) -> ScalarSelect[int]:
@@ -524,10 +691,13 @@ class SQLTransaction:
         self._conn = conn
         dialect = conn.dialect
         self._returning = bool(dialect.update_returning)
+        self._dialect = dialect.name
         # SQLite serialises writers with BEGIN IMMEDIATE; other engines need row locks.
         self._row_locks = dialect.name != "sqlite"
         self.wrote = False
         self._events: list[dict[str, Any]] = []
+        # What other processes should look at once this commits (PostgreSQL NOTIFY).
+        self._wake: set[str] = set()
 
     async def _execute(
         self,
@@ -561,6 +731,8 @@ class SQLTransaction:
         values["cancel_requested"] = run.cancel_requested
         await self._execute(_INSERT_RUN, values)
         self.wrote = True
+        if run.status is RunStatus.QUEUED:
+            self._wake.add(WAKE_RUNS)
 
     async def get_run(self, run_id: str, *, for_update: bool = False) -> RunRecord | None:
         """Read a run; ``for_update`` locks its row (a no-op on SQLite)."""
@@ -590,6 +762,8 @@ class SQLTransaction:
                 raise LeaseLost(f"run {run.run_id}: lease fence {fence} was superseded")
             raise ValueError(f"run {run.run_id} does not exist")
         self.wrote = True
+        if run.status is RunStatus.QUEUED:
+            self._wake.add(WAKE_RUNS)
         assert row is not None
         return RunFlags(bool(row.pause_requested), bool(row.cancel_requested))
 
@@ -621,7 +795,8 @@ class SQLTransaction:
             "until": to_micros(until),
         }
         if self._returning:
-            row = (await self._execute(_CLAIM.returning(*runs.c), params)).first()
+            claim = _CLAIM_SKIP_LOCKED if self._row_locks else _CLAIM
+            row = (await self._execute(claim.returning(*runs.c), params)).first()
             if row is None:
                 return None
             self.wrote = True
@@ -791,15 +966,27 @@ class SQLTransaction:
         self._events.append(values)
         self.wrote = True
 
-    async def flush(self) -> None:
-        """Write buffered events; the store calls it before committing."""
+    async def _flush_events(self) -> None:
         if self._events:
             pending, self._events = self._events, []
             await self._execute(_INSERT_EVENT, pending)
 
+    async def flush(self) -> None:
+        """Write buffered events and queue the wake-ups; the store calls it before committing.
+
+        On PostgreSQL a ``NOTIFY`` tells every listening replica what became ready (a
+        queued run, a received command, a notification); it is delivered at commit, and
+        never if the transaction rolls back.
+        """
+        await self._flush_events()
+        if self._wake and self._dialect == "postgresql":
+            payload = ",".join(sorted(self._wake))
+            await self._execute(_NOTIFY, {"channel": WAKE_CHANNEL, "payload": payload})
+        self._wake.clear()
+
     async def events(self, run_id: str, *, after: int = 0) -> list[EventRecord]:
         """A run's events with ``seq > after``, in order."""
-        await self.flush()
+        await self._flush_events()
         result = await self._execute(_EVENTS, {"run_id": run_id, "after": after})
         return [_event_record(row) for row in result]
 
@@ -808,19 +995,74 @@ class SQLTransaction:
         """Queue a notification; `ValueError` if its id exists."""
         await self._execute(_INSERT_OUTBOX, _outbox_values(item))
         self.wrote = True
+        self._wake.add(WAKE_OUTBOX)
 
     async def due_outbox(self, now: datetime, limit: int) -> list[OutboxRecord]:
         """Pending notifications whose next attempt is due, oldest first."""
         params = {"now": to_micros(now), "limit": limit}
         return [_outbox_record(row) for row in await self._execute(_DUE_OUTBOX, params)]
 
-    async def update_outbox(self, item: OutboxRecord) -> None:
-        """Write a notification's delivery state back; `ValueError` if it does not exist."""
+    async def claim_outbox(
+        self,
+        now: datetime,
+        limit: int,
+        *,
+        owner: str,
+        until: datetime,
+        pacing: Mapping[str, float] | None = None,
+    ) -> list[OutboxRecord]:
+        """Claim due notifications, skipping rows other claims hold; see the protocol."""
+        if limit <= 0:
+            return []
+        intervals = pacing or {}
+        at = to_micros(now)
+        # Paced channels yield one item per claim: look further than `limit` rows.
+        params = {"now": at, "limit": limit * 4 if intervals else limit}
+        candidates = (await self._execute(_OUTBOX_CANDIDATES, params)).all()
+        chosen: list[str] = []
+        taken: set[str] = set()
+        upserts = _upserts(self._dialect)
+        for row in candidates:
+            if len(chosen) >= limit:
+                break
+            key = row.channel_key
+            if key is not None:
+                if key in taken or (row.next_at is not None and row.next_at > at):
+                    continue
+                interval = intervals.get(key.split(":", 1)[0])
+                if interval is not None:
+                    slot = {"key": key, "now": at, "next_at": to_micros(now + _seconds(interval))}
+                    if (await self._execute(upserts.take_slot, slot)).rowcount != 1:
+                        continue  # another process took this channel's slot just now
+                    taken.add(key)
+            chosen.append(row.outbox_id)
+        if not chosen:
+            return []
+        claim = {"ids": chosen, "owner": owner, "until": to_micros(until)}
+        rows = (await self._execute(_CLAIM_OUTBOX, claim)).all()
+        self.wrote = True
+        claimed = [_outbox_record(row) for row in rows]
+        claimed.sort(key=lambda o: (o.created_at, o.outbox_id))
+        return claimed
+
+    async def update_outbox(self, item: OutboxRecord, *, fence: int | None = None) -> bool:
+        """Write a notification's delivery state back, compare-and-set on `fence` if given.
+
+        Raises:
+            ValueError: Without a fence, when the item does not exist.
+        """
         values = _without(_outbox_values(item), "outbox_id")
         values["b_outbox_id"] = item.outbox_id
-        if (await self._execute(_UPDATE_OUTBOX, values)).rowcount != 1:
+        statement = _UPDATE_OUTBOX
+        if fence is not None:
+            values["b_fence"] = fence
+            statement = _UPDATE_OUTBOX_FENCED
+        if (await self._execute(statement, values)).rowcount != 1:
+            if fence is not None:
+                return False
             raise ValueError(f"outbox item {item.outbox_id} does not exist")
         self.wrote = True
+        return True
 
     async def outbox_for_run(self, run_id: str) -> list[OutboxRecord]:
         """Every notification of a run, oldest first."""
@@ -894,6 +1136,7 @@ class SQLTransaction:
             return False
         await self._execute(_INSERT_RECEIVED, _received_values(item), violation=DuplicateKey)
         self.wrote = True
+        self._wake.add(WAKE_RUNS)
         return True
 
     async def pending_received(self, limit: int) -> list[ReceivedRecord]:
@@ -901,13 +1144,71 @@ class SQLTransaction:
         result = await self._execute(_PENDING_RECEIVED, {"limit": limit})
         return [_received_record(row) for row in result]
 
-    async def update_received(self, item: ReceivedRecord) -> None:
-        """Write a received command's state back; `ValueError` if it is unknown."""
+    async def claim_received(
+        self, now: datetime, limit: int, *, owner: str, until: datetime
+    ) -> list[ReceivedRecord]:
+        """Claim pending received commands, skipping those another process holds."""
+        if limit <= 0:
+            return []
+        params = {
+            "now": to_micros(now),
+            "limit": limit,
+            "owner": owner,
+            "until": to_micros(until),
+        }
+        rows = (await self._execute(_CLAIM_RECEIVED, params)).all()
+        if not rows:
+            return []
+        self.wrote = True
+        claimed = [_received_record(row) for row in rows]
+        claimed.sort(key=lambda r: (r.received_at, r.command_id))
+        return claimed
+
+    async def update_received(self, item: ReceivedRecord, *, only_pending: bool = False) -> bool:
+        """Write a received command's state back (only while pending, if asked).
+
+        Raises:
+            ValueError: The command does not exist.
+        """
         values = _without(_received_values(item), "command_id")
         values["b_command_id"] = item.command_id
-        if (await self._execute(_UPDATE_RECEIVED, values)).rowcount != 1:
+        statement = _UPDATE_RECEIVED_PENDING if only_pending else _UPDATE_RECEIVED
+        if (await self._execute(statement, values)).rowcount != 1:
+            if only_pending and await self._received_exists(item.command_id):
+                return False
             raise ValueError(f"received command {item.command_id} does not exist")
         self.wrote = True
+        return True
+
+    async def _received_exists(self, command_id: str) -> bool:
+        found = select(received_commands.c.command_id).where(
+            received_commands.c.command_id == command_id
+        )
+        return (await self._execute(found)).first() is not None
+
+    # named leases -------------------------------------------------------------------
+    async def take_lease(
+        self, name: str, *, owner: str, now: datetime, until: datetime
+    ) -> int | None:
+        """Take or extend a named lease; its fence, or None when someone else holds it."""
+        params = {
+            "b_name": name,
+            "b_owner": owner,
+            "b_now": to_micros(now),
+            "b_until": to_micros(until),
+        }
+        row = (await self._execute(_TAKE_LEASE, params)).first()
+        if row is None:
+            row = (await self._execute(_upserts(self._dialect).insert_lease, params)).first()
+        if row is None:
+            return None
+        self.wrote = True
+        return int(row.fence)
+
+    async def drop_lease(self, name: str, *, owner: str) -> None:
+        """Give a named lease up if `owner` holds it."""
+        if (await self._execute(_DROP_LEASE, {"b_name": name, "b_owner": owner})).rowcount:
+            self.wrote = True
 
     async def stats(self) -> dict[str, int]:
         """Figures for metrics: ``open_tickets``, ``outbox_pending``, ``outbox_failed``."""
@@ -1255,7 +1556,12 @@ class SQLStore:
         """Upgrade the schema to the newest migration (creating it if needed).
 
         Safe to run concurrently from several processes: SQLite serialises it with
-        ``BEGIN IMMEDIATE``, PostgreSQL with an advisory lock.
+        ``BEGIN IMMEDIATE``, PostgreSQL with an advisory lock. A schema that a newer
+        version already migrated is left alone when it is backward-compatible with this
+        version (see `schema_status`), and refused otherwise.
+
+        Raises:
+            StorageError: The database failed, or its schema is newer and incompatible.
         """
         # Another process migrating the same SQLite file holds the write lock for longer
         # than the busy timeout meant for short transactions: wait for it, a while.
@@ -1269,7 +1575,11 @@ class SQLStore:
                                 text("SELECT pg_advisory_xact_lock(:key)"),
                                 {"key": _PG_MIGRATION_LOCK},
                             )
-                        await conn.run_sync(_upgrade)
+                        status = await conn.run_sync(_schema_status)
+                        if status.state == "newer_incompatible":
+                            raise StorageError(f"cannot migrate: {status.describe()}")
+                        if status.state != "newer_compatible":
+                            await conn.run_sync(_upgrade)
                     return
                 except OperationalError as exc:
                     locked = self._is_sqlite and "locked" in str(exc.orig)
@@ -1301,6 +1611,62 @@ class SQLStore:
                 raise StorageError(
                     f"could not read the schema revision of {self._where}: {_reason(exc)}"
                 ) from exc
+
+    async def schema_status(self) -> SchemaStatus:
+        """Where the database's schema stands against the migrations this code ships.
+
+        A schema newer than the code is usable when every migration after the code's
+        newest one declared itself backward-compatible (``backward_compatible = True``
+        in its module: it only adds what older code can ignore), as recorded in the
+        ``schema_revisions`` table by whichever version ran it.
+
+        Raises:
+            StorageError: The database cannot be read.
+        """
+        async with self._lock:
+            try:
+                async with self._engine.connect() as conn:
+                    return await conn.run_sync(_schema_status)
+            except SQLAlchemyError as exc:
+                raise StorageError(f"could not read the schema revision: {exc}") from exc
+
+    async def listen(
+        self,
+        on_wake: Callable[[frozenset[str]], object],
+        stop: asyncio.Event,
+        *,
+        retry_seconds: float = 1.0,
+    ) -> None:
+        """Report wake-ups from other processes until `stop` is set (PostgreSQL only).
+
+        Holds one connection that ``LISTEN``s on `WAKE_CHANNEL`; every ``NOTIFY`` a
+        committed transaction sent (see `SQLTransaction.flush`) calls `on_wake` with
+        what became ready (`WAKE_RUNS`, `WAKE_OUTBOX`). A lost connection is opened
+        again after `retry_seconds`, and `on_wake` is then called with everything, for
+        what was missed meanwhile. On SQLite it just waits for `stop`: there the
+        callers poll.
+        """
+        if self._is_sqlite:
+            await stop.wait()
+            return
+        everything = frozenset({WAKE_RUNS, WAKE_OUTBOX})
+        while not stop.is_set():
+            try:
+                async with self._engine.connect() as conn:
+                    raw = await conn.get_raw_connection()
+                    driver = raw.driver_connection
+                    try:
+                        await _listen_on(driver, on_wake, stop, everything)
+                    finally:
+                        if driver is None or driver.is_closed():
+                            # Never hand a dead connection back to the pool.
+                            await conn.invalidate()
+            except Exception as exc:  # the driver's own errors too: keep trying
+                if stop.is_set():
+                    return
+                log.warning("listening for wake-ups failed (%s); retrying", exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=retry_seconds)
 
     async def close(self) -> None:
         """Close every pooled connection."""
@@ -1334,10 +1700,154 @@ def _reason(exc: SQLAlchemyError) -> str:
     return str(original) if original is not None else str(exc).split(" (Background")[0]
 
 
+async def _listen_on(
+    driver: Any,
+    on_wake: Callable[[frozenset[str]], object],
+    stop: asyncio.Event,
+    everything: frozenset[str],
+) -> None:
+    """LISTEN on an asyncpg connection until `stop` is set or the connection is lost."""
+
+    def notified(_conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        on_wake(frozenset(payload.split(",")) & everything or everything)
+
+    lost = asyncio.Event()
+
+    def closed(_conn: Any) -> None:
+        lost.set()
+
+    driver.add_termination_listener(closed)
+    await driver.add_listener(WAKE_CHANNEL, notified)
+    try:
+        on_wake(everything)
+        while not stop.is_set() and not lost.is_set() and not driver.is_closed():
+            waiters = {asyncio.ensure_future(stop.wait()), asyncio.ensure_future(lost.wait())}
+            # Also look now and then, in case the driver misses the socket's end.
+            _done, pending = await asyncio.wait(
+                waiters, timeout=_LISTEN_CHECK_SECONDS, return_when=asyncio.FIRST_COMPLETED
+            )
+            for waiter in pending:
+                waiter.cancel()
+    finally:
+        driver.remove_termination_listener(closed)
+        if not driver.is_closed():
+            await driver.remove_listener(WAKE_CHANNEL, notified)
+
+
+SchemaState = Literal["empty", "current", "behind", "newer_compatible", "newer_incompatible"]
+
+
+@dataclass(frozen=True)
+class SchemaStatus:
+    """The database's migration revision compared with this code's.
+
+    Attributes:
+        revision: The database's revision (None: no schema yet).
+        head: The newest revision this code ships.
+        state: ``current``; ``behind`` (``signoff migrate`` brings it up); ``empty``;
+            ``newer_compatible`` (a newer version migrated it, and said its changes
+            leave this code working); or ``newer_incompatible``.
+    """
+
+    revision: str | None
+    head: str
+    state: SchemaState
+
+    @property
+    def usable(self) -> bool:
+        """Whether this code may run on the schema."""
+        return self.state in ("current", "newer_compatible")
+
+    def describe(self) -> str:
+        """One line saying where the schema stands."""
+        match self.state:
+            case "current":
+                return f"database schema at {self.revision}, the newest this version knows"
+            case "newer_compatible":
+                return (
+                    f"database schema at {self.revision}, newer than this version's "
+                    f"{self.head} and backward-compatible with it"
+                )
+            case "newer_incompatible":
+                return (
+                    f"database schema at {self.revision} is newer than this version's "
+                    f"{self.head} and not backward-compatible with it"
+                )
+            case "behind":
+                return (
+                    f"database schema at {self.revision} is behind this version's newest "
+                    f"migration {self.head}: run signoff migrate"
+                )
+            case "empty":
+                return (
+                    f"database has no schema (no migration applied), this version needs "
+                    f"{self.head}: run signoff migrate"
+                )
+            case _:
+                assert_never(self.state)
+
+
+def _schema_status(conn: Connection) -> SchemaStatus:
+    script = ScriptDirectory.from_config(alembic_config())
+    head = script.get_current_head()
+    assert head is not None
+    heads = _current_heads(conn)
+    if not heads:
+        return SchemaStatus(None, head, "empty")
+    revision = heads[0]
+    if revision == head:
+        return SchemaStatus(revision, head, "current")
+    known = {sc.revision for sc in script.walk_revisions()}
+    if revision in known:
+        return SchemaStatus(revision, head, "behind")
+    if "schema_revisions" not in sa_inspect(conn).get_table_names():
+        return SchemaStatus(revision, head, "newer_incompatible")
+    recorded = {
+        row.revision: row
+        for row in conn.execute(
+            select(
+                schema_revisions.c.revision,
+                schema_revisions.c.down_revision,
+                schema_revisions.c.backward_compatible,
+            )
+        )
+    }
+    # Walk back from the database's revision to ours: every step must be compatible.
+    step: str | None = revision
+    seen: set[str] = set()
+    while step is not None and step != head and step not in seen:
+        seen.add(step)
+        row = recorded.get(step)
+        if row is None or not row.backward_compatible:
+            return SchemaStatus(revision, head, "newer_incompatible")
+        step = row.down_revision
+    state: SchemaState = "newer_compatible" if step == head else "newer_incompatible"
+    return SchemaStatus(revision, head, state)
+
+
 def _upgrade(conn: Connection) -> None:
     config = alembic_config()
     config.attributes["connection"] = conn
     command.upgrade(config, "head")
+    _record_revisions(conn, ScriptDirectory.from_config(config))
+
+
+def _record_revisions(conn: Connection, script: ScriptDirectory) -> None:
+    """Note every revision this code knows, with its compatibility, for other versions."""
+    stored = set(conn.execute(select(schema_revisions.c.revision)).scalars())
+    now = to_micros(datetime.now(UTC))
+    rows = [
+        {
+            "revision": sc.revision,
+            "down_revision": sc.down_revision if isinstance(sc.down_revision, str) else None,
+            "backward_compatible": bool(getattr(sc.module, "backward_compatible", False)),
+            "applied_at": now,
+        }
+        for sc in script.walk_revisions()
+        if sc.revision not in stored
+    ]
+    if rows:
+        conn.execute(insert(schema_revisions), rows)
 
 
 def _current_heads(conn: Connection) -> tuple[str, ...]:

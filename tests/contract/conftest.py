@@ -1,31 +1,29 @@
 """Fixtures for the store contract: one suite, every store.
 
-``store`` runs each test over `MemoryStore` and `SQLStore` on a fresh SQLite file. Set
-``SIGNOFF_TEST_POSTGRES_URL`` (e.g. ``postgresql+asyncpg://user@localhost/signoff_test``)
-to add PostgreSQL; its tables are dropped and migrated again for every test.
+``store`` runs each test over `MemoryStore`, `SQLStore` on a fresh SQLite file and
+`SQLStore` on a fresh PostgreSQL database (made from the cluster named by
+``SIGNOFF_TEST_POSTGRES_URL`` and dropped after the test; see ``tests/support/pgtest.py``).
+Without that variable the PostgreSQL cases skip, except under ``CI=true``, where they fail.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+from pgtest import close_databases, fresh_database, module_database, truncate
 
 from runtime.states import CallState, RunStatus
 from runtime.store.base import Store
 from runtime.store.memory import MemoryStore
 from runtime.store.records import CallRecord, EventRecord, OutboxRecord, RunRecord
-from runtime.store.schema import metadata
 from runtime.store.sql import SQLStore
 from runtime.tickets import AwaitTarget, ResumeTicket, ToolPermission
 
-POSTGRES_URL = os.environ.get("SIGNOFF_TEST_POSTGRES_URL")
-SQL_STORES = ["sqlite", *(["postgresql"] if POSTGRES_URL else [])]
+SQL_STORES = ["sqlite", "postgresql"]
 STORES = ["memory", *SQL_STORES]
 
 # Microseconds on purpose: the SQL store keeps them exactly.
@@ -37,17 +35,25 @@ def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
 
 
-async def _drop_postgres_tables(url: str) -> None:
-    store = SQLStore.from_url(url)
-    try:
-        async with store.engine.begin() as conn:
-            await conn.run_sync(metadata.drop_all)
-            await conn.execute(text("DROP TABLE IF EXISTS alembic_version"))
-    finally:
-        await store.close()
+def pytest_sessionfinish() -> None:
+    """Drop the PostgreSQL databases and template this process made."""
+    close_databases()
 
 
-async def open_store(kind: str, tmp_path: Path) -> Store:
+@pytest.fixture(scope="module")
+def postgres_module_url() -> Iterator[str]:
+    """A migrated PostgreSQL database shared by one module's tests (emptied per test)."""
+    with module_database() as url:
+        yield url
+
+
+async def _postgres_url(request: pytest.FixtureRequest) -> str:
+    url: str = request.getfixturevalue("postgres_module_url")
+    await truncate(url)
+    return url
+
+
+async def open_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Store:
     """A migrated, empty store of `kind`."""
     store: Store
     if kind == "memory":
@@ -55,9 +61,7 @@ async def open_store(kind: str, tmp_path: Path) -> Store:
     elif kind == "sqlite":
         store = SQLStore.sqlite(tmp_path / "signoff.db")
     else:
-        assert POSTGRES_URL is not None
-        await _drop_postgres_tables(POSTGRES_URL)
-        store = SQLStore.from_url(POSTGRES_URL)
+        store = SQLStore.from_url(await _postgres_url(request))
     await store.migrate()
     return store
 
@@ -65,7 +69,7 @@ async def open_store(kind: str, tmp_path: Path) -> Store:
 @pytest.fixture(params=STORES)
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
     """Each store implementation, migrated and empty."""
-    opened = await open_store(request.param, tmp_path)
+    opened = await open_store(request.param, tmp_path, request)
     try:
         yield opened
     finally:
@@ -73,24 +77,27 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
 
 
 @pytest.fixture(params=SQL_STORES)
-async def empty_sql_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+async def empty_sql_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[str]:
     """The URL of an empty SQL database (no tables) that several stores may open."""
     if request.param == "sqlite":
-        return f"sqlite+aiosqlite:///{tmp_path / 'shared.db'}"
-    assert POSTGRES_URL is not None
-    await _drop_postgres_tables(POSTGRES_URL)
-    return POSTGRES_URL
+        yield f"sqlite+aiosqlite:///{tmp_path / 'shared.db'}"
+        return
+    async with fresh_database(migrated=False) as url:
+        yield url
 
 
-@pytest.fixture
-async def sql_url(empty_sql_url: str) -> str:
+@pytest.fixture(params=SQL_STORES)
+async def sql_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The URL of a migrated, empty SQL database that several stores may open."""
-    store = SQLStore.from_url(empty_sql_url)
+    if request.param == "postgresql":
+        return await _postgres_url(request)
+    url = f"sqlite+aiosqlite:///{tmp_path / 'shared.db'}"
+    store = SQLStore.from_url(url)
     try:
         await store.migrate()
     finally:
         await store.close()
-    return empty_sql_url
+    return url
 
 
 class Make:

@@ -1,10 +1,11 @@
 """Crash tests: SIGKILL a real worker process at named points, recover in a fresh one.
 
-Every scenario runs `tests/crash/worker.py` in subprocesses sharing one SQLite file and one
-side-effect ledger (an fsynced JSON line per real tool execution and per model call). The
-first process dies by SIGKILL at the named point; a fresh process waits for the dead
-worker's lease to expire and calls `Runtime.recover()`; the test then checks the database
-(via the worker's JSON dump) against the ledger:
+Every scenario runs `tests/crash/worker.py` in subprocesses sharing one database (a SQLite
+file, or a fresh PostgreSQL database: each scenario runs on both) and one side-effect
+ledger (an fsynced JSON line per real tool execution and per model call). The first
+process dies by SIGKILL at the named point; a fresh process waits for the dead worker's
+lease to expire and calls `Runtime.recover()`; the test then checks the database (via the
+worker's JSON dump) against the ledger:
 
 * a recorded result is reused, never re-run;
 * ``manual`` calls without a recorded result become ``uncertain`` and are not re-run;
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from places import Place
 
 pytestmark = pytest.mark.crash
 
@@ -43,7 +45,7 @@ DISPATCH_POINTS = {
 class Scenario:
     """One database and ledger shared by the processes of a test."""
 
-    db: Path
+    db: str
     ledger: Path
     policy: str
 
@@ -53,7 +55,7 @@ class Scenario:
             sys.executable,
             str(WORKER),
             "--db",
-            str(self.db),
+            self.db,
             "--ledger",
             str(self.ledger),
             "--policy",
@@ -90,8 +92,8 @@ class Scenario:
         return [json.loads(line) for line in self.ledger.read_text().splitlines() if line]
 
 
-def scenario(tmp_path: Path, policy: str) -> Scenario:
-    return Scenario(db=tmp_path / "signoff.db", ledger=tmp_path / "ledger.jsonl", policy=policy)
+def scenario(place: Place, policy: str) -> Scenario:
+    return Scenario(db=place.db, ledger=place.tmp / "ledger.jsonl", policy=policy)
 
 
 def only_run(dump: dict[str, Any]) -> dict[str, Any]:
@@ -133,8 +135,8 @@ def crash_and_recover(s: Scenario, kill_at: str) -> tuple[dict[str, Any], int]:
 
 
 @pytest.mark.parametrize("kill_at", list(DISPATCH_POINTS))
-def test_manual_call_becomes_uncertain_and_is_not_rerun(tmp_path: Path, kill_at: str) -> None:
-    s = scenario(tmp_path, "manual")
+def test_manual_call_becomes_uncertain_and_is_not_rerun(place: Place, kill_at: str) -> None:
+    s = scenario(place, "manual")
     run, before = crash_and_recover(s, kill_at)
     assert before == DISPATCH_POINTS[kill_at]
 
@@ -156,9 +158,9 @@ def test_manual_call_becomes_uncertain_and_is_not_rerun(tmp_path: Path, kill_at:
 @pytest.mark.parametrize("policy", ["safe", "idempotent"])
 @pytest.mark.parametrize("kill_at", list(DISPATCH_POINTS))
 def test_replayable_call_runs_again_with_the_same_key(
-    tmp_path: Path, policy: str, kill_at: str
+    place: Place, policy: str, kill_at: str
 ) -> None:
-    s = scenario(tmp_path, policy)
+    s = scenario(place, policy)
     run, before = crash_and_recover(s, kill_at)
     assert before == DISPATCH_POINTS[kill_at]
 
@@ -182,8 +184,8 @@ def test_replayable_call_runs_again_with_the_same_key(
 
 
 @pytest.mark.parametrize("policy", ["manual", "safe", "idempotent"])
-def test_recorded_result_is_reused_never_rerun(tmp_path: Path, policy: str) -> None:
-    s = scenario(tmp_path, policy)
+def test_recorded_result_is_reused_never_rerun(place: Place, policy: str) -> None:
+    s = scenario(place, policy)
     run, before = crash_and_recover(s, "result_committed")
     assert before == 1
 
@@ -201,8 +203,8 @@ def test_recorded_result_is_reused_never_rerun(tmp_path: Path, policy: str) -> N
 
 
 @pytest.mark.parametrize("how", ["result", "retry", "abort"])
-def test_uncertain_call_resolved_in_a_fresh_process(tmp_path: Path, how: str) -> None:
-    s = scenario(tmp_path, "manual")
+def test_uncertain_call_resolved_in_a_fresh_process(place: Place, how: str) -> None:
+    s = scenario(place, "manual")
     run, before = crash_and_recover(s, "inside_tool")
     assert before == 1
     assert run["pending"][0]["status"] == "uncertain"
@@ -237,10 +239,10 @@ def test_uncertain_call_resolved_in_a_fresh_process(tmp_path: Path, how: str) ->
 # --- crashes during recovery and during a retry ------------------------------------------
 
 
-def test_crash_during_recovery_is_recovered_again(tmp_path: Path) -> None:
+def test_crash_during_recovery_is_recovered_again(place: Place) -> None:
     """An idempotent call interrupted twice (first run, then its replay) runs once more
     per recovery, always with the same execution key."""
-    s = scenario(tmp_path, "idempotent")
+    s = scenario(place, "idempotent")
     s.run("start", kill_at="dispatch_committed")
     s.run("recover", kill_at="inside_tool")
     assert [e["attempt"] for e in s.tool_runs()] == [2]
@@ -255,10 +257,10 @@ def test_crash_during_recovery_is_recovered_again(tmp_path: Path) -> None:
     assert kinds(run).count("tool_replayed") == 2
 
 
-def test_retry_of_uncertain_call_that_crashes_becomes_uncertain_again(tmp_path: Path) -> None:
+def test_retry_of_uncertain_call_that_crashes_becomes_uncertain_again(place: Place) -> None:
     """A person's retry is a new dispatch: if it dies too, the call is uncertain again
     (a new ticket), never silently re-run, and can still be resolved."""
-    s = scenario(tmp_path, "manual")
+    s = scenario(place, "manual")
     first, _ = crash_and_recover(s, "inside_tool")
     s.run("resolve", resolve="retry", kill_at="inside_tool")
     assert len(s.tool_runs()) == 2
@@ -279,11 +281,11 @@ def test_retry_of_uncertain_call_that_crashes_becomes_uncertain_again(tmp_path: 
 # --- crashes around the decision and the model -------------------------------------------
 
 
-def test_crash_after_decision_commit_runs_the_tool_once(tmp_path: Path) -> None:
+def test_crash_after_decision_commit_runs_the_tool_once(place: Place) -> None:
     """Park in one process, approve in another that dies right after the decision commit:
     the approved run is queued, recovery runs the (manual) tool for the first and only
     time; it was never dispatched, so it is not uncertain."""
-    s = scenario(tmp_path, "manual")
+    s = scenario(place, "manual")
     parked = s.run("park")
     assert only_run(parked)["status"] == "awaiting"
     s.run("approve", kill_at="decision_committed")
@@ -299,8 +301,8 @@ def test_crash_after_decision_commit_runs_the_tool_once(tmp_path: Path) -> None:
     assert "tool_uncertain" not in kinds(run)
 
 
-def test_crash_during_model_call_calls_again_and_marks_usage_incomplete(tmp_path: Path) -> None:
-    s = scenario(tmp_path, "manual")
+def test_crash_during_model_call_calls_again_and_marks_usage_incomplete(place: Place) -> None:
+    s = scenario(place, "manual")
     run, before = crash_and_recover(s, "inside_model")
     assert before == 1
 
@@ -315,10 +317,10 @@ def test_crash_during_model_call_calls_again_and_marks_usage_incomplete(tmp_path
     assert run["turns"] == 2
 
 
-def test_crash_after_parking_loses_nothing(tmp_path: Path) -> None:
+def test_crash_after_parking_loses_nothing(place: Place) -> None:
     """Die right after the parking model call commits: nothing to recover, the parked run
     is intact and a later process approves and finishes it."""
-    s = scenario(tmp_path, "manual")
+    s = scenario(place, "manual")
     s.run("start", kill_at="model_call_committed")
     dump = s.run("recover")
     assert dump["recovered"] == []

@@ -1,8 +1,8 @@
-"""A crash-test worker: one run of a one-tool agent on a SQLite file, killable at named points.
+"""A crash-test worker: one run of a one-tool agent on a database, killable at named points.
 
 Run as a real subprocess by ``tests/crash/test_crash_recovery.py``::
 
-    python tests/crash/worker.py --db PATH --ledger PATH --policy manual|safe|idempotent \
+    python tests/crash/worker.py --db PATH|URL --ledger PATH --policy manual|safe|idempotent \
         --kill-at POINT --phase start|park|approve|recover|resolve [--resolve result|retry|abort]
 
 Phases (each is meant to run in a fresh process):
@@ -225,11 +225,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     ledger = Path(args.ledger)
     killer = Killer(args.kill_at, args.kill_count)
     agent = build_agent(args.policy, ledger, killer, args.phase)
-    store = SQLStore.from_url(
-        f"sqlite+aiosqlite:///{args.db}",
-        busy_timeout_ms=750,
-        synchronous="full",
-    )
+    url = args.db if "://" in args.db else f"sqlite+aiosqlite:///{args.db}"
+    store = SQLStore.from_url(url, busy_timeout_ms=750, synchronous="full")
     await store.migrate()
     runtime = Runtime(
         store,
@@ -273,7 +270,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--db", required=True)
+    parser.add_argument("--db", required=True, help="a SQLite file, or a database URL")
     parser.add_argument("--ledger", required=True)
     parser.add_argument("--policy", choices=["manual", "safe", "idempotent"], default="manual")
     parser.add_argument("--kill-at", default=None)
@@ -291,5 +288,6 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 if __name__ == "__main__":
     arguments = parse()
-    arguments.db = str(Path(arguments.db).resolve())
+    if "://" not in arguments.db:
+        arguments.db = str(Path(arguments.db).resolve())
     print(json.dumps(asyncio.run(main(arguments)), default=str), flush=True)
