@@ -155,4 +155,4 @@ def add_slack(
 
         app.on_startup.append(connect)
         app.on_shutdown.append(disconnect)
-    return SlackNotifier(bolt.client, runtime.store, groups=config.approver_groups)
+    return SlackNotifier(bolt.client, groups=config.approver_groups)

@@ -244,7 +244,7 @@ async def start_discord(
             settings.ready_timeout,
         )
     task.add_done_callback(_gateway_ended)
-    notifier = DiscordNotifier(config, runtime.store)
+    notifier = DiscordNotifier(config)
     return DiscordHandle(client=client, notifier=notifier, task=task)
 
 
@@ -314,7 +314,7 @@ class DiscordEdge:
         """
         from adapters.discord import DiscordNotifier
 
-        self._notifier = DiscordNotifier(discord_config(self._settings), self._runtime.store)
+        self._notifier = DiscordNotifier(discord_config(self._settings))
         if await self._take():
             try:
                 self.gateway = await start_discord(self._runtime, self._worker, self._settings)

@@ -1,7 +1,9 @@
 """Delivering the outbox: notifications committed with state changes, posted with retries.
 
-A `Notifier` posts one outbox item to its platform and returns the platform's message
-reference. Transient failures are retried with exponential backoff (honouring a
+A `Notifier` posts one notification to its platform and returns the platform's message
+reference. It is handed a typed `runtime.notifications.Notification` and a `Delivery`
+with what it needs to know about the world (see `runtime.notifications`); it never reads
+the store. Transient failures are retried with exponential backoff (honouring a
 platform's ``Retry-After``); permanent ones are given up loudly: the item is marked
 ``failed`` and the run's flight recorder says why.
 
@@ -9,13 +11,17 @@ Any number of processes may deliver from one database. Each item is claimed befo
 posted (a lease with a fence, `Transaction.claim_outbox`), so two processes never post
 the same item at once, and its outcome is recorded with a compare-and-set on that fence:
 a process whose claim expired and was taken over records nothing. Per-channel pacing
-(`Claim.pacing`) is kept in the database, so it holds across processes.
+(`Claim.pacing`) is kept in the database, so it holds across processes; it applies to
+messages posted in a channel, not to edits of posted cards or replies only one person
+sees, which platforms limit far more loosely. Items for different channels are delivered
+side by side, those of one channel in order.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol
@@ -23,8 +29,22 @@ from typing import Any, Protocol
 from runtime._support import record
 from runtime.clock import Clock
 from runtime.errors import SignoffError
-from runtime.store.base import Store
-from runtime.store.records import OutboxRecord
+from runtime.notifications import (
+    ApprovalRequested,
+    Decided,
+    Delivery,
+    InputRequested,
+    Notification,
+    PostedCard,
+    RunPaused,
+    TicketExpired,
+    TicketVoided,
+    UncertainCall,
+    UnreadableNotification,
+    read_notification,
+)
+from runtime.store.base import Store, Transaction
+from runtime.store.records import OutboxRecord, channel_key
 
 log = logging.getLogger("signoff.outbox")
 
@@ -47,10 +67,10 @@ class DeliveryError(SignoffError):
 
 
 class Notifier(Protocol):
-    """Posts outbox items to one platform."""
+    """Posts notifications to one platform."""
 
-    async def deliver(self, item: OutboxRecord) -> dict[str, Any] | None:
-        """Post `item`; return the platform's message reference, if any.
+    async def deliver(self, note: Notification, delivery: Delivery) -> dict[str, Any] | None:
+        """Post `note` as `delivery` says; return the platform's message reference, if any.
 
         Raises:
             DeliveryError: When it could not be posted.
@@ -59,7 +79,7 @@ class Notifier(Protocol):
 
 
 class RoutingNotifier:
-    """Sends each item to the notifier of its destination's ``platform``.
+    """Sends each notification to the notifier of its destination's ``platform``.
 
     Args:
         routes: Notifier per platform name.
@@ -70,21 +90,26 @@ class RoutingNotifier:
         self._routes = dict(routes)
         self._default = default
 
-    async def deliver(self, item: OutboxRecord) -> dict[str, Any] | None:
-        """Deliver through the item's platform notifier."""
-        platform = str(item.destination.get("platform") or self._default)
+    async def deliver(self, note: Notification, delivery: Delivery) -> dict[str, Any] | None:
+        """Deliver through the destination's platform notifier."""
+        platform = delivery.platform or self._default
         notifier = self._routes.get(platform)
         if notifier is None:
             raise DeliveryError(f"no notifier for platform {platform!r}", permanent=True)
-        return await notifier.deliver(item)
+        return await notifier.deliver(note, delivery)
 
 
 class NullNotifier:
-    """Marks items delivered without posting anywhere (the console reads the database)."""
+    """Marks notifications delivered without posting anywhere (the console reads the
+    database)."""
 
-    async def deliver(self, item: OutboxRecord) -> dict[str, Any] | None:
-        """Accept the item."""
+    async def deliver(self, note: Notification, delivery: Delivery) -> dict[str, Any] | None:
+        """Accept the notification."""
         return None
+
+
+CARD_KINDS = ("approval_requested", "input_requested", "uncertain", "run_paused")
+"""Notifications that post a message a later outcome edits."""
 
 
 @dataclass(frozen=True)
@@ -140,32 +165,99 @@ async def deliver_due(
             until=now + timedelta(seconds=how.lease_seconds),
             pacing=how.pacing,
         )
-    delivered = 0
+    # One channel's items in order; different channels side by side.
+    lanes: dict[str, list[OutboxRecord]] = {}
     for item in due:
-        fence = item.fence
-        try:
-            reference = await notifier.deliver(item)
-        except DeliveryError as exc:
-            await _failed(store, clock, item, exc, retry)
-            continue
-        except Exception as exc:  # a notifier bug must not stop the loop
-            log.exception("notifier crashed on outbox item %s", item.outbox_id)
-            await _failed(store, clock, item, DeliveryError(repr(exc)), retry)
-            continue
-        now = clock.now()
-        item.state = "delivered"
-        item.attempts += 1
-        item.delivered_at = now
-        item.platform_ref = reference
-        item.last_error = None
-        _release(item)
-        async with store.transaction() as tx:
-            recorded = await tx.update_outbox(item, fence=fence)
-        if recorded:
+        lanes.setdefault(channel_key(item.destination) or item.outbox_id, []).append(item)
+    counts = await asyncio.gather(
+        *(_deliver_lane(store, clock, notifier, lane, retry) for lane in lanes.values())
+    )
+    return sum(counts)
+
+
+async def _deliver_lane(
+    store: Store,
+    clock: Clock,
+    notifier: Notifier,
+    items: Sequence[OutboxRecord],
+    retry: RetryPolicy,
+) -> int:
+    delivered = 0
+    for item in items:
+        if await _deliver_one(store, clock, notifier, item, retry):
             delivered += 1
-        else:
-            _superseded(item)
     return delivered
+
+
+async def _deliver_one(
+    store: Store, clock: Clock, notifier: Notifier, item: OutboxRecord, retry: RetryPolicy
+) -> bool:
+    fence = item.fence
+    try:
+        note = read_notification(item.kind, item.payload)
+        async with store.transaction() as tx:
+            delivery = await delivery_of(tx, item, note)
+        reference = await notifier.deliver(note, delivery)
+    except UnreadableNotification as exc:
+        await _failed(store, clock, item, DeliveryError(str(exc), permanent=True), retry)
+        return False
+    except DeliveryError as exc:
+        await _failed(store, clock, item, exc, retry)
+        return False
+    except Exception as exc:  # a notifier bug must not stop the loop
+        log.exception("notifier crashed on outbox item %s", item.outbox_id)
+        await _failed(store, clock, item, DeliveryError(repr(exc)), retry)
+        return False
+    now = clock.now()
+    item.state = "delivered"
+    item.attempts += 1
+    item.delivered_at = now
+    item.platform_ref = reference
+    item.last_error = None
+    _release(item)
+    async with store.transaction() as tx:
+        recorded = await tx.update_outbox(item, fence=fence)
+    if not recorded:
+        _superseded(item)
+    return recorded
+
+
+async def delivery_of(tx: Transaction, item: OutboxRecord, note: Notification) -> Delivery:
+    """What the notifier of `item` needs to know: the ticket now, the card an outcome
+    edits, the run's first message in the destination's channel."""
+    ticket = await tx.get_ticket(item.ticket_id) if item.ticket_id is not None else None
+    card = None
+    if isinstance(note, Decided | TicketExpired | TicketVoided) and item.ticket_id is not None:
+        for kind in CARD_KINDS:
+            found = await tx.find_outbox(ticket_id=item.ticket_id, kind=kind)
+            if found is None or found.destination.get("platform") != item.destination.get(
+                "platform"
+            ):
+                continue
+            posted = read_notification(found.kind, found.payload)
+            if isinstance(posted, ApprovalRequested | InputRequested | UncertainCall | RunPaused):
+                card = PostedCard(posted, found.state, dict(found.platform_ref or {}))
+            break
+    first = None
+    channel = channel_key(item.destination)
+    if channel is not None:
+        for other in await tx.outbox_for_run(item.run_id):
+            if (
+                other.outbox_id != item.outbox_id
+                and other.state == "delivered"
+                and other.platform_ref
+                and channel_key(other.destination) == channel
+            ):
+                first = dict(other.platform_ref)
+                break
+    return Delivery(
+        outbox_id=item.outbox_id,
+        destination=dict(item.destination),
+        attempt=item.attempts + 1,
+        ticket=ticket,
+        card=card,
+        first_message=first,
+    )
 
 
 def _release(item: OutboxRecord) -> None:

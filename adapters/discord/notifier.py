@@ -26,15 +26,29 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, assert_never
 
 import aiohttp
 
 from adapters.discord import cards, refusals
 from adapters.discord.config import DiscordConfig
-from runtime import Store
+from runtime.notifications import (
+    ApprovalRequested,
+    Decided,
+    DecisionRefused,
+    Delivery,
+    InputRequested,
+    Notification,
+    OutcomeNotification,
+    RunCallback,
+    RunFinished,
+    RunPaused,
+    TicketExpired,
+    TicketNotification,
+    TicketVoided,
+    UncertainCall,
+)
 from runtime.outbox import DeliveryError
-from runtime.store.records import OutboxRecord
 
 log = logging.getLogger("signoff.discord")
 
@@ -56,23 +70,20 @@ class _MessageGone(Exception):
 
 
 class DiscordNotifier:
-    """Posts outbox items to Discord channels and edits the cards it posted.
+    """Posts notifications to Discord channels and edits the cards it posted.
 
     Args:
         config: The bot token, REST base URL, role groups and console URL.
-        store: Where the original card of a decided ticket (and the ticket) is found.
         session: An aiohttp session to use (default: one of its own, closed by `close`).
     """
 
     def __init__(
         self,
         config: DiscordConfig,
-        store: Store,
         *,
         session: aiohttp.ClientSession | None = None,
     ) -> None:
         self._config = config
-        self._store = store
         self._base = config.api_base_url.rstrip("/")
         self._session = session
         self._own_session = session is None
@@ -83,8 +94,8 @@ class DiscordNotifier:
             await self._session.close()
             self._session = None
 
-    async def deliver(self, item: OutboxRecord) -> dict[str, Any] | None:
-        """Post or edit the message of one outbox item.
+    async def deliver(self, note: Notification, delivery: Delivery) -> dict[str, Any] | None:
+        """Post or edit the message of one notification.
 
         Returns:
             ``{"channel_id", "message_id"}`` of the message posted or edited.
@@ -93,32 +104,35 @@ class DiscordNotifier:
             DeliveryError: Discord refused it (``permanent``), rate-limited it
                 (``retry_after``) or could not be reached.
         """
-        if item.kind == "decision_refused":
-            return await self._tell_refused(item)
-        channel = _channel_of(item.destination)
-        if item.kind in cards.CARD_KINDS:
-            return await self._post(channel, await self._card(item))
-        if item.kind in cards.OUTCOME_KINDS:
-            return await self._settle(item, channel)
-        if item.kind == "run_finished":
-            return await self._post(channel, cards.finished_message(item.payload))
-        if item.kind == "run_paused":
-            return await self._post(channel, cards.paused_message(item.payload))
-        log.debug("no Discord message for notification kind %s", item.kind)
-        return None
+        if isinstance(note, DecisionRefused):
+            return await self._tell_refused(note, delivery)
+        if isinstance(note, RunCallback):
+            return None  # for the webhook's callback, not for Discord
+        channel = _channel_of(delivery.destination)
+        match note:
+            case ApprovalRequested() | InputRequested() | UncertainCall():
+                return await self._post(channel, self._card(note, delivery))
+            case Decided() | TicketExpired() | TicketVoided():
+                return await self._settle(note, delivery, channel)
+            case RunFinished():
+                return await self._post(channel, cards.finished_message(note.payload()))
+            case RunPaused():
+                return await self._post(channel, cards.paused_message(note.payload()))
+            case _:
+                assert_never(note)
 
-    async def _tell_refused(self, item: OutboxRecord) -> dict[str, Any]:
+    async def _tell_refused(self, note: DecisionRefused, delivery: Delivery) -> dict[str, Any]:
         """Tell the clicker, and only them, that their stored decision was refused.
 
         A follow-up to their click's interaction, visible to them alone (Discord accepts
         those for 15 minutes after the click).
         """
-        destination = item.destination
+        destination = delivery.destination
         app, token = destination.get("application_id"), destination.get("interaction_token")
         if not app or not token:
             raise DeliveryError("a refused decision without its interaction", permanent=True)
         body = {
-            "content": cards.clip_content(refusals.applied_refusal_text(item.payload)),
+            "content": cards.clip_content(refusals.applied_refusal_text(note.payload())),
             "flags": EPHEMERAL,
             "allowed_mentions": cards.NO_MENTIONS,
         }
@@ -126,16 +140,19 @@ class DiscordNotifier:
         return {"channel_id": str(destination.get("channel_id")), "message_id": message.get("id")}
 
     # -- cards -----------------------------------------------------------------------
-    async def _card(self, item: OutboxRecord, outcome: cards.Outcome | None = None) -> Any:
-        ticket_id = item.ticket_id or str(item.payload.get("ticket_id", ""))
-        async with self._store.transaction() as tx:
-            ticket = await tx.get_ticket(ticket_id)
+    def _card(
+        self,
+        note: TicketNotification,
+        delivery: Delivery,
+        outcome: cards.Outcome | None = None,
+    ) -> Any:
+        ticket = delivery.ticket
         if ticket is None:
-            raise DeliveryError(f"ticket {ticket_id} does not exist", permanent=True)
+            raise DeliveryError(f"ticket {note.ticket_id} does not exist", permanent=True)
         try:
             return cards.card(
-                item.kind,
-                item.payload,
+                note.kind,
+                note.payload(),
                 ticket.correlation,
                 role_groups=self._config.role_groups,
                 console_url=self._config.console_url,
@@ -144,32 +161,24 @@ class DiscordNotifier:
         except ValueError as exc:  # ids too long for a custom_id
             raise DeliveryError(str(exc), permanent=True) from exc
 
-    async def _settle(self, item: OutboxRecord, channel: str) -> dict[str, Any]:
+    async def _settle(
+        self, note: OutcomeNotification, delivery: Delivery, channel: str
+    ) -> dict[str, Any]:
         """Edit the ticket's card to show how it ended."""
-        result = cards.outcome(item.kind, item.payload, self._config.role_groups)
-        original = await self._original(item.ticket_id)
-        if original is not None and original.state == "pending":
+        result = cards.outcome(note.kind, note.payload(), self._config.role_groups)
+        card = delivery.card
+        if card is not None and card.state == "pending":
             raise DeliveryError("the ticket's card is not posted yet", retry_after=1.0)
-        ref = original.platform_ref if original is not None else None
-        if original is None or original.state != "delivered" or not ref:
-            return await self._post(channel, cards.outcome_message(item.payload, result))
-        body = await self._card(original, outcome=result)
+        ref = card.ref if card is not None else None
+        if card is None or card.state != "delivered" or not ref or isinstance(card.note, RunPaused):
+            return await self._post(channel, cards.outcome_message(note.payload(), result))
+        body = self._card(card.note, delivery, outcome=result)
         ref_channel, message = str(ref.get("channel_id")), str(ref.get("message_id"))
         try:
             await self._request("PATCH", f"/channels/{ref_channel}/messages/{message}", body)
         except _MessageGone:
-            return await self._post(channel, cards.outcome_message(item.payload, result))
+            return await self._post(channel, cards.outcome_message(note.payload(), result))
         return {"channel_id": ref_channel, "message_id": message}
-
-    async def _original(self, ticket_id: str | None) -> OutboxRecord | None:
-        if not ticket_id:
-            return None
-        async with self._store.transaction() as tx:
-            for kind in cards.CARD_KINDS:
-                found = await tx.find_outbox(ticket_id=ticket_id, kind=kind)
-                if found is not None:
-                    return found
-        return None
 
     # -- REST --------------------------------------------------------------------------
     async def _post(self, channel: str, body: Mapping[str, Any]) -> dict[str, Any]:

@@ -14,8 +14,9 @@
 A run's thread is the Slack thread its origin names (``thread_ts``); a run started
 elsewhere (a webhook routed to a channel) threads under its first posted message.
 
-Delivery respects Slack's limits: about one message per second per channel
-(`ChannelLimiter`), HTTP 429 becomes ``DeliveryError(retry_after=Retry-After)``,
+Delivery respects Slack's limits: about one message posted per second per channel
+(`ChannelLimiter`; edits and ephemeral replies are not held back by it, Slack limits them
+per method), HTTP 429 becomes ``DeliveryError(retry_after=Retry-After)``,
 transient failures (5xx, timeouts, connection errors) are retried by the outbox, and
 permanent ones (``channel_not_found``, ``not_in_channel``, ``invalid_auth`` ...) are
 given up loudly: the outbox marks the item failed and writes the error to the run's
@@ -28,7 +29,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, assert_never
 
 import aiohttp
 from slack_sdk.errors import SlackApiError
@@ -37,9 +38,25 @@ from slack_sdk.web.async_client import AsyncWebClient
 from adapters.slack import blocks
 from adapters.slack.blocks import Block, TicketRef
 from adapters.slack.refusals import applied_refusal_text
-from runtime import ResumeTicket, Store, TicketStatus
+from runtime import ResumeTicket, TicketStatus
+from runtime.notifications import (
+    ApprovalRequested,
+    Decided,
+    DecisionRefused,
+    Delivery,
+    InputRequested,
+    Notification,
+    OutcomeNotification,
+    PostedCard,
+    RunCallback,
+    RunFinished,
+    RunPaused,
+    TicketExpired,
+    TicketNotification,
+    TicketVoided,
+    UncertainCall,
+)
 from runtime.outbox import DeliveryError
-from runtime.store.records import OutboxRecord
 
 log = logging.getLogger("signoff.slack")
 
@@ -84,7 +101,6 @@ TRANSIENT_ERRORS = frozenset(
 """Slack error codes worth retrying."""
 
 _GONE = frozenset({"message_not_found", "cant_update_message", "edit_window_closed"})
-_CARD_KINDS = (*blocks.CARD_KINDS, "run_paused")
 
 
 class ChannelLimiter:
@@ -186,75 +202,77 @@ def closed_outcome(ticket: ResumeTicket) -> str:
 
 
 class SlackNotifier:
-    """Delivers outbox items whose destination platform is ``slack``.
+    """Delivers notifications whose destination platform is ``slack``.
 
     Args:
         client: The Slack Web API client (its base URL may point at GovSlack or a fake).
-        store: The runtime's store (to read tickets and find a card's message).
-        limiter: Per-channel spacing (default: one message per second per channel).
+        limiter: Spacing of messages posted to one channel (default: one per second);
+            edits and ephemeral replies are not spaced (Slack limits them per method).
         groups: Named approver groups mapped to Slack ids, to word who may decide.
     """
 
     def __init__(
         self,
         client: AsyncWebClient,
-        store: Store,
         *,
         limiter: ChannelLimiter | None = None,
         groups: blocks.Groups | None = None,
     ) -> None:
         self._groups = dict(groups or {})
         self._client = client
-        self._store = store
         self._limiter = limiter or ChannelLimiter()
 
-    async def deliver(self, item: OutboxRecord) -> dict[str, Any] | None:
-        """Post or update the Slack message of one outbox item.
+    async def deliver(self, note: Notification, delivery: Delivery) -> dict[str, Any] | None:
+        """Post or update the Slack message of one notification.
 
         Raises:
             DeliveryError: Slack refused it (``permanent``), rate-limited it
                 (``retry_after``) or could not be reached.
         """
-        if item.kind == "decision_refused":
-            return await self._tell_refused(item)
-        channel = item.destination.get("channel")
+        if isinstance(note, DecisionRefused):
+            return await self._tell_refused(note, delivery)
+        if isinstance(note, RunCallback):
+            return None  # for the webhook's callback, not for Slack
+        channel = delivery.destination.get("channel")
         if not isinstance(channel, str) or not channel:
             raise DeliveryError(
-                f"outbox item {item.outbox_id} has no Slack channel in its destination",
+                f"outbox item {delivery.outbox_id} has no Slack channel in its destination",
                 permanent=True,
             )
-        if item.kind in blocks.CARD_KINDS:
-            return await self._post_card(item, channel)
-        if item.kind in ("decided", "expired", "ticket_voided"):
-            return await self._update_card(item, channel)
-        if item.kind == "run_finished":
-            text, shown = blocks.finished_message(item.payload)
-            return await self._post(item, channel, text, shown)
-        if item.kind == "run_paused":
-            text, shown = blocks.paused_message(item.payload)
-            return await self._post(item, channel, text, shown)
-        log.info("no Slack message for outbox kind %s", item.kind, extra={"run_id": item.run_id})
-        return None
+        match note:
+            case ApprovalRequested() | InputRequested() | UncertainCall():
+                return await self._post_card(note, delivery, channel)
+            case Decided() | TicketExpired() | TicketVoided():
+                return await self._update_card(note, delivery, channel)
+            case RunFinished():
+                text, shown = blocks.finished_message(note.payload())
+                return await self._post(note, delivery, channel, text, shown)
+            case RunPaused():
+                text, shown = blocks.paused_message(note.payload())
+                return await self._post(note, delivery, channel, text, shown)
+            case _:
+                assert_never(note)
 
     # -- posting ---------------------------------------------------------------------
-    async def _post_card(self, item: OutboxRecord, channel: str) -> dict[str, Any] | None:
-        ticket = None
-        if item.ticket_id is not None:
-            async with self._store.transaction() as tx:
-                ticket = await tx.get_ticket(item.ticket_id)
+    async def _post_card(
+        self, note: TicketNotification, delivery: Delivery, channel: str
+    ) -> dict[str, Any] | None:
+        ticket = delivery.ticket
+        payload = note.payload()
         if ticket is not None and ticket.status is TicketStatus.OPEN:
             ref = TicketRef(ticket.ticket_id, ticket.correlation)
-            shown = blocks.card(item.kind, item.payload, ref, groups=self._groups)
+            shown = blocks.card(note.kind, payload, ref, groups=self._groups)
         else:
             # Decided (or expired) before its card could be posted: show how, no buttons.
             outcome = closed_outcome(ticket) if ticket is not None else None
-            shown = blocks.card(item.kind, item.payload, None, outcome, self._groups)
-        return await self._post(item, channel, blocks.card_text(item.kind, item.payload), shown)
+            shown = blocks.card(note.kind, payload, None, outcome, self._groups)
+        text = blocks.card_text(note.kind, payload)
+        return await self._post(note, delivery, channel, text, shown)
 
     async def _post(
-        self, item: OutboxRecord, channel: str, text: str, shown: list[Block]
+        self, note: Notification, delivery: Delivery, channel: str, text: str, shown: list[Block]
     ) -> dict[str, Any]:
-        thread_ts = await self._thread_of(item, channel)
+        thread_ts = self._thread_of(delivery)
         arguments: dict[str, Any] = {
             "channel": channel,
             "text": text,
@@ -264,77 +282,71 @@ class SlackNotifier:
         }
         if thread_ts:
             arguments["thread_ts"] = thread_ts
-        response = await self._call("chat_postMessage", channel, item, arguments)
+        response = await self._call("chat_postMessage", channel, note, arguments)
         return {"channel": str(response.get("channel") or channel), "ts": str(response["ts"])}
 
-    async def _thread_of(self, item: OutboxRecord, channel: str) -> str | None:
-        """The run's thread: its origin's, or else its first message posted in `channel`."""
-        thread_ts = item.destination.get("thread_ts")
+    @staticmethod
+    def _thread_of(delivery: Delivery) -> str | None:
+        """The run's thread: its origin's, or else its first message posted there."""
+        thread_ts = delivery.destination.get("thread_ts")
         if isinstance(thread_ts, str) and thread_ts:
             return thread_ts
-        async with self._store.transaction() as tx:
-            earlier = await tx.outbox_for_run(item.run_id)
-        for other in earlier:
-            ref = other.platform_ref or {}
-            if (
-                other.outbox_id != item.outbox_id
-                and other.state == "delivered"
-                and ref.get("channel") == channel
-                and ref.get("ts")
-            ):
-                return str(ref["ts"])
-        return None
+        first = delivery.first_message or {}
+        return str(first["ts"]) if first.get("ts") else None
 
-    async def _tell_refused(self, item: OutboxRecord) -> dict[str, Any] | None:
+    async def _tell_refused(
+        self, note: DecisionRefused, delivery: Delivery
+    ) -> dict[str, Any] | None:
         """Tell the clicker, and only them, that their stored decision was refused."""
-        destination = item.destination
+        destination = delivery.destination
         user = destination.get("user")
         if not isinstance(user, str) or not user:
             raise DeliveryError("a refused decision without a user to tell", permanent=True)
-        text = applied_refusal_text(item.payload, self._groups)
+        text = applied_refusal_text(note.payload(), self._groups)
         channel = destination.get("channel")
         if isinstance(channel, str) and channel:
             arguments: dict[str, Any] = {"channel": channel, "user": user, "text": text}
             if destination.get("thread_ts"):
                 arguments["thread_ts"] = str(destination["thread_ts"])
             try:
-                await self._call("chat_postEphemeral", channel, item, arguments)
+                await self._call("chat_postEphemeral", channel, note, arguments)
                 return {"channel": channel, "user": user}
             except DeliveryError as exc:
                 if not exc.permanent:
                     raise
                 log.info("ephemeral refusal to %s failed (%s); sending a DM", user, exc)
         # No channel (or not allowed there): a direct message from the bot.
-        response = await self._call("chat_postMessage", user, item, {"channel": user, "text": text})
+        response = await self._call("chat_postMessage", user, note, {"channel": user, "text": text})
         return {"channel": str(response.get("channel") or user), "ts": str(response.get("ts"))}
 
     # -- updating ----------------------------------------------------------------------
-    async def _update_card(self, item: OutboxRecord, channel: str) -> dict[str, Any] | None:
-        outcome = blocks.outcome_line(item.kind, item.payload)
-        original = await self._card_of(item)
-        if original is not None and original.state == "pending":
+    async def _update_card(
+        self, note: OutcomeNotification, delivery: Delivery, channel: str
+    ) -> dict[str, Any] | None:
+        outcome = blocks.outcome_line(note.kind, note.payload())
+        card = delivery.card
+        if card is not None and card.state == "pending":
             # Update the card once it is posted (the outbox delivers it first, normally).
             raise DeliveryError(
-                f"the card of ticket {item.ticket_id} is not posted yet", retry_after=1.0
+                f"the card of ticket {note.ticket_id} is not posted yet", retry_after=1.0
             )
-        ref = (original.platform_ref or {}) if original is not None else {}
-        text = outcome
-        if original is not None and ref.get("ts"):
-            shown = self._closed_card(original, outcome, self._groups)
+        ref = card.ref if card is not None else {}
+        if card is not None and ref.get("ts"):
+            shown = self._closed_card(card, outcome)
             target = str(ref.get("channel") or channel)
             arguments: dict[str, Any] = {
                 "channel": target,
                 "ts": str(ref["ts"]),
-                "text": text,
+                "text": outcome,
                 "blocks": shown,
             }
             try:
-                response = await self._call("chat_update", target, item, arguments)
+                response = await self._call("chat_update", target, note, arguments)
             except _Gone:
                 log.warning(
                     "the card of ticket %s is gone from Slack; posting the outcome instead",
-                    item.ticket_id,
-                    extra={"run_id": item.run_id, "ticket_id": item.ticket_id},
+                    note.ticket_id,
+                    extra={"run_id": note.run_id, "ticket_id": note.ticket_id},
                 )
             else:
                 return {
@@ -342,38 +354,31 @@ class SlackNotifier:
                     "ts": str(response.get("ts") or ref["ts"]),
                 }
         # No card to edit (its post failed for good, or it was deleted): say it anew.
-        return await self._post(item, channel, text, [blocks.notice_section(outcome)])
+        return await self._post(note, delivery, channel, outcome, [blocks.notice_section(outcome)])
 
-    async def _card_of(self, item: OutboxRecord) -> OutboxRecord | None:
-        if item.ticket_id is None:
-            return None
-        async with self._store.transaction() as tx:
-            for kind in _CARD_KINDS:
-                found = await tx.find_outbox(ticket_id=item.ticket_id, kind=kind)
-                if found is not None:
-                    return found
-        return None
-
-    @staticmethod
-    def _closed_card(original: OutboxRecord, outcome: str, groups: blocks.Groups) -> list[Block]:
-        if original.kind == "run_paused":
-            _text, shown = blocks.paused_message(original.payload)
+    def _closed_card(self, card: PostedCard, outcome: str) -> list[Block]:
+        if isinstance(card.note, RunPaused):
+            _text, shown = blocks.paused_message(card.note.payload())
             return [*shown, blocks.notice_section(outcome)]
-        return blocks.card(original.kind, original.payload, None, outcome, groups)
+        return blocks.card(card.note.kind, card.note.payload(), None, outcome, self._groups)
 
     # -- the Web API -------------------------------------------------------------------
     async def _call(
-        self, method: str, channel: str, item: OutboxRecord, arguments: dict[str, Any]
+        self, method: str, channel: str, note: Notification, arguments: dict[str, Any]
     ) -> Mapping[str, Any]:
-        what = f"Slack {method.replace('_', '.')} for {item.kind} of run {item.run_id}"
-        await self._limiter.wait(channel)
+        what = f"Slack {method.replace('_', '.')} for {note.kind} of run {note.run_id}"
+        # Slack's one message per second per channel is about posting; edits and
+        # ephemeral replies have their own per-method limits (a 429 says so).
+        paced = method == "chat_postMessage"
+        if paced:
+            await self._limiter.wait(channel)
         try:
             response = await getattr(self._client, method)(**arguments)
         except SlackApiError as exc:
             if method == "chat_update" and _error_code(exc) in _GONE:
                 raise _Gone(_error_code(exc)) from exc
             error = delivery_error(exc, what)
-            if error.retry_after is not None:
+            if error.retry_after is not None and paced:
                 self._limiter.hold(channel, error.retry_after)
             raise error from exc
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:

@@ -37,8 +37,8 @@ import aiohttp
 from adapters.webhook.config import HookConfig
 from adapters.webhook.signing import signed_headers
 from runtime import Clock, SystemClock
+from runtime.notifications import Delivery, Notification, RunCallback, RunFinished
 from runtime.outbox import DeliveryError
-from runtime.store.records import OutboxRecord
 
 log = logging.getLogger("signoff.webhook.callback")
 
@@ -56,19 +56,20 @@ def _default_session() -> aiohttp.ClientSession:
     return aiohttp.ClientSession(trust_env=False)
 
 
-def callback_payload(item: OutboxRecord) -> dict[str, Any]:
-    """The JSON body of a completion callback for `item`."""
-    payload = item.payload
+def callback_payload(
+    note: RunCallback | RunFinished, destination: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The JSON body of the completion callback of a finished run."""
     # A cancelled run's reason is its error, as `runtime.RunResult.error` reports it.
-    error = payload.get("error")
-    if error is None and payload.get("status") == "cancelled":
-        error = payload.get("reason")
+    error = note.error
+    if error is None and note.status == "cancelled":
+        error = note.reason
     return {
-        "run_id": payload.get("run_id", item.run_id),
-        "status": payload.get("status"),
-        "text": payload.get("text"),
+        "run_id": note.run_id,
+        "status": note.status,
+        "text": note.text,
         "error": error,
-        "hook": item.destination.get("hook"),
+        "hook": destination.get("hook"),
     }
 
 
@@ -110,11 +111,11 @@ class CallbackNotifier:
         self._session_factory = session_factory or _default_session
         self._clock = clock or SystemClock()
 
-    def _target(self, item: OutboxRecord) -> tuple[HookConfig, str]:
-        name = item.destination.get("hook")
-        if item.kind != RUN_CALLBACK or not name:
+    def _target(self, note: Notification, delivery: Delivery) -> tuple[HookConfig, str]:
+        name = delivery.destination.get("hook")
+        if not isinstance(note, RunCallback) or not name:
             raise DeliveryError(
-                f"outbox item {item.outbox_id} ({item.kind}) is not a hook run's completion",
+                f"outbox item {delivery.outbox_id} ({note.kind}) is not a hook run's completion",
                 permanent=True,
             )
         hook = self._hooks.get(str(name))
@@ -130,8 +131,8 @@ class CallbackNotifier:
             )
         return hook, url
 
-    async def deliver(self, item: OutboxRecord) -> dict[str, Any] | None:
-        """POST the signed callback for `item`.
+    async def deliver(self, note: Notification, delivery: Delivery) -> dict[str, Any] | None:
+        """POST the signed completion callback `note` stands for.
 
         Returns:
             ``{"callback_url": ..., "status": <HTTP status>}`` once the receiver accepted.
@@ -141,12 +142,14 @@ class CallbackNotifier:
                 transient (with ``retry_after`` when given) for 408/425/429/5xx and
                 network failures.
         """
-        hook, url = self._target(item)
-        body = json.dumps(callback_payload(item), separators=(",", ":")).encode("utf-8")
+        hook, url = self._target(note, delivery)
+        assert isinstance(note, RunCallback)
+        payload = callback_payload(note, delivery.destination)
+        body = json.dumps(payload, separators=(",", ":")).encode("utf-8")
         headers = {
             "Content-Type": "application/json",
             "User-Agent": USER_AGENT,
-            "Idempotency-Key": item.outbox_id,
+            "Idempotency-Key": delivery.outbox_id,
             **signed_headers(hook.secret, body, self._clock.now().timestamp()),
         }
         timeout = aiohttp.ClientTimeout(total=hook.callback_timeout_seconds)
@@ -166,7 +169,7 @@ class CallbackNotifier:
                 f"callback to {url} failed: {type(exc).__name__}: {exc}".rstrip(": ")
             ) from exc
         if 200 <= status < 300:
-            log.info("callback for run %s delivered to %s", item.run_id, url)
+            log.info("callback for run %s delivered to %s", note.run_id, url)
             return {"callback_url": url, "status": status}
         message = f"callback to {url} answered HTTP {status}"
         if status >= 500 or status in _TRANSIENT_STATUSES:

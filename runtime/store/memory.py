@@ -321,7 +321,7 @@ class MemoryTransaction:
         for item in due:
             if len(claimed) >= limit:
                 break
-            key = item.channel_key
+            key = item.pacing_key
             interval = intervals.get(key.split(":", 1)[0]) if key is not None else None
             if key is not None and interval is not None:
                 slot = self._t.pacing.get(key)

@@ -119,16 +119,29 @@ class OutboxRecord:
     fence: int = 0
 
     @property
-    def channel_key(self) -> str | None:
-        """``platform:channel`` of the destination, the unit of pacing; see `channel_key`."""
-        return channel_key(self.destination)
+    def pacing_key(self) -> str | None:
+        """The unit of pacing of this notification; see `pacing_key`."""
+        return pacing_key(self.kind, self.destination)
+
+
+PACED_KINDS = frozenset(
+    {"approval_requested", "input_requested", "uncertain", "run_finished", "run_paused"}
+)
+"""Notifications that post a new message in a channel. Only those are paced: editing a
+posted card or a reply only one person sees has its own, far looser platform limits."""
+
+
+def pacing_key(kind: str, destination: Mapping[str, Any]) -> str | None:
+    """The pacing unit of a notification: its channel when it posts a message, else none."""
+    return channel_key(destination) if kind in PACED_KINDS else None
 
 
 def channel_key(destination: Mapping[str, Any]) -> str | None:
     """``platform:channel`` of an outbox destination; None when it names no channel.
 
-    Messages to one channel are paced together, across every replica. The channel is
-    the destination's ``channel`` (or ``channel_id``, as Discord origins name it).
+    Messages posted to one channel are paced together, across every replica (see
+    `pacing_key`). The channel is the destination's ``channel`` (or ``channel_id``, as
+    Discord origins name it).
     """
     channel = destination.get("channel") or destination.get("channel_id")
     if channel is None or channel == "":

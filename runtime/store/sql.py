@@ -80,7 +80,7 @@ from runtime.store.records import (
     ReceivedRecord,
     RunFlags,
     RunRecord,
-    channel_key,
+    pacing_key,
 )
 from runtime.store.schema import (
     events,
@@ -336,7 +336,7 @@ def _outbox_values(item: OutboxRecord) -> dict[str, Any]:
         "last_error": item.last_error,
         "platform_ref": item.platform_ref,
         "delivered_at": _opt_micros(item.delivered_at),
-        "channel_key": channel_key(item.destination),
+        "channel_key": pacing_key(item.kind, item.destination),
         "lease_owner": item.lease_owner,
         "lease_expires_at": _opt_micros(item.lease_expires_at),
         "fence": item.fence,

@@ -25,7 +25,7 @@ from aiohttp import web
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import text
-from testkit import settled
+from testkit import deliver_item, settled
 
 from adapters.webhook import (
     CallbackNotifier,
@@ -46,6 +46,7 @@ from runtime import (
     tool,
     tool_call_reply,
 )
+from runtime.notifications import RunCallback, read_notification
 from runtime.outbox import DeliveryError, NullNotifier, RetryPolicy, RoutingNotifier
 from runtime.store.records import IdempotencyRecord, OutboxRecord
 from runtime.store.sql import SQLStore
@@ -819,10 +820,10 @@ async def test_429_is_transient_and_honours_retry_after(
     notifier = CallbackNotifier(harness.callback_hooks)
     item = _finished_item(receiver.url, status="done", text="ok")
     with pytest.raises(DeliveryError) as caught:
-        await notifier.deliver(item)
+        await deliver_item(notifier, item)
     assert not caught.value.permanent
     assert caught.value.retry_after == 7
-    assert await notifier.deliver(item) == {"callback_url": receiver.url, "status": 200}
+    assert await deliver_item(notifier, item) == {"callback_url": receiver.url, "status": 200}
 
 
 async def test_connection_errors_are_transient(harness: Harness) -> None:
@@ -844,7 +845,7 @@ async def test_connection_errors_are_transient(harness: Harness) -> None:
         callback_timeout_seconds=2,
     )
     with pytest.raises(DeliveryError) as caught:
-        await CallbackNotifier({"refunds": hook}).deliver(_finished_item(url, status="done"))
+        await deliver_item(CallbackNotifier({"refunds": hook}), _finished_item(url, status="done"))
     assert not caught.value.permanent
 
 
@@ -867,17 +868,19 @@ async def test_a_finished_hook_run_gets_a_chat_item_and_a_separate_callback_item
 async def test_items_that_are_not_callbacks_are_refused_by_the_callback_notifier(
     harness: Harness,
 ) -> None:
-    item = _finished_item(harness.receiver.url)
-    item.kind = "approval_requested"
+    item = _finished_item(harness.receiver.url, status="done")
+    item.kind = "run_finished"  # the chat's copy, not the callback
     with pytest.raises(DeliveryError) as caught:
-        await CallbackNotifier(harness.callback_hooks).deliver(item)
+        await deliver_item(CallbackNotifier(harness.callback_hooks), item)
     assert caught.value.permanent
     assert harness.receiver.requests == []
 
 
 def test_cancelled_run_reports_its_reason_as_the_error() -> None:
     item = _finished_item("http://127.0.0.1/cb", status="cancelled", reason="stopped by ops")
-    assert callback_payload(item) == {
+    note = read_notification(item.kind, item.payload)
+    assert isinstance(note, RunCallback)
+    assert callback_payload(note, item.destination) == {
         "run_id": "run_1",
         "status": "cancelled",
         "text": None,

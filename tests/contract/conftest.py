@@ -200,7 +200,12 @@ class Make:
             "outbox_id": outbox_id,
             "run_id": run_id,
             "kind": "approval_requested",
-            "payload": {"tool": "refund", "args": {"order": 42}},
+            "payload": {
+                "run_id": run_id,
+                "agent": "support",
+                "ticket_id": "tk_1",
+                "target": {"tool": "refund", "args": {"order": 42}},
+            },
             "destination": {"platform": "slack", "channel": "C1"},
             "created_at": T0,
             "next_attempt_at": T0,

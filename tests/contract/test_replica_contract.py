@@ -22,9 +22,9 @@ from runtime import (
     final_reply,
     tool_call_reply,
 )
+from runtime.notifications import Delivery, Notification
 from runtime.outbox import Claim, deliver_due
 from runtime.store.base import Store
-from runtime.store.records import OutboxRecord
 from runtime.store.sql import SQLStore
 
 if TYPE_CHECKING:
@@ -273,10 +273,10 @@ class CountingNotifier:
     def __init__(self) -> None:
         self.posts: list[str] = []
 
-    async def deliver(self, item: OutboxRecord) -> dict[str, Any] | None:
+    async def deliver(self, note: Notification, delivery: Delivery) -> dict[str, Any] | None:
         await asyncio.sleep(0.001)
-        self.posts.append(item.outbox_id)
-        return {"ts": item.outbox_id}
+        self.posts.append(delivery.outbox_id)
+        return {"ts": delivery.outbox_id}
 
 
 async def test_two_processes_deliver_every_item_exactly_once(sql_url: str, make: Make) -> None:

@@ -53,7 +53,7 @@ async def bed(tmp_path: Path, state: Path) -> AsyncIterator[SlackBed]:
         config = slack_config(fake)
         client = build_client(config)
         bolt = build_slack_app(runtime, config, worker.wake, client=client)
-        notifier = RoutingNotifier({"slack": SlackNotifier(client, store)})
+        notifier = RoutingNotifier({"slack": SlackNotifier(client)})
         stop = asyncio.Event()
         loops = [
             asyncio.create_task(worker.run(stop)),

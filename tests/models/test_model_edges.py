@@ -207,7 +207,7 @@ async def slack(
         client = build_client(config)
         bolt = build_slack_app(runtime, config, worker.wake, client=client)
         notifier = RoutingNotifier(
-            {"slack": SlackNotifier(client, store, limiter=ChannelLimiter(interval=0.0))}
+            {"slack": SlackNotifier(client, limiter=ChannelLimiter(interval=0.0))}
         )
         app = web.Application()
         add_slack_routes(app, bolt, signing_secret=config.signing_secret)

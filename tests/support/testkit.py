@@ -14,6 +14,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from runtime import ModelRequest, Runtime, ScriptedModel, final_reply, tool_call_reply
+from runtime.notifications import Delivery, read_notification
+from runtime.outbox import Notifier, delivery_of
+from runtime.store.base import Store
+from runtime.store.records import OutboxRecord
 from runtime.worker import Worker
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -145,6 +149,23 @@ async def settled(
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError("the runtime never settled (work kept coming)")
         await asyncio.sleep(0.02)
+
+
+async def deliver_item(
+    notifier: Notifier, item: OutboxRecord, store: Store | None = None
+) -> dict[str, Any] | None:
+    """Hand one stored outbox item to `notifier` as the outbox loop would.
+
+    With `store`, the `Delivery` knows what the loop would look up (the ticket, the card
+    an outcome edits); without, only where the item goes.
+    """
+    note = read_notification(item.kind, item.payload)
+    if store is None:
+        delivery = Delivery(item.outbox_id, dict(item.destination), item.attempts + 1)
+    else:
+        async with store.transaction() as tx:
+            delivery = await delivery_of(tx, item, note)
+    return await notifier.deliver(note, delivery)
 
 
 def received_state(db: Path, clicks: int) -> str:

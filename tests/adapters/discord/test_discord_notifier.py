@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from discord_harness import ALICE, Harness
 from fake_discord import CHANNEL_ID, TOKEN
+from testkit import deliver_item
 
 from adapters.discord import DiscordConfig, DiscordNotifier
 from runtime import RunStatus, Runtime
@@ -20,7 +21,7 @@ pytestmark = pytest.mark.timeout(30)
 @pytest.fixture
 async def notifier(harness: Harness) -> AsyncIterator[DiscordNotifier]:
     config = DiscordConfig(bot_token=TOKEN, api_base_url=harness.fake.api_base_url)
-    made = DiscordNotifier(config, harness.store)
+    made = DiscordNotifier(config)
     try:
         yield made
     finally:
@@ -51,7 +52,7 @@ async def test_a_card_is_posted_and_edited_in_place(
 ) -> None:
     runtime, run_id = await parked(harness)
     [card] = await items(harness, run_id, "approval_requested")
-    ref = await notifier.deliver(card)
+    ref = await deliver_item(notifier, card, harness.store)
     assert ref is not None and ref["channel_id"] == str(CHANNEL_ID)
     message = harness.fake.messages[ref["message_id"]]
     assert message["embeds"][0]["title"] == "Approval needed: transfer"
@@ -59,7 +60,7 @@ async def test_a_card_is_posted_and_edited_in_place(
 
     await runtime.approve(card.ticket_id or "", actor=str(ALICE.id))
     [decided] = await items(harness, run_id, "decided")
-    assert await notifier.deliver(decided) == ref
+    assert await deliver_item(notifier, decided, harness.store) == ref
     assert message["edits"] == 1
     assert message["embeds"][0]["fields"][-1]["name"] == "Outcome"
 
@@ -97,7 +98,7 @@ async def test_failures_are_classed_for_the_outbox(
     [card] = await items(harness, run_id, "approval_requested")
     harness.fake.fail_next("POST", r"/channels/\d+/messages", status, body, headers)
     with pytest.raises(DeliveryError) as raised:
-        await notifier.deliver(card)
+        await deliver_item(notifier, card, harness.store)
     assert raised.value.permanent is permanent
     assert raised.value.retry_after == retry_after
     assert str(status) in str(raised.value)
@@ -107,10 +108,10 @@ async def test_an_unreachable_discord_is_transient(harness: Harness) -> None:
     _, run_id = await parked(harness)
     [card] = await items(harness, run_id, "approval_requested")
     config = DiscordConfig(bot_token=TOKEN, api_base_url="http://127.0.0.1:9/api/v10")
-    notifier = DiscordNotifier(config, harness.store)
+    notifier = DiscordNotifier(config)
     try:
         with pytest.raises(DeliveryError) as raised:
-            await notifier.deliver(card)
+            await deliver_item(notifier, card, harness.store)
     finally:
         await notifier.close()
     assert not raised.value.permanent
@@ -137,7 +138,7 @@ async def test_an_origin_without_a_channel_is_permanent(
     [card] = await items(harness, run_id, "approval_requested")
     card.destination = {"platform": "discord"}
     with pytest.raises(DeliveryError) as raised:
-        await notifier.deliver(card)
+        await deliver_item(notifier, card, harness.store)
     assert raised.value.permanent
 
 
@@ -151,15 +152,15 @@ async def test_an_outcome_waits_for_its_card_and_replaces_a_lost_one(
 
     # The card is not posted yet: the outcome is retried, not posted on its own.
     with pytest.raises(DeliveryError) as raised:
-        await notifier.deliver(decided)
+        await deliver_item(notifier, decided, harness.store)
     assert not raised.value.permanent and raised.value.retry_after == 1.0
 
     # The card was posted, then deleted in Discord: the outcome becomes a new message.
-    ref = await notifier.deliver(card)
+    ref = await deliver_item(notifier, card, harness.store)
     assert ref is not None
     await delivered(harness, card, ref)
     del harness.fake.messages[ref["message_id"]]
-    new_ref = await notifier.deliver(decided)
+    new_ref = await deliver_item(notifier, decided, harness.store)
     assert new_ref is not None and new_ref["message_id"] != ref["message_id"]
     posted = harness.fake.messages[new_ref["message_id"]]
     assert posted["embeds"][0]["description"].startswith(f"⛔ Denied by <@{ALICE.id}>")
@@ -168,7 +169,7 @@ async def test_an_outcome_waits_for_its_card_and_replaces_a_lost_one(
     card.state = "failed"
     async with harness.store.transaction() as tx:
         await tx.update_outbox(card)
-    assert (await notifier.deliver(decided) or {}).get("message_id") not in (
+    assert (await deliver_item(notifier, decided, harness.store) or {}).get("message_id") not in (
         None,
         ref["message_id"],
     )

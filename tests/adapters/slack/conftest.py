@@ -97,7 +97,6 @@ async def slack(
         {
             "slack": SlackNotifier(
                 client,
-                store,
                 groups=config.approver_groups,
                 # No spacing, and a 429's hold follows the manual clock like the outbox does.
                 limiter=ChannelLimiter(interval=0.0, monotonic=lambda: clock.now().timestamp()),

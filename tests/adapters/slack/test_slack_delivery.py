@@ -124,7 +124,7 @@ async def test_a_click_stored_by_a_dying_process_is_applied_once_by_the_next(
     parked = await runtime_a.start(
         "bank", "pay", requester="U1", origin=ORIGIN, thread_id="slack:C1:1", wait=True
     )
-    notifier_a = SlackNotifier(client_a, store_a, limiter=ChannelLimiter(0.0))
+    notifier_a = SlackNotifier(client_a, limiter=ChannelLimiter(0.0))
     assert await deliver_due(store_a, clock, notifier_a) == 1
     [card] = fake.messages.values()
     app = web.Application()
@@ -167,7 +167,7 @@ async def test_a_click_stored_by_a_dying_process_is_applied_once_by_the_next(
     done = await runtime_b.get(parked.run_id)
     assert done.status is RunStatus.DONE
     assert ledger == [("transfer", {"account": "ACME-1", "amount": 250.0})]
-    notifier_b = SlackNotifier(build_client(config), store_b, limiter=ChannelLimiter(0.0))
+    notifier_b = SlackNotifier(build_client(config), limiter=ChannelLimiter(0.0))
     # The card update, the answer, and word to the clicker whose deny was not applied.
     assert await deliver_due(store_b, clock, notifier_b) == 3
     assert card.updates == 1 and "Approved by <@U1>" in text_of(card)
