@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
+import aiohttp
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -199,9 +200,20 @@ def discord_config(settings: DiscordSettings) -> DiscordConfig:
 
 
 async def start_discord(
-    runtime: Runtime, worker: Worker, settings: DiscordSettings
+    runtime: Runtime,
+    worker: Worker,
+    settings: DiscordSettings,
+    *,
+    backoff: tuple[float, float] = (1.0, 60.0),
 ) -> DiscordHandle:
-    """Log in, register the commands and connect the gateway; return once it is ready.
+    """Log in, register the commands and connect the gateway; return once it is ready,
+    or after ``settings.ready_timeout`` while it goes on connecting.
+
+    Only a refusal is a configuration error: a refused token, or commands Discord will
+    not register. A Discord that cannot be reached (nothing listening, a 5xx on the
+    login or the websocket handshake, a dropped connection) is retried in the background
+    with growing delays (`backoff`: first and largest, in seconds), while the rest of the
+    server serves.
 
     Raises:
         ConfigurationError: discord.py is not installed, Discord refused the token, or
@@ -214,20 +226,26 @@ async def start_discord(
     config = discord_config(settings)
     configure_endpoints(config.api_base_url, config.gateway_url)
     client = DiscordBot(Handlers(runtime, worker.wake, config), config)
+    logged_in = False
     try:
         await client.login(config.bot_token)
+        logged_in = True
     except discord.LoginFailure as exc:
         await client.close()
         raise ConfigurationError(f"SIGNOFF_DISCORD_BOT_TOKEN: Discord refused it ({exc})") from exc
-    except (discord.HTTPException, OSError) as exc:
-        await client.close()
-        raise ConfigurationError(
-            f"cannot log in to Discord at {config.api_base_url}: {exc}"
-        ) from exc
+    except (discord.HTTPException, aiohttp.ClientError, OSError, TimeoutError) as exc:
+        if isinstance(exc, discord.HTTPException) and exc.status < 500 and exc.status != 429:
+            await client.close()
+            raise ConfigurationError(
+                f"Discord at {config.api_base_url} refused the login: {exc}"
+            ) from exc
+        log.warning("cannot reach Discord at %s yet (%s); retrying", config.api_base_url, exc)
     except BaseException:
         await client.close()
         raise
-    task = asyncio.create_task(client.connect(reconnect=True), name="discord-gateway")
+    task = asyncio.create_task(
+        _keep_connected(client, config.bot_token, logged_in, backoff), name="discord-gateway"
+    )
     ready = asyncio.create_task(client.wait_until_ready(), name="discord-ready")
     done, _ = await asyncio.wait(
         {task, ready}, timeout=settings.ready_timeout, return_when=asyncio.FIRST_COMPLETED
@@ -236,6 +254,8 @@ async def start_discord(
         ready.cancel()
         await client.close()
         error = task.exception()
+        if isinstance(error, ConfigurationError):
+            raise error
         raise ConfigurationError(f"the Discord gateway connection ended: {error!r}")
     if ready not in done:
         ready.cancel()
@@ -246,6 +266,42 @@ async def start_discord(
     task.add_done_callback(_gateway_ended)
     notifier = DiscordNotifier(config)
     return DiscordHandle(client=client, notifier=notifier, task=task)
+
+
+async def _keep_connected(
+    client: DiscordBot, token: str, logged_in: bool, backoff: tuple[float, float]
+) -> None:
+    """Log in (if not yet) and hold the gateway connection until the client is closed.
+
+    discord.py reconnects a connection that dropped; a first connection that could not be
+    made at all (or a login that could not reach Discord) ends its attempt, so this loop
+    tries again with growing delays. A refused token ends it: that is a configuration
+    error.
+    """
+    import discord
+
+    delay, most = backoff
+    while not client.is_closed():
+        try:
+            if not logged_in:
+                await client.login(token)
+                logged_in = True
+            await client.connect(reconnect=True)
+            return  # closed on purpose
+        except discord.LoginFailure as exc:
+            raise ConfigurationError(
+                f"SIGNOFF_DISCORD_BOT_TOKEN: Discord refused it ({exc})"
+            ) from exc
+        except ConfigurationError:
+            raise
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if client.is_closed():
+                return
+            log.warning("the Discord gateway is not connected (%r); retrying in %.0fs", exc, delay)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, most)
 
 
 def _gateway_ended(task: asyncio.Task[None]) -> None:

@@ -187,6 +187,9 @@ class FakeDiscord:
         self._ids = itertools.count(1_000_000_000_000_000_000)
         self._runner: web.AppRunner | None = None
         self.port = 0
+        self.refuse_gateway = 0
+        """How many coming websocket handshakes to answer 503."""
+        self.refused_handshakes = 0
 
     # -- lifecycle ---------------------------------------------------------------------
     async def start(self) -> None:
@@ -754,7 +757,12 @@ class FakeDiscord:
             "system_channel_flags": 0,
         }
 
-    async def _gateway(self, request: web.Request) -> web.WebSocketResponse:
+    async def _gateway(self, request: web.Request) -> web.StreamResponse:
+        if self.refuse_gateway > 0:
+            # A load balancer in trouble: the handshake is answered 503, not upgraded.
+            self.refuse_gateway -= 1
+            self.refused_handshakes += 1
+            return web.Response(status=503, text="service unavailable")
         ws = web.WebSocketResponse()
         await ws.prepare(request)
         session = _Session(ws)

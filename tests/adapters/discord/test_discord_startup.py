@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 from discord_harness import Harness
 from fake_discord import APP_ID, GUILD_ID
 
-from bot.discord_wiring import start_discord
+from bot.discord_wiring import start_discord, stop_discord
 from runtime import ConfigurationError
 from runtime.worker import Worker
 
@@ -41,3 +43,38 @@ async def test_refused_command_registration_is_a_configuration_error(harness: Ha
     runtime = harness.runtime()
     with pytest.raises(ConfigurationError, match=r"applications\.commands"):
         await start_discord(runtime, Worker(runtime), harness.settings())
+
+
+async def test_a_gateway_that_refuses_handshakes_at_first_is_retried(harness: Harness) -> None:
+    harness.fake.refuse_gateway = 2
+    runtime = harness.runtime()
+    handle = await start_discord(
+        runtime, Worker(runtime), harness.settings(ready_timeout=20), backoff=(0.05, 0.2)
+    )
+    try:
+        assert harness.fake.refused_handshakes == 2
+        assert harness.fake.connected == 1
+        assert not handle.task.done()
+    finally:
+        await stop_discord(handle)
+    assert harness.fake.connected == 0
+
+
+async def test_an_unreachable_gateway_is_not_a_configuration_error(harness: Harness) -> None:
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+        port = closed.getsockname()[1]
+        runtime = harness.runtime()
+        handle = await start_discord(
+            runtime,
+            Worker(runtime),
+            harness.settings(ready_timeout=0.5, gateway_url=f"ws://127.0.0.1:{port}/"),
+            backoff=(0.05, 0.2),
+        )
+        try:
+            # Start-up went on after the ready timeout; the connection is still tried.
+            assert not handle.task.done()
+            assert harness.fake.connected == 0
+        finally:
+            await stop_discord(handle)
+    assert handle.task.done() and handle.task.exception() is None
