@@ -4,6 +4,7 @@ Usage::
 
     python bench/slack_clicks.py                            # 300 clicks at 1, 10, 100 clickers
     python bench/slack_clicks.py --clicks 1000 --levels 10,100 --synchronous normal
+    python bench/slack_clicks.py --card-edits 20            # click -> card edited, one channel
 
 One process holds everything, as `signoff serve` does: a SQLite file store, a `Runtime`,
 a `Worker` (which applies received clicks and drives the runs they make ready), and the
@@ -96,8 +97,14 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
-async def one_level(level: int, clicks: int, synchronous: str, workers: int) -> dict[str, float]:
-    """Park `clicks` runs, click Allow on each with `level` concurrent clickers."""
+async def one_level(
+    level: int, clicks: int, synchronous: str, workers: int, apply: bool = True
+) -> dict[str, float]:
+    """Park `clicks` runs, click Allow on each with `level` concurrent clickers.
+
+    With `apply` False no worker runs: the clicks are only accepted (checked and stored),
+    which isolates the path to the acknowledgement.
+    """
     fake = FakeSlack()
     api = await fake.start()
     applied: dict[str, float] = {}
@@ -123,7 +130,7 @@ async def one_level(level: int, clicks: int, synchronous: str, workers: int) -> 
             values.append(blocks.button_value(ticket.ticket_id, ticket.correlation))
         worker = Worker(runtime, concurrency=workers, poll_seconds=0.05)
         stop = asyncio.Event()
-        loop_task = asyncio.create_task(worker.run(stop))
+        loop_task = asyncio.create_task(worker.run(stop) if apply else stop.wait())
         config = SlackConfig(bot_token=BOT_TOKEN, signing_secret=SIGNING_SECRET, api_base_url=api)
         app = web.Application()
         add_slack_routes(
@@ -167,9 +174,9 @@ async def one_level(level: int, clicks: int, synchronous: str, workers: int) -> 
             first = time.perf_counter()
             await asyncio.gather(*(clicker() for _ in range(level)))
             last_ack = time.perf_counter()
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + (120 if apply else 0)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(all_in.wait(), timeout=120)
+            await asyncio.wait_for(all_in.wait(), timeout=120 if apply else 0.01)
         all_applied = max(applied.values()) - first if applied else float("nan")
         while time.monotonic() < deadline:
             done = await runtime.list_runs(statuses=[RunStatus.DONE], limit=clicks + 1)
@@ -177,13 +184,15 @@ async def one_level(level: int, clicks: int, synchronous: str, workers: int) -> 
                 break
             await asyncio.sleep(0.05)
         all_done = time.perf_counter() - first
+        if not apply:
+            done = []
         stop.set()
         await loop_task
         await worker.drain(30)
         await runner.cleanup()
         await store.close()
     await fake.stop()
-    to_apply = [applied[t] - sent[t] for t in sent if t in applied]
+    to_apply = [applied[t] - sent[t] for t in sent if t in applied] or [float("nan")]
     return {
         "clicks": float(clicks),
         "clicks_per_s": clicks / (last_ack - first),
@@ -199,16 +208,160 @@ async def one_level(level: int, clicks: int, synchronous: str, workers: int) -> 
     }
 
 
+async def card_edits(clicks: int, synchronous: str, workers: int) -> dict[str, float]:
+    """`clicks` cards in one channel, one concurrent click on each: click -> card edited.
+
+    Like `signoff serve`: the outbox loop with the Slack notifier and the serve's
+    per-channel pacing (one posted message per second per channel, shared through the
+    database), woken when a notification is queued. The cards are posted first (at the
+    paced rate, outside the measurement); then every card is clicked at once and the time
+    from a click to the ``chat.update`` of its card, at the fake Slack, is measured.
+    """
+    from adapters.slack import ChannelLimiter, SlackNotifier, build_client
+    from bot.serve import PACING
+    from runtime.outbox import Claim, RoutingNotifier
+    from runtime.worker import outbox_loop
+
+    fake = FakeSlack()
+    api = await fake.start()
+    with tempfile.TemporaryDirectory() as tmp:
+        store = SQLStore.sqlite(Path(tmp) / "bench.db", synchronous=synchronous)
+        await store.migrate()
+        runtime = Runtime(store, [build_agent()])
+        worker = Worker(runtime, concurrency=workers, poll_seconds=0.05)
+        config = SlackConfig(bot_token=BOT_TOKEN, signing_secret=SIGNING_SECRET, api_base_url=api)
+        client = build_client(config)
+        notifier = RoutingNotifier({"slack": SlackNotifier(client, limiter=ChannelLimiter(0))})
+        stop = asyncio.Event()
+        wake = asyncio.Event()
+        loops = [
+            asyncio.create_task(worker.run(stop)),
+            asyncio.create_task(
+                outbox_loop(
+                    runtime,
+                    notifier,
+                    stop,
+                    seconds=0.05,
+                    claim=Claim(owner="bench", pacing=PACING),
+                    wake=wake,
+                )
+            ),
+        ]
+        origin = {"platform": "slack", "channel": "C1", "thread_ts": "1.1", "user": "U1"}
+        for _ in range(clicks):
+            await runtime.start("refunds", "refund A-1", requester="U1", origin=origin, wait=True)
+        wake.set()
+        # The fake records calls; polling it is the only signal (one post per second).
+        while len(fake.called("chat.postMessage")) < clicks:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+        cards = {
+            blocks.parse_ref(v).ticket_id: m  # type: ignore[union-attr]
+            for m in fake.messages.values()
+            for b in m.blocks
+            if b.get("type") == "actions"
+            for v in [b["elements"][0]["value"]]
+        }
+        app = web.Application()
+        add_slack_routes(
+            app,
+            build_slack_app(runtime, config, worker.wake, client=client),
+            signing_secret=config.signing_secret,
+        )
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}/slack/events"
+        sent: dict[str, float] = {}
+        async with aiohttp.ClientSession() as http:
+            warm = interaction_body(click_payload(blocks.ACTION_ALLOW, "not ours", user="U1"))
+            async with http.post(url, data=warm, headers=signed_headers(warm)) as resp:
+                await resp.read()
+
+            async def click(ticket_id: str, card: Any) -> None:
+                value = blocks.button_value(ticket_id, _correlation(card))
+                message = {"ts": card.ts, "thread_ts": card.thread_ts, "text": card.text}
+                body = interaction_body(
+                    click_payload(blocks.ACTION_ALLOW, value, user="U1", message=message)
+                )
+                sent[ticket_id] = time.perf_counter()
+                async with http.post(url, data=body, headers=signed_headers(body)) as resp:
+                    await resp.read()
+                    wake.set()
+
+            first = time.perf_counter()
+            await asyncio.gather(*(click(t, m) for t, m in cards.items()))
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(fake.called("chat.update")) < clicks:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+        edited: dict[str, float] = {}
+        for call in fake.called("chat.update"):
+            for ticket_id, card in cards.items():
+                if call.args.get("ts") == card.ts and ticket_id not in edited:
+                    edited[ticket_id] = call.at
+        stop.set()
+        for task in loops:
+            await task
+        await worker.drain(30)
+        await runner.cleanup()
+        await store.close()
+    await fake.stop()
+    latency = [edited[t] - sent[t] for t in sent if t in edited]
+    return {
+        "cards": float(clicks),
+        "edited": float(len(edited)),
+        "p50": percentile(latency, 0.5) * 1000,
+        "p99": percentile(latency, 0.99) * 1000,
+        "last": (max(edited.values()) - first) if edited else float("nan"),
+    }
+
+
+def _correlation(card: Any) -> str:
+    for block in card.blocks:
+        if block.get("type") == "actions":
+            ref = blocks.parse_ref(block["elements"][0]["value"])
+            assert ref is not None
+            return ref.correlation
+    raise AssertionError("a card without buttons")
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clicks", type=int, default=300, help="clicks (and runs) per level")
     parser.add_argument("--levels", default="1,10,100", help="concurrent clickers per level")
     parser.add_argument("--synchronous", choices=["full", "normal"], default="full")
     parser.add_argument("--workers", type=int, default=4, help="the Worker's concurrency")
+    parser.add_argument(
+        "--card-edits",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead: N cards in one channel, all clicked at once; click -> card edited",
+    )
+    parser.add_argument(
+        "--accept-only",
+        action="store_true",
+        help="no worker: clicks are only checked and stored (the path to the ack)",
+    )
     args = parser.parse_args()
     for name in list(os.environ):  # slack_sdk would route 127.0.0.1 through a proxy
         if name.upper() in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY") or name.startswith("SLACK_"):
             del os.environ[name]
+    if args.card_edits:
+        print(
+            f"python {platform.python_version()}, {os.cpu_count()} cpus, "
+            f"synchronous={args.synchronous}, {args.card_edits} cards in one channel"
+        )
+        print("| cards clicked at once | edited | click -> edit p50 ms | p99 ms | last edit s |")
+        print("|---:|---:|---:|---:|---:|")
+        for _ in range(3):
+            edits = await card_edits(args.card_edits, args.synchronous, args.workers)
+            print(
+                f"| {edits['cards']:.0f} | {edits['edited']:.0f} | {edits['p50']:.0f} "
+                f"| {edits['p99']:.0f} | {edits['last']:.2f} |",
+                flush=True,
+            )
+        return
     print(
         f"python {platform.python_version()}, {os.cpu_count()} cpus, "
         f"synchronous={args.synchronous}, {args.clicks} clicks per level"
@@ -219,7 +372,9 @@ async def main() -> None:
     )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|")
     for level in (int(x) for x in args.levels.split(",")):
-        figures = await one_level(level, args.clicks, args.synchronous, args.workers)
+        figures = await one_level(
+            level, args.clicks, args.synchronous, args.workers, apply=not args.accept_only
+        )
         print(
             f"| {level} | {figures['clicks_per_s']:.0f} | {figures['ack_p50']:.1f} "
             f"| {figures['ack_p99']:.1f} | {figures['applied_p50']:.1f} "

@@ -155,7 +155,10 @@ def build_slack_app(
             name="signoff",
             client=web_client,
             signing_secret=config.signing_secret,
-            process_before_response=False,
+            # The answer to Slack is sent when a listener returns (not polled for): every
+            # listener acknowledges as soon as its decision is stored, and leaves what
+            # comes after (telling a refused clicker) to a background task.
+            process_before_response=True,
             request_verification_enabled=True,
             url_verification_enabled=True,
             ignoring_self_events_enabled=True,
@@ -280,6 +283,7 @@ class _SlackEdge:
         self._config = config
         self._on_change = on_change
         self._directory = directory
+        self._background: set[asyncio.Task[None]] = set()
 
     # -- choosing the agent ------------------------------------------------------------
     def _usage(self) -> str:
@@ -488,7 +492,18 @@ class _SlackEdge:
         body: Mapping[str, Any],
         text: str,
     ) -> None:
-        """Tell the clicker (only them) why nothing happened."""
+        """Tell the clicker (only them) why nothing happened, after Slack got its answer."""
+        task = asyncio.create_task(self._tell(client, respond, body, text))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _tell(
+        self,
+        client: AsyncWebClient,
+        respond: AsyncRespond | None,
+        body: Mapping[str, Any],
+        text: str,
+    ) -> None:
         user, _name = _user(body)
         channel, thread_ts = _where_clicked(body)
         if channel and user:

@@ -33,11 +33,12 @@ TEAM = "T0TEST"
 
 @dataclass
 class Call:
-    """One Web API call the fake received."""
+    """One Web API call the fake received, and when (``time.perf_counter``)."""
 
     method: str
     args: dict[str, Any]
     token: str | None
+    at: float = field(default_factory=time.perf_counter)
 
 
 @dataclass
