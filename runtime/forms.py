@@ -8,7 +8,8 @@ answer then fits the schema is decided once, by `validate_resume`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -40,6 +41,47 @@ class SchemaField:
     description: str | None = None
     options: tuple[Any, ...] = ()
     default: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class FieldView:
+    """An edge's input for one `SchemaField`; edges add how it is rendered.
+
+    Attributes:
+        source: The schema field.
+    """
+
+    source: SchemaField
+
+    @property
+    def name(self) -> str:
+        """The property name in the answer."""
+        return self.source.name
+
+    @property
+    def label(self) -> str:
+        """What the person reads."""
+        return self.source.label
+
+    @property
+    def required(self) -> bool:
+        """Whether the schema requires it."""
+        return self.source.required
+
+    @property
+    def description(self) -> str | None:
+        """Help text."""
+        return self.source.description
+
+    @property
+    def options(self) -> tuple[Any, ...]:
+        """The allowed values, for a choice."""
+        return self.source.options
+
+    @property
+    def default(self) -> Any:
+        """The schema's default, pre-filled."""
+        return self.source.default
 
 
 def resolve_property(
@@ -130,3 +172,77 @@ def parse_number(text: str) -> float:
         return float(text.strip())
     except ValueError:
         raise ValueError("Enter a number.") from None
+
+
+_TRUE = frozenset({"true", "yes", "y", "1", "on"})
+_FALSE = frozenset({"false", "no", "n", "0", "off"})
+
+
+def parse_typed(field: SchemaField, text: str) -> Any:
+    """What a person typed (or chose) for `field`, as its JSON value.
+
+    Strings stay as typed; numbers and whole numbers are read as such; yes/no answers
+    become booleans; an option is matched by its text or its JSON; anything else is
+    read as JSON.
+
+    Raises:
+        ValueError: With a message for the person typing.
+    """
+    match field.type:
+        case "string":
+            return text
+        case "integer":
+            return parse_whole(text)
+        case "number":
+            return parse_number(text)
+        case "boolean":
+            lowered = text.strip().lower()
+            if lowered in _TRUE:
+                return True
+            if lowered in _FALSE:
+                return False
+            raise ValueError("Answer yes or no.")
+        case "enum":
+            for option in field.options:
+                if text in (str(option), json.dumps(option, separators=(",", ":"))):
+                    return option
+            raise ValueError("Choose one of the options.")
+        case "json":
+            try:
+                return json.loads(text)
+            except (ValueError, RecursionError):
+                raise ValueError("Enter valid JSON.") from None
+    raise ValueError(f"unsupported field type {field.type}")
+
+
+def read_typed(
+    fields: Iterable[SchemaField], texts: Mapping[str, str | None]
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Convert typed answers (by field name) into answer data.
+
+    Returns:
+        The data, and a message per field name that is missing or could not be
+        converted. Empty optional fields are left out (the schema's default applies).
+    """
+    data: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    for item in fields:
+        text = texts.get(item.name)
+        if text is None or not text.strip():
+            if item.required:
+                errors[item.name] = "This field is required."
+            continue
+        try:
+            data[item.name] = parse_typed(item, text.strip() if item.type != "string" else text)
+        except ValueError as exc:
+            errors[item.name] = str(exc)
+    return data, errors
+
+
+def parse_result(text: str) -> Any:
+    """A verified result someone recorded: JSON when it reads as JSON, else the text."""
+    stripped = text.strip()
+    try:
+        return json.loads(stripped)
+    except (ValueError, RecursionError):
+        return stripped

@@ -14,8 +14,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, TypeAdapter, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 
+from runtime.refusals import Refusal, RefusalReason
 from runtime.tickets import ResumeTicket
 
 
@@ -36,10 +44,21 @@ class _TicketNote(_Note):
     target: dict[str, Any]
     requester: str | None = None
     approvers: list[str] = []
-    deciders: list[str] | None = None
+    deciders: list[str] = []
     four_eyes: bool = False
     who_may_decide: str = ""
     deadline: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _deciders_of_older_notes(cls, data: Any) -> Any:
+        # Notifications stored before `deciders` existed list only the approvers.
+        if isinstance(data, dict) and "deciders" not in data:
+            approvers = list(data.get("approvers") or [])
+            requester = data.get("requester")
+            alone = [requester] if requester and not data.get("four_eyes") else []
+            data = {**data, "deciders": approvers or alone}
+        return data
 
 
 class ApprovalRequested(_TicketNote):
@@ -169,6 +188,16 @@ def read_notification(kind: str, payload: Mapping[str, Any]) -> Notification:
         raise UnreadableNotification(f"a {kind!r} notification does not fit: {exc}") from None
 
 
+def refusal_of(note: DecisionRefused, ticket: ResumeTicket | None) -> Refusal:
+    """The refusal a ``decision_refused`` notification reports, with the ticket as it
+    stands now (who decided it, who may)."""
+    try:
+        reason = RefusalReason(note.reason or note.error or "")
+    except ValueError:
+        reason = RefusalReason.NOT_AWAITING
+    return Refusal(reason, note.message or reason.value, ticket)
+
+
 @dataclass(frozen=True, slots=True)
 class PostedCard:
     """A ticket's card, as the outbox knows it.
@@ -233,4 +262,5 @@ __all__ = [
     "UncertainCall",
     "UnreadableNotification",
     "read_notification",
+    "refusal_of",
 ]

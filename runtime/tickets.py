@@ -8,6 +8,7 @@ the runtime checks the command with `validate_resume` before anything changes.
 from __future__ import annotations
 
 import hmac
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Annotated, Any, Literal, assert_never
 
@@ -269,18 +270,29 @@ class ResumeTicket(_Frozen):
 
     def who_may_decide(self) -> str:
         """A short plain-text description of who may decide, for refusals."""
-        people = [
-            "anyone"
-            if e == ANYONE
-            else f"members of {e[len(GROUP_PREFIX) :]}"
-            if e.startswith(GROUP_PREFIX)
-            else e
-            for e in self.deciders()
-        ]
-        described = ", ".join(people) if people else "an operator"
-        if self.four_eyes:
-            described += " (not the requester)"
-        return described
+        return describe_deciders(self.deciders(), self.four_eyes)
+
+
+def plain_entry(entry: str) -> str:
+    """An approver entry in plain words: ``anyone``, ``members of <group>``, or the id."""
+    if entry == ANYONE:
+        return "anyone"
+    if entry.startswith(GROUP_PREFIX):
+        return f"members of {entry[len(GROUP_PREFIX) :]}"
+    return entry
+
+
+def describe_deciders(
+    deciders: Sequence[str], four_eyes: bool, name: Callable[[str], str] = plain_entry
+) -> str:
+    """Who may decide, for people: the deciders (`ResumeTicket.deciders`) as `name` words
+    each (an edge passes its mentions), or "an operator"; four-eyes says "not the
+    requester"."""
+    people = list(dict.fromkeys(name(entry) for entry in deciders))
+    described = ", ".join(people) if people else "an operator"
+    if four_eyes:
+        described += " (not the requester)"
+    return described
 
 
 class ResumeCommand(_Frozen):

@@ -27,6 +27,7 @@ from typing import Any
 from adapters.discord.custom_ids import Action, TicketClick
 from adapters.discord.forms import clip, fits_modal, form_fields
 from runtime import PendingEntry, RunResult
+from runtime.tickets import describe_deciders
 
 CONTENT_LENGTH = 2000
 TITLE_LENGTH = 256
@@ -105,23 +106,8 @@ def who_may_decide(
     four_eyes: bool,
     role_groups: Mapping[str, Sequence[str]],
 ) -> str:
-    """Who may decide a ticket (its deciders, see `runtime.ResumeTicket.deciders`)."""
-    people = list(dict.fromkeys(approver(entry, role_groups) for entry in deciders))
-    shown = ", ".join(people) if people else "an operator"
-    if four_eyes:
-        shown += " (not the requester)"
-    return shown
-
-
-def payload_deciders(payload: Mapping[str, Any]) -> list[str]:
-    """The deciders a ticket notification names (older ones only list approvers)."""
-    if "deciders" in payload:
-        return [str(entry) for entry in payload.get("deciders") or ()]
-    approvers = [str(a) for a in payload.get("approvers") or ()]
-    requester = payload.get("requester")
-    if not approvers and requester and not payload.get("four_eyes"):
-        return [str(requester)]
-    return approvers
+    """Who may decide a ticket, with mentions (see `runtime.describe_deciders`)."""
+    return describe_deciders(deciders, four_eyes, lambda entry: approver(entry, role_groups))
 
 
 def when(iso: str | None) -> str:
@@ -329,7 +315,11 @@ def card(
     fields.append(
         _field(
             "Who may decide",
-            who_may_decide(payload_deciders(payload), bool(payload.get("four_eyes")), groups),
+            who_may_decide(
+                [str(e) for e in payload.get("deciders") or ()],
+                bool(payload.get("four_eyes")),
+                groups,
+            ),
             inline=False,
         )
     )

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
-from runtime.forms import FieldType, parse_number, parse_whole, schema_fields
+from runtime.forms import FieldType, FieldView, read_typed, schema_fields
 
 MAX_FIELDS = 5
 """Text inputs a Discord modal holds."""
@@ -26,26 +26,14 @@ FieldKind = Literal["text", "integer", "number", "boolean", "select", "json"]
 
 
 @dataclass(frozen=True, slots=True)
-class FormField:
-    """One text input of a generated modal.
+class FormField(FieldView):
+    """One text input of a generated modal (its label cut to 45 characters).
 
     Attributes:
-        name: The property name in the answer (also the input's ``custom_id``).
-        label: What the person reads (at most 45 characters).
         kind: How the typed text is converted.
-        required: Whether the schema requires it.
-        description: Help text from the schema.
-        options: For ``select``: the allowed values.
-        default: The schema's default, pre-filled.
     """
 
-    name: str
-    label: str
-    kind: FieldKind
-    required: bool = False
-    description: str | None = None
-    options: tuple[Any, ...] = ()
-    default: Any = None
+    kind: FieldKind = "text"
 
     @property
     def placeholder(self) -> str:
@@ -95,15 +83,7 @@ _KINDS: dict[FieldType, FieldKind] = {
 def form_fields(schema: Mapping[str, Any] | None) -> list[FormField]:
     """The inputs for an object schema's properties, in the schema's order."""
     return [
-        FormField(
-            name=item.name,
-            label=clip(item.label, LABEL_LENGTH),
-            kind=_KINDS[item.type],
-            required=item.required,
-            description=item.description,
-            options=item.options,
-            default=item.default,
-        )
+        FormField(replace(item, label=clip(item.label, LABEL_LENGTH)), _KINDS[item.type])
         for item in schema_fields(schema)
     ]
 
@@ -116,63 +96,13 @@ def fits_modal(schema: Mapping[str, Any] | None) -> bool:
 def read_values(
     fields: Iterable[FormField], values: Mapping[str, str]
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """Convert what was typed into JSON values.
+    """Convert what was typed into JSON values (see `runtime.forms.read_typed`).
 
     Returns:
         The answer data, and a message per field that could not be converted. Empty
         optional fields are left out (the schema's default applies).
     """
-    data: dict[str, Any] = {}
-    errors: dict[str, str] = {}
-    for item in fields:
-        text = values.get(item.name, "").strip()
-        if not text:
-            if item.required:
-                errors[item.name] = "This field is required."
-            continue
-        try:
-            data[item.name] = _convert(item, text)
-        except ValueError as exc:
-            errors[item.name] = str(exc)
-    return data, errors
-
-
-def _convert(item: FormField, text: str) -> Any:
-    match item.kind:
-        case "text":
-            return text
-        case "integer":
-            return parse_whole(text)
-        case "number":
-            return parse_number(text)
-        case "boolean":
-            lowered = text.lower()
-            if lowered in ("true", "yes", "y", "1", "on"):
-                return True
-            if lowered in ("false", "no", "n", "0", "off"):
-                return False
-            raise ValueError("Enter true or false.")
-        case "select":
-            for option in item.options:
-                if str(option) == text:
-                    return option
-            choices = ", ".join(str(o) for o in item.options)
-            raise ValueError(f"Choose one of: {choices}.")
-        case "json":
-            try:
-                return json.loads(text)
-            except (ValueError, RecursionError):
-                raise ValueError("Enter valid JSON.") from None
-    raise ValueError(f"unsupported field kind {item.kind}")
-
-
-def parse_result(text: str) -> Any:
-    """A recorded result: JSON when it parses as JSON, else the text itself."""
-    stripped = text.strip()
-    try:
-        return json.loads(stripped)
-    except (ValueError, RecursionError):
-        return stripped
+    return read_typed([item.source for item in fields], values)
 
 
 def submitted_values(components: Any) -> dict[str, str]:

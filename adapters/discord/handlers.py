@@ -52,6 +52,7 @@ from runtime import (
     UnknownTicket,
     classify,
 )
+from runtime.forms import parse_result
 
 log = logging.getLogger("signoff.discord")
 
@@ -296,7 +297,7 @@ class Handlers:
                     reason = values.get(modals.REASON_FIELD, "").strip()
                     return Deny(reason=reason or None)
                 case Action.RESULT:
-                    return Resolve(result=forms.parse_result(values.get(modals.RESULT_FIELD, "")))
+                    return Resolve(result=parse_result(values.get(modals.RESULT_FIELD, "")))
                 case Action.INPUT:
                     return await self._typed_input(click, values)
                 case _:

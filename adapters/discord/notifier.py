@@ -47,6 +47,7 @@ from runtime.notifications import (
     TicketNotification,
     TicketVoided,
     UncertainCall,
+    refusal_of,
 )
 from runtime.outbox import DeliveryError
 
@@ -132,7 +133,9 @@ class DiscordNotifier:
         if not app or not token:
             raise DeliveryError("a refused decision without its interaction", permanent=True)
         body = {
-            "content": cards.clip_content(refusals.applied_refusal_text(note.payload())),
+            "content": refusals.applied_refusal_text(
+                refusal_of(note, delivery.ticket), self._config.role_groups
+            ),
             "flags": EPHEMERAL,
             "allowed_mentions": cards.NO_MENTIONS,
         }

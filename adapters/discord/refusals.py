@@ -6,7 +6,7 @@ The runtime classifies every refusal once (`runtime.Refusal`); this module only 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, assert_never
+from typing import assert_never
 
 from adapters.discord import cards
 from runtime import Refusal, RefusalReason, TicketStatus
@@ -65,28 +65,17 @@ def refusal_text(refusal: Refusal, role_groups: Mapping[str, Sequence[str]] | No
             assert_never(refusal.reason)
 
 
-def applied_refusal_text(payload: Mapping[str, Any]) -> str:
+def applied_refusal_text(
+    refusal: Refusal, role_groups: Mapping[str, Sequence[str]] | None = None
+) -> str:
     """The follow-up for a click that was stored but refused when it was applied.
 
     Args:
-        payload: The ``decision_refused`` notification (``reason``, ``decided_by``).
+        refusal: Why (`runtime.notifications.refusal_of` a ``decision_refused``).
+        role_groups: Group names mapped to role ids, to name approvers as role mentions.
     """
-    head = "⚠️ Your decision was recorded but could not be applied"
-    match str(payload.get("reason") or payload.get("error") or ""):
-        case RefusalReason.ALREADY_DECIDED.value:
-            who = cards.user(str(payload["decided_by"])) if payload.get("decided_by") else None
-            return f"{head}: it was already decided by {who or 'someone'}. Nothing was changed."
-        case RefusalReason.EXPIRED.value:
-            return f"{head}: the request expired first. Nothing was changed."
-        case RefusalReason.VOIDED.value:
-            return f"{head}: the request was withdrawn (the run was cancelled)."
-        case RefusalReason.UNAUTHORIZED.value:
-            return f"{head}: you may not decide it. Nothing was changed."
-        case RefusalReason.STALE.value:
-            return f"{head}: the agent or its tools changed since this was asked."
-        case _:
-            message = cards.escape(str(payload.get("message") or "it was refused"))
-            return cards.clip_content(f"{head}: {message}")
+    text = refusal_text(refusal, role_groups)
+    return cards.clip_content(f"⚠️ Your decision was recorded but could not be applied. {text}")
 
 
 def form_errors_text(errors: Mapping[str, str], labels: Mapping[str, str]) -> str:

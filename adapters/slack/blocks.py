@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from runtime.tickets import describe_deciders
+
 Block = dict[str, Any]
 
 MAX_SECTION_TEXT = 3000
@@ -149,23 +151,8 @@ def approver(entry: str, groups: Groups | None = None) -> str:
 
 
 def who_may_decide(deciders: Sequence[str], four_eyes: bool, groups: Groups | None = None) -> str:
-    """Who may decide a ticket: its deciders (see `runtime.ResumeTicket.deciders`)."""
-    people = [approver(str(entry), groups) for entry in deciders]
-    described = ", ".join(dict.fromkeys(people)) if people else "an operator"
-    if four_eyes:
-        described += " (not the requester)"
-    return described
-
-
-def payload_deciders(payload: Mapping[str, Any]) -> list[str]:
-    """The deciders a ticket notification names (older ones only list approvers)."""
-    if "deciders" in payload:
-        return [str(entry) for entry in payload.get("deciders") or ()]
-    approvers = [str(a) for a in payload.get("approvers") or ()]
-    requester = payload.get("requester")
-    if not approvers and requester and not payload.get("four_eyes"):
-        return [str(requester)]
-    return approvers
+    """Who may decide a ticket, with Slack mentions (see `runtime.describe_deciders`)."""
+    return describe_deciders(deciders, four_eyes, lambda entry: approver(entry, groups))
 
 
 def when(iso: str | None) -> str:
@@ -255,7 +242,8 @@ def _context(text: str) -> Block:
 
 def _details(payload: Mapping[str, Any], groups: Groups | None) -> Block:
     deadline = payload.get("deadline")
-    who = who_may_decide(payload_deciders(payload), bool(payload.get("four_eyes")), groups)
+    deciders = [str(entry) for entry in payload.get("deciders") or ()]
+    who = who_may_decide(deciders, bool(payload.get("four_eyes")), groups)
     return _fields(
         ("Agent", f"`{escape(str(payload.get('agent') or '?'))}`"),
         ("Requested by", user(payload.get("requester"))),

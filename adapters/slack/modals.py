@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from adapters.slack.blocks import (
@@ -30,7 +30,8 @@ from adapters.slack.blocks import (
     plain,
     truncate,
 )
-from runtime.forms import SchemaField, parse_number, parse_whole, schema_fields
+from runtime import forms
+from runtime.forms import FieldView, SchemaField, read_typed, schema_fields
 
 VIEW_DENY_REASON = "signoff.deny_reason"
 VIEW_INPUT = "signoff.input"
@@ -55,28 +56,16 @@ FieldKind = Literal["text", "number", "integer", "boolean", "select", "json"]
 
 
 @dataclass(frozen=True, slots=True)
-class Field:
+class Field(FieldView):
     """One input of a generated form.
 
     Attributes:
-        name: The property name in the answer.
         block_id: The input block's id (``field_<index>``: property names can be long).
-        label: What the person reads.
         kind: The element to render.
-        required: Whether the schema requires it.
-        description: Help text.
-        options: For ``select``: the allowed values.
-        default: The schema's default, pre-filled.
     """
 
-    name: str
-    block_id: str
-    label: str
-    kind: FieldKind
-    required: bool = False
-    description: str | None = None
-    options: tuple[Any, ...] = ()
-    default: Any = None
+    block_id: str = ""
+    kind: FieldKind = "text"
 
 
 def _title(text: str) -> dict[str, Any]:
@@ -168,12 +157,8 @@ def resolve_modal(ref: TicketRef, tool: str, args: Mapping[str, Any]) -> dict[st
     )
 
 
-def parse_result(text: str) -> Any:
-    """A recorded result: JSON when it parses, the text itself otherwise."""
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError):
-        return text
+parse_result = forms.parse_result
+"""A recorded result: JSON when it parses, the text itself otherwise."""
 
 
 # -- typed input -----------------------------------------------------------------------
@@ -200,18 +185,9 @@ def form_fields(schema: Mapping[str, Any] | None) -> list[Field]:
     fields = []
     for index, item in enumerate(schema_fields(schema)[:MAX_INPUT_BLOCKS]):
         kind, options = _kind(item)
-        fields.append(
-            Field(
-                name=item.name,
-                block_id=f"{FIELD_BLOCK_PREFIX}{index}",
-                label=item.label,
-                kind=kind,
-                required=item.required,
-                description=item.description,
-                options=options,
-                default=item.default,
-            )
-        )
+        typed = "string" if kind == "text" else item.type
+        source = replace(item, type=typed, options=options)
+        fields.append(Field(source, f"{FIELD_BLOCK_PREFIX}{index}", kind))
     return fields
 
 
@@ -335,43 +311,13 @@ def read_input(
         if not isinstance(whole, dict):
             return {}, {f"{FIELD_BLOCK_PREFIX}json": "Enter a JSON object."}
         return whole, {}
-    data: dict[str, Any] = {}
-    errors: dict[str, str] = {}
+    texts = {}
     for item in fields:
         raw = _raw(state, item.block_id)
-        if raw is None or (isinstance(raw, str) and not raw.strip()):
-            if item.required:
-                errors[item.block_id] = "This field is required."
-            continue
-        try:
-            data[item.name] = _convert(item, str(raw))
-        except ValueError as exc:
-            errors[item.block_id] = str(exc)
-    return data, errors
-
-
-def _convert(item: Field, text: str) -> Any:
-    match item.kind:
-        case "text":
-            return text
-        case "integer":
-            return parse_whole(text)
-        case "number":
-            return parse_number(text)
-        case "select" | "boolean":
-            try:
-                chosen = json.loads(text)
-            except (ValueError, RecursionError):
-                raise ValueError("Choose one of the options.") from None
-            if chosen not in item.options:
-                raise ValueError("Choose one of the options.")
-            return chosen
-        case "json":
-            try:
-                return json.loads(text)
-            except (ValueError, RecursionError):
-                raise ValueError("Enter valid JSON.") from None
-    raise ValueError(f"unsupported field kind {item.kind}")
+        texts[item.name] = raw if isinstance(raw, str) else None
+    data, by_name = read_typed([item.source for item in fields], texts)
+    blocks = {item.name: item.block_id for item in fields}
+    return data, {blocks[name]: message for name, message in by_name.items()}
 
 
 def field_errors(schema: Mapping[str, Any] | None, errors: list[dict[str, Any]]) -> dict[str, str]:

@@ -55,6 +55,7 @@ from runtime.notifications import (
     TicketNotification,
     TicketVoided,
     UncertainCall,
+    refusal_of,
 )
 from runtime.outbox import DeliveryError
 
@@ -302,7 +303,7 @@ class SlackNotifier:
         user = destination.get("user")
         if not isinstance(user, str) or not user:
             raise DeliveryError("a refused decision without a user to tell", permanent=True)
-        text = applied_refusal_text(note.payload(), self._groups)
+        text = applied_refusal_text(refusal_of(note, delivery.ticket), self._groups)
         channel = destination.get("channel")
         if isinstance(channel, str) and channel:
             arguments: dict[str, Any] = {"channel": channel, "user": user, "text": text}

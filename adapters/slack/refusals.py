@@ -5,8 +5,7 @@ The runtime classifies every refusal once (`runtime.Refusal`); this module only 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, assert_never
+from typing import assert_never
 
 from adapters.slack import blocks
 from runtime import Refusal, RefusalReason
@@ -57,29 +56,13 @@ def _open(refusal: Refusal) -> bool:
     return refusal.ticket is not None and refusal.ticket.status.value == "open"
 
 
-def applied_refusal_text(payload: Mapping[str, Any], groups: blocks.Groups | None = None) -> str:
+def applied_refusal_text(refusal: Refusal, groups: blocks.Groups | None = None) -> str:
     """The message for a click that was stored but refused when it was applied.
 
     Args:
-        payload: The ``decision_refused`` notification (``reason``, ``decided_by``,
-            ``message``; older ones only have the ``error`` code).
+        refusal: Why (`runtime.notifications.refusal_of` a ``decision_refused``).
         groups: Named approver groups, to word who may decide.
     """
-    head = ":warning: Your decision was recorded but could not be applied"
-    reason = str(payload.get("reason") or payload.get("error") or "")
-    match reason:
-        case RefusalReason.ALREADY_DECIDED.value:
-            by = payload.get("decided_by")
-            who = blocks.user(str(by)) if by else "someone"
-            return f"{head}: it was already decided by {who}. Nothing was changed."
-        case RefusalReason.EXPIRED.value:
-            return f"{head}: the request expired first. Nothing was changed."
-        case RefusalReason.VOIDED.value:
-            return f"{head}: the request was withdrawn (the run was cancelled)."
-        case RefusalReason.UNAUTHORIZED.value:
-            return f"{head}: you may not decide it. Nothing was changed."
-        case RefusalReason.STALE.value:
-            return f"{head}: the agent or its tools changed since this was asked."
-        case _:
-            message = blocks.escape(str(payload.get("message") or reason or "refused"))
-            return blocks.truncate(f"{head}: {message}", blocks.MAX_SECTION_TEXT)
+    why = refusal_text(refusal, groups)
+    text = f":warning: Your decision was recorded but could not be applied. {why}"
+    return blocks.truncate(text, blocks.MAX_SECTION_TEXT)

@@ -12,33 +12,21 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from runtime.forms import FieldType, parse_number, parse_whole, schema_fields
+from runtime.forms import FieldType, FieldView, read_typed, schema_fields
 
 FieldKind = Literal["text", "number", "integer", "checkbox", "select", "json"]
 FIELD_PREFIX = "field."
 
 
 @dataclass(frozen=True, slots=True)
-class FormField:
+class FormField(FieldView):
     """One input of a generated form.
 
     Attributes:
-        name: The property name in the answer.
-        label: What the person reads.
         kind: The input to render.
-        required: Whether the schema requires it.
-        description: Help text.
-        options: For ``select``: the allowed values.
-        default: The schema's default, pre-filled.
     """
 
-    name: str
-    label: str
-    kind: FieldKind
-    required: bool = False
-    description: str | None = None
-    options: tuple[Any, ...] = ()
-    default: Any = None
+    kind: FieldKind = "text"
 
     @property
     def input_name(self) -> str:
@@ -87,18 +75,7 @@ _KINDS: dict[FieldType, FieldKind] = {
 
 def form_fields(schema: dict[str, Any] | None) -> list[FormField]:
     """The inputs for an object schema's properties, in the schema's order."""
-    return [
-        FormField(
-            name=item.name,
-            label=item.label,
-            kind=_KINDS[item.type],
-            required=item.required,
-            description=item.description,
-            options=item.options,
-            default=item.default,
-        )
-        for item in schema_fields(schema)
-    ]
+    return [FormField(item, _KINDS[item.type]) for item in schema_fields(schema)]
 
 
 def read_fields(fields: list[FormField], form: Any) -> tuple[dict[str, Any], FormState]:
@@ -111,48 +88,20 @@ def read_fields(fields: list[FormField], form: Any) -> tuple[dict[str, Any], For
     Returns:
         The answer data and the form state (raw values plus any errors).
     """
-    data: dict[str, Any] = {}
     state = FormState()
+    texts: dict[str, str | None] = {}
     for item in fields:
         raw = form.get(item.input_name)
         if item.kind == "checkbox":
-            data[item.name] = raw is not None
+            # A checkbox sends its value only when ticked: unticked is an answer too.
+            texts[item.name] = "true" if raw is not None else "false"
             state.values[item.name] = "true" if raw is not None else ""
             continue
         text = str(raw) if raw is not None else ""
         state.values[item.name] = text
-        if not text.strip():
-            if item.required:
-                state.errors[item.name] = "This field is required."
-            continue
-        try:
-            data[item.name] = _convert(item, text)
-        except ValueError as exc:
-            state.errors[item.name] = str(exc)
+        texts[item.name] = text
+    data, state.errors = read_typed([item.source for item in fields], texts)
     return data, state
-
-
-def _convert(item: FormField, text: str) -> Any:
-    match item.kind:
-        case "text":
-            return text
-        case "integer":
-            return parse_whole(text)
-        case "number":
-            return parse_number(text)
-        case "select":
-            for option in item.options:
-                if str(option) == text:
-                    return option
-            raise ValueError("Choose one of the options.")
-        case "json":
-            try:
-                return json.loads(text)
-            except (ValueError, RecursionError):
-                raise ValueError("Enter valid JSON.") from None
-        case "checkbox":
-            return True
-    raise ValueError(f"unsupported field kind {item.kind}")
 
 
 def apply_errors(state: FormState, errors: list[dict[str, Any]], fields: list[FormField]) -> None:

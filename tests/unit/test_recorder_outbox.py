@@ -248,3 +248,19 @@ async def test_failed_run_is_announced(runtime_factory: Any, store: Any) -> None
     assert row.kind == "run_finished"
     assert row.payload["status"] == "failed"
     assert row.destination == ORIGIN
+
+
+def test_ticket_notifications_stored_before_deciders_existed_still_name_them() -> None:
+    from runtime.notifications import ApprovalRequested, read_notification
+
+    base = {"run_id": "run_1", "ticket_id": "tk_1", "target": {"tool": "t"}}
+    alone = read_notification("approval_requested", {**base, "requester": "U1"})
+    assert isinstance(alone, ApprovalRequested) and alone.deciders == ["U1"]
+    listed = read_notification(
+        "approval_requested", {**base, "requester": "U1", "approvers": ["group:x"]}
+    )
+    assert listed.payload()["deciders"] == ["group:x"]
+    four_eyes = read_notification(
+        "approval_requested", {**base, "requester": "U1", "four_eyes": True}
+    )
+    assert four_eyes.payload()["deciders"] == []

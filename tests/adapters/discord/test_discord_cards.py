@@ -36,6 +36,7 @@ def payload(**target: Any) -> dict[str, Any]:
         "target": {"kind": "tool_permission", "call_id": "c1", "tool": "transfer", **target},
         "requester": "710000000000000001",
         "approvers": [],
+        "deciders": ["710000000000000001"],
         "four_eyes": False,
         "who_may_decide": "710000000000000001",
         "deadline": "2026-01-01T00:01:00+00:00",
@@ -70,9 +71,8 @@ def test_fit_embed_keeps_the_total_and_field_count() -> None:
 
 def test_who_may_decide_uses_mentions_and_role_groups() -> None:
     data = payload(args={})
-    data.update(
-        approvers=["group:role:42", "group:finance", "group:ops", "*", "U7"], four_eyes=True
-    )
+    entries = ["group:role:42", "group:finance", "group:ops", "*", "U7"]
+    data.update(approvers=entries, deciders=entries, four_eyes=True)
     message = card("approval_requested", data, TOKEN, role_groups={"finance": ("43", "44")})
     who = next(f["value"] for f in message["embeds"][0]["fields"] if f["name"] == "Who may decide")
     assert who == "<@&42>, <@&43> / <@&44>, group `ops`, anyone, `U7` (not the requester)"

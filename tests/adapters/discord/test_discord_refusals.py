@@ -165,7 +165,7 @@ async def test_two_concurrent_clicks_resume_the_run_once(harness: Harness) -> No
         lambda: [f for f in loser.followups if "could not be applied" in f.get("content", "")],
         what="word to the loser",
     )
-    assert f"already decided by <@{winner}>" in followup["content"]
+    assert f"Already decided by <@{winner}>" in followup["content"]
     assert int(followup["flags"]) & 64  # only they see it
     winning = next(r for r in records if r is not loser)
     assert not any("could not be applied" in f.get("content", "") for f in winning.followups)

@@ -23,6 +23,7 @@ def payload(args: Any, **extra: Any) -> dict[str, Any]:
         "target": {"kind": "tool_permission", "call_id": "c1", "tool": "transfer", "args": args},
         "requester": "U1",
         "approvers": ["group:S1", "group:C2", "U3", "group:ops"],
+        "deciders": ["group:S1", "group:C2", "U3", "group:ops"],
         "four_eyes": False,
         "deadline": "2026-01-01T00:10:00+00:00",
         **extra,

@@ -175,7 +175,7 @@ async def test_a_click_stored_by_a_dying_process_is_applied_once_by_the_next(
     assert told.args["user"] == "U1" and told.args["channel"] == "C1"
     assert told.args["thread_ts"] == ORIGIN["thread_ts"]  # where the card is
     assert "could not be applied" in told.args["text"]
-    assert "already decided by <@U1>" in told.args["text"]
+    assert "Already decided by <@U1>" in told.args["text"]
     await store_b.close()
 
 
