@@ -18,6 +18,7 @@ from runtime._support import (
     ResultMiddlewareInput,
     content_of,
     move,
+    move_run,
     notify,
     open_ticket,
     permission_target,
@@ -28,7 +29,7 @@ from runtime.agent import Agent
 from runtime.context import ToolContext, _enter, _leave
 from runtime.errors import ModelError, ToolOutcomeUnknown
 from runtime.model import ModelRequest, ModelResponse, StopReason
-from runtime.states import CallState, RunStatus, TicketStatus, check_run_move
+from runtime.states import CallState, RunStatus, TicketStatus
 from runtime.store.base import Transaction
 from runtime.store.records import CallRecord, RunFlags, RunRecord
 from runtime.tickets import Actor, Pause, RemoteInput, Uncertain
@@ -83,8 +84,7 @@ class Driver:
         self._flags = await tx.update_run(self.run, fence=self.fence)
 
     def _release(self, status: RunStatus) -> None:
-        check_run_move(self.run.status, status)
-        self.run.status = status
+        move_run(self.run, status)
         self.run.lease_owner = None
         self.run.lease_expires_at = None
 
@@ -722,7 +722,7 @@ async def cancel_in(
             await tx.update_call(
                 replace(call, state=CallState.CANCELLED, updated_at=now, result="Cancelled")
             )
-    run.status = RunStatus.CANCELLED
+    move_run(run, RunStatus.CANCELLED)
     run.lease_owner = None
     run.lease_expires_at = None
     run.model_in_flight = False

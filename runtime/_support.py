@@ -13,7 +13,7 @@ from runtime.agent import Agent
 from runtime.clock import Clock, IdSource
 from runtime.errors import ConfigurationError
 from runtime.model import Model
-from runtime.states import CallState, check_call_move
+from runtime.states import CallState, RunStatus, check_call_move, check_run_move
 from runtime.store.base import Store, Transaction
 from runtime.store.records import CallRecord, EventRecord, OutboxRecord, RunRecord
 from runtime.tickets import AwaitTarget, RemoteInput, ResumeTicket, ToolPermission
@@ -79,6 +79,16 @@ def move(call: CallRecord, new: CallState) -> None:
     """Move `call` to `new`, enforcing the call state machine."""
     check_call_move(call.state, new)
     call.state = new
+
+
+def move_run(run: RunRecord, new: RunStatus) -> None:
+    """Move `run` to `new`, enforcing the run state machine (`RUN_TRANSITIONS`).
+
+    Every status change of a run goes through here; the store only ever claims a run
+    (queued, or running with an expired lease -> running) in its own statement.
+    """
+    check_run_move(run.status, new)
+    run.status = new
 
 
 def to_jsonable(value: Any) -> Any:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, assert_never
 
 from runtime.states import RunStatus
 from runtime.store.records import CallRecord, RunRecord
-from runtime.tickets import RemoteInput, ResumeTicket, ToolPermission, Uncertain
+from runtime.tickets import Pause, RemoteInput, ResumeTicket, ToolPermission, Uncertain
 
 PendingStatus = Literal["approval", "input", "uncertain"]
 
@@ -111,8 +111,10 @@ class RunResult:
         return self.prompt_tokens + self.completion_tokens
 
 
-def pending_entry(ticket: ResumeTicket, call: CallRecord, masked: dict[str, Any]) -> PendingEntry:
-    """Describe an open ticket on `call` as a pending entry."""
+def pending_entry(
+    ticket: ResumeTicket, call: CallRecord, masked: dict[str, Any]
+) -> PendingEntry | None:
+    """Describe an open ticket on `call` as a pending entry (None: not about a call)."""
     view = ToolCallView(
         call_id=call.call_id,
         name=call.tool,
@@ -122,13 +124,17 @@ def pending_entry(ticket: ResumeTicket, call: CallRecord, masked: dict[str, Any]
         attempts=call.attempts,
     )
     target = ticket.target
-    if isinstance(target, RemoteInput):
-        return PendingEntry("input", view, ticket, prompt=target.prompt, schema=target.schema_)
-    if isinstance(target, Uncertain):
-        return PendingEntry("uncertain", view, ticket)
-    if isinstance(target, ToolPermission):
-        return PendingEntry("approval", view, ticket, prompt=target.reason)
-    raise ValueError(f"ticket {ticket.ticket_id} is not about a tool call")
+    match target:
+        case RemoteInput():
+            return PendingEntry("input", view, ticket, prompt=target.prompt, schema=target.schema_)
+        case Uncertain():
+            return PendingEntry("uncertain", view, ticket)
+        case ToolPermission():
+            return PendingEntry("approval", view, ticket, prompt=target.reason)
+        case Pause():
+            return None
+        case _:
+            assert_never(target)
 
 
 def run_result(run: RunRecord, pending: tuple[PendingEntry, ...]) -> RunResult:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Literal, assert_never
 
@@ -330,6 +331,84 @@ AnswerKind = Literal["allow", "deny", "input", "resolve", "retry", "abort", "con
 """The ``kind`` of an `Answer`: what a button or form will send, before it is filled in."""
 
 
+PermissionAnswer = Allow | Deny
+"""The answers a `ToolPermission` accepts."""
+InputAnswer = InputData | Deny
+"""The answers a `RemoteInput` accepts."""
+UncertainAnswer = Resolve | Retry | Abort
+"""The answers an `Uncertain` call accepts."""
+PauseAnswer = Continue
+"""The answer a `Pause` accepts."""
+
+
+@dataclass(frozen=True, slots=True)
+class PermissionDecision:
+    """An answer that fits a permission request."""
+
+    target: ToolPermission
+    answer: PermissionAnswer
+
+
+@dataclass(frozen=True, slots=True)
+class InputDecision:
+    """An answer that fits a typed-input request."""
+
+    target: RemoteInput
+    answer: InputAnswer
+
+
+@dataclass(frozen=True, slots=True)
+class UncertainDecision:
+    """An answer that fits an uncertain call."""
+
+    target: Uncertain
+    answer: UncertainAnswer
+
+
+@dataclass(frozen=True, slots=True)
+class PauseDecision:
+    """An answer that fits a pause."""
+
+    target: Pause
+    answer: PauseAnswer
+
+
+Fitted = PermissionDecision | InputDecision | UncertainDecision | PauseDecision
+"""A target paired with an answer of its own answer type: what applying a decision
+matches on, so an answer that does not fit its target cannot reach that code."""
+
+
+def fit(target: AwaitTarget, answer: Answer) -> Fitted | None:
+    """Pair `target` with `answer` when the answer is one the target accepts, else None."""
+    match target:
+        case ToolPermission():
+            match answer:
+                case Allow() | Deny():
+                    return PermissionDecision(target, answer)
+                case _:
+                    return None
+        case RemoteInput():
+            match answer:
+                case InputData() | Deny():
+                    return InputDecision(target, answer)
+                case _:
+                    return None
+        case Uncertain():
+            match answer:
+                case Resolve() | Retry() | Abort():
+                    return UncertainDecision(target, answer)
+                case _:
+                    return None
+        case Pause():
+            match answer:
+                case Continue():
+                    return PauseDecision(target, answer)
+                case _:
+                    return None
+        case _:
+            assert_never(target)
+
+
 def kinds_accepted(target: AwaitTarget) -> frozenset[AnswerKind]:
     """The kinds of answer `target` accepts."""
     match target:
@@ -347,7 +426,7 @@ def kinds_accepted(target: AwaitTarget) -> frozenset[AnswerKind]:
 
 def answer_fits(target: AwaitTarget, answer: Answer) -> bool:
     """Whether `answer` is one of the answers `target` accepts."""
-    return answer.kind in kinds_accepted(target)
+    return fit(target, answer) is not None
 
 
 def check_decidable(
@@ -463,8 +542,17 @@ def validate_resume(
         run_id=command.run_id,
         thread_id=command.thread_id,
     )
-    if isinstance(checked.target, RemoteInput) and isinstance(command.answer, InputData):
-        check_input(checked.target.schema_, command.answer.data)
+    match fit(checked.target, command.answer):
+        case InputDecision(target=target, answer=InputData(data=data)):
+            check_input(target.schema_, data)
+        case PermissionDecision() | InputDecision() | UncertainDecision() | PauseDecision():
+            pass
+        case None:
+            raise ResolutionError(
+                f"a {command.answer.kind!r} answer does not fit a {checked.target.kind!r} ticket"
+            )
+        case _ as unexpected:
+            assert_never(unexpected)
 
 
 def check_input(schema: dict[str, Any], data: dict[str, Any]) -> None:

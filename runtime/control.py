@@ -1,0 +1,115 @@
+"""Run control: resume, pause and cancel."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from runtime._engine import cancel_in
+from runtime._support import Deps, move_run, open_ticket, record
+from runtime.driving import Driving
+from runtime.errors import NotAwaiting, RunNotFound
+from runtime.queries import Queries
+from runtime.results import RunResult
+from runtime.states import RunStatus, TicketStatus
+from runtime.store.records import RunRecord
+from runtime.tickets import Actor, Continue, Pause, ResumeCommand
+
+Submit = Callable[[ResumeCommand], Awaitable[RunResult]]
+
+
+def _who(actor: Actor | str | None) -> str | None:
+    return actor.id if isinstance(actor, Actor) else actor
+
+
+class RunControl:
+    """Pauses, resumes and cancels runs; a running run is asked, a parked one moved."""
+
+    def __init__(self, deps: Deps, queries: Queries, driving: Driving, submit: Submit) -> None:
+        self._deps = deps
+        self._queries = queries
+        self._driving = driving
+        self._submit = submit
+
+    async def resume(
+        self, run_or_thread_id: str, actor: Actor | str | None, wait: bool
+    ) -> RunResult:
+        """Continue a run whose decisions are all in, or a paused run."""
+        run = await self._queries.find_run(run_or_thread_id)
+        if run.status is RunStatus.PAUSED:
+            run = await self._unpause(run, actor)
+        if wait and run.status in (RunStatus.QUEUED, RunStatus.RUNNING):
+            await self._driving.drive(run.run_id)
+        return await self._queries.get(run.run_id)
+
+    async def _unpause(self, run: RunRecord, actor: Actor | str | None) -> RunRecord:
+        deps = self._deps
+        async with deps.store.transaction() as tx:
+            tickets = await tx.tickets_for_run(run.run_id, status=TicketStatus.OPEN)
+            pause = next((t for t in tickets if isinstance(t.target, Pause)), None)
+        if pause is not None:
+            who = (
+                actor
+                if isinstance(actor, Actor)
+                else Actor(id=actor or run.requester or "system", platform="api")
+            )
+            await self._submit(ResumeCommand.from_ticket(pause, Continue(), who, deps.clock.now()))
+        now = deps.clock.now()
+        async with deps.store.transaction() as tx:
+            current = await tx.get_run(run.run_id, for_update=True)
+            assert current is not None
+            if current.status is RunStatus.PAUSED:
+                still_open = await tx.tickets_for_run(run.run_id, status=TicketStatus.OPEN)
+                move_run(current, RunStatus.AWAITING if still_open else RunStatus.QUEUED)
+                current.updated_at = now
+                current.fence += 1
+                await tx.update_run(current)
+                await record(tx, run.run_id, now, "run_resumed", by=_who(actor))
+            return current
+
+    async def pause(self, run_id: str, actor: Actor | str | None) -> RunResult:
+        """Ask a run to pause: no new steps; a running tool settles first."""
+        deps = self._deps
+        now = deps.clock.now()
+        who = _who(actor)
+        async with deps.store.transaction() as tx:
+            run = await tx.get_run(run_id, for_update=True)
+            if run is None:
+                raise RunNotFound(f"no run {run_id!r}")
+            if run.status.finished or run.status is RunStatus.PAUSED:
+                raise NotAwaiting(f"run {run_id} is {run.status}; it cannot be paused")
+            if run.status is RunStatus.RUNNING and not self._driving.lease_expired(run):
+                await tx.set_run_flags(run_id, pause=True)
+                await record(tx, run_id, now, "pause_requested", by=who)
+            else:
+                move_run(run, RunStatus.PAUSED)
+                run.lease_owner = None
+                run.lease_expires_at = None
+                run.fence += 1
+                run.updated_at = now
+                agent = deps.agents.get(run.agent)
+                if agent is not None:
+                    await open_ticket(deps, tx, run, agent, Pause(), None, "run_paused")
+                await record(tx, run_id, now, "run_paused", by=who)
+                await tx.update_run(run)
+        return await self._queries.get(run_id)
+
+    async def cancel(self, run_id: str, actor: Actor | str | None, reason: str | None) -> RunResult:
+        """Cancel a run. Cooperative: a running tool finishes; open tickets are voided."""
+        deps = self._deps
+        now = deps.clock.now()
+        who = _who(actor)
+        async with deps.store.transaction() as tx:
+            run = await tx.get_run(run_id, for_update=True)
+            if run is None:
+                raise RunNotFound(f"no run {run_id!r}")
+            if run.status.finished:
+                raise NotAwaiting(f"run {run_id} already {run.status}")
+            if run.status is RunStatus.RUNNING and not self._driving.lease_expired(run):
+                await tx.set_run_flags(run_id, cancel=True)
+                await record(tx, run_id, now, "cancel_requested", by=who, reason=reason)
+            else:
+                await cancel_in(deps, tx, run, actor=who, reason=reason or "cancelled")
+                run.fence += 1
+                run.updated_at = now
+                await tx.update_run(run)
+        return await self._queries.get(run_id)

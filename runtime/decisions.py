@@ -1,0 +1,282 @@
+"""Deciding tickets: the single ingress every decision passes, and what each answer does."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, assert_never
+
+from runtime._engine import blocked_text
+from runtime._support import Deps, display_args, move, move_run, notify, record, to_jsonable
+from runtime.driving import Driving
+from runtime.errors import NotAwaiting, ResolutionError, UnknownExecutionKey, UnknownTicket
+from runtime.queries import Queries
+from runtime.results import PendingEntry, RunResult
+from runtime.states import CallState, RunStatus, TicketStatus
+from runtime.store.base import Transaction
+from runtime.store.records import CallRecord, ReceivedRecord, RunRecord
+from runtime.tickets import (
+    Abort,
+    Actor,
+    Allow,
+    Answer,
+    Deny,
+    Fitted,
+    InputData,
+    InputDecision,
+    PauseDecision,
+    PermissionDecision,
+    Resolve,
+    ResumeCommand,
+    ResumeTicket,
+    Retry,
+    UncertainDecision,
+    fit,
+    validate_resume,
+)
+
+TicketRef = PendingEntry | ResumeTicket | str
+"""A pending entry, a ticket, a ticket id or an execution key."""
+
+MISSING: Any = object()
+"""`Decisions.resolve_tool`'s "no result given"."""
+
+Resume = Callable[[str, Actor], Awaitable[RunResult]]
+
+
+def _actor(actor: Actor | str | None, ticket: ResumeTicket) -> Actor:
+    if isinstance(actor, Actor):
+        return actor
+    if isinstance(actor, str):
+        return Actor(id=actor)
+    return Actor(id=ticket.requester or "system", platform="api")
+
+
+def _expect(state: CallState, allowed: tuple[CallState, ...], ticket: ResumeTicket) -> None:
+    if state not in allowed:
+        raise ResolutionError(
+            f"ticket {ticket.ticket_id}: the call is {state}, which this answer does not fit"
+        )
+
+
+def apply_to_call(call: CallRecord, fitted: Fitted, ticket: ResumeTicket) -> None:
+    """Move `call` as the fitted answer says (a deny records the blocked result).
+
+    Raises:
+        ResolutionError: The call is in a state the answer does not fit.
+    """
+    match fitted:
+        case PermissionDecision(answer=answer):
+            match answer:
+                case Allow():
+                    _expect(call.state, (CallState.AWAITING_DECISION,), ticket)
+                    move(call, CallState.APPROVED)
+                case Deny(reason=reason):
+                    _deny(call, reason, ticket)
+                case _:
+                    assert_never(answer)
+        case InputDecision(answer=answer):
+            match answer:
+                case InputData(data=data):
+                    _expect(call.state, (CallState.AWAITING_INPUT,), ticket)
+                    move(call, CallState.APPROVED)
+                    call.answer = data
+                case Deny(reason=reason):
+                    _deny(call, reason, ticket)
+                case _:
+                    assert_never(answer)
+        case UncertainDecision(answer=answer):
+            _expect(call.state, (CallState.UNCERTAIN,), ticket)
+            match answer:
+                case Resolve(result=result):
+                    move(call, CallState.RESOLVED)
+                    call.result = result
+                case Retry():
+                    move(call, CallState.APPROVED)
+                case Abort(reason=reason):
+                    move(call, CallState.RESOLVED)
+                    call.error = "aborted"
+                    call.result = f"Aborted: {reason}" if reason else "Aborted by an operator"
+                case _:
+                    assert_never(answer)
+        case PauseDecision():
+            raise ResolutionError(f"ticket {ticket.ticket_id} is a pause, not about a call")
+        case _:
+            assert_never(fitted)
+
+
+def _deny(call: CallRecord, reason: str | None, ticket: ResumeTicket) -> None:
+    _expect(call.state, (CallState.AWAITING_DECISION, CallState.AWAITING_INPUT), ticket)
+    move(call, CallState.DENIED)
+    call.result = blocked_text(reason)
+
+
+class Decisions:
+    """Validates and applies resume commands, each exactly once."""
+
+    def __init__(self, deps: Deps, queries: Queries, driving: Driving, resume: Resume) -> None:
+        self._deps = deps
+        self._queries = queries
+        self._driving = driving
+        self._resume = resume
+
+    async def by_ref(
+        self, pending: TicketRef, answer: Answer, actor: Actor | str | None, resume: bool
+    ) -> RunResult:
+        """Decide a pending entry, ticket, ticket id or execution key."""
+        ticket = await self._find_ticket(pending)
+        command = ResumeCommand.from_ticket(
+            ticket, answer, _actor(actor, ticket), self._deps.clock.now()
+        )
+        return await self.submit(command, resume=resume)
+
+    @staticmethod
+    def resolution(result: Any, retry: bool, abort: bool, reason: str | None) -> Answer:
+        """The answer to an uncertain call, from exactly one of result, retry and abort."""
+        if sum([result is not MISSING, retry, abort]) != 1:
+            raise ResolutionError("choose exactly one of result=..., retry=True, abort=True")
+        if result is not MISSING:
+            return Resolve(result=to_jsonable(result))
+        if retry:
+            return Retry()
+        return Abort(reason=reason)
+
+    async def _find_ticket(self, pending: TicketRef) -> ResumeTicket:
+        if isinstance(pending, PendingEntry):
+            return pending.ticket
+        if isinstance(pending, ResumeTicket):
+            return pending
+        async with self._deps.store.transaction() as tx:
+            ticket = await tx.get_ticket(pending)
+            if ticket is not None:
+                return ticket
+            call = await tx.call_by_execution_key(pending)
+            if call is None:
+                raise UnknownExecutionKey(f"no pending call or ticket {pending!r}")
+            open_ticket = await tx.open_ticket_for_call(call.call_id)
+            if open_ticket is None:
+                raise NotAwaiting(
+                    f"call {call.call_id} ({call.tool}) is {call.state}, not awaiting a decision"
+                )
+            return open_ticket
+
+    async def command_for(
+        self, ticket_id: str, answer: Answer, actor: Actor, correlation: str | None
+    ) -> tuple[ResumeTicket, ResumeCommand]:
+        """The committed ticket and a command answering it (`UnknownTicket` if none)."""
+        async with self._deps.store.transaction() as tx:
+            ticket = await tx.get_ticket(ticket_id)
+        if ticket is None:
+            raise UnknownTicket(f"no ticket {ticket_id!r} exists")
+        command = ResumeCommand.from_ticket(ticket, answer, actor, self._deps.clock.now())
+        if correlation is not None:
+            command = command.model_copy(update={"correlation": correlation})
+        return ticket, command
+
+    def validate(self, command: ResumeCommand, ticket: ResumeTicket | None) -> None:
+        """`validate_resume` against the agent as loaded now."""
+        agent = self._deps.agents.get(ticket.agent) if ticket is not None else None
+        validate_resume(
+            command,
+            ticket,
+            agent_version=agent.version if agent is not None else None,
+            catalog_fingerprint=agent.catalog_fingerprint if agent is not None else None,
+        )
+
+    async def submit(
+        self,
+        command: ResumeCommand,
+        *,
+        resume: bool = False,
+        received: ReceivedRecord | None = None,
+    ) -> RunResult:
+        """Validate and apply one resume command (see `Runtime.submit`)."""
+        deps = self._deps
+        async with deps.store.transaction() as tx:
+            run = await tx.get_run(command.run_id, for_update=True)
+            ticket = await tx.get_ticket(command.ticket_id)
+            self.validate(command, ticket)
+            assert ticket is not None and run is not None
+            if not await tx.close_ticket(
+                ticket.ticket_id,
+                status=TicketStatus.DECIDED,
+                at=command.at,
+                decision=command.answer,
+                decided_by=command.actor.id,
+            ):
+                raise NotAwaiting(f"ticket {ticket.ticket_id} was decided concurrently")
+            await self._apply(tx, run, ticket, command)
+            if received is not None:
+                received.state = "applied"
+                received.applied_at = deps.clock.now()
+                await tx.update_received(received)
+            remaining = await tx.tickets_for_run(run.run_id, status=TicketStatus.OPEN)
+            claimed_calls: list[CallRecord] | None = None
+            if not remaining and run.status is RunStatus.AWAITING:
+                await record(tx, run.run_id, command.at, "run_ready", by=command.actor.id)
+                if resume:
+                    # Claim in the same transaction: the run row is locked already.
+                    self._driving.claim_locked(run, command.at)
+                    await record(
+                        tx,
+                        run.run_id,
+                        command.at,
+                        "run_claimed",
+                        worker=deps.worker_id,
+                        fence=run.fence,
+                    )
+                    claimed_calls = await tx.calls_for_run(run.run_id, batch=run.batch)
+                else:
+                    move_run(run, RunStatus.QUEUED)
+                run.updated_at = command.at
+                await tx.update_run(run)
+        deps.reach(
+            "decision_committed",
+            ticket_id=command.ticket_id,
+            decision=command.answer.kind,
+            latency_seconds=(command.at - ticket.created_at).total_seconds(),
+        )
+        if claimed_calls is not None:
+            return await self._driving.drive_claimed(run, calls=claimed_calls)
+        if resume and not remaining:
+            # Ready but not awaiting (e.g. paused meanwhile): the usual path decides.
+            return await self._resume(command.run_id, command.actor)
+        return await self._queries.get(command.run_id)
+
+    async def _apply(
+        self, tx: Transaction, run: RunRecord, ticket: ResumeTicket, command: ResumeCommand
+    ) -> None:
+        answer = command.answer
+        actor = command.actor
+        fitted = fit(ticket.target, answer)
+        if fitted is None:
+            raise ResolutionError(f"a {answer.kind} answer does not fit a {ticket.target.kind}")
+        described: dict[str, Any] = {
+            "ticket_id": ticket.ticket_id,
+            "decision": answer.kind,
+            "actor": actor.id,
+            "actor_name": actor.name,
+            "platform": actor.platform,
+            "decided_at": command.at.isoformat(),
+        }
+        reason = getattr(answer, "reason", None)
+        if reason:
+            described["reason"] = reason
+        match fitted:
+            case PermissionDecision() | InputDecision() | UncertainDecision():
+                call = await tx.get_call(fitted.target.call_id)
+                if call is None:
+                    raise ResolutionError(f"ticket {ticket.ticket_id} names an unknown call")
+                agent = self._deps.agents.get(ticket.agent)
+                described["tool"] = call.tool
+                described["args"] = display_args(agent, call.tool, call.args)
+                call.decided_by = actor.model_dump(mode="json")
+                call.updated_at = command.at
+                call.reason = reason
+                apply_to_call(call, fitted, ticket)
+                await tx.update_call(call)
+            case PauseDecision():
+                pass
+            case _:
+                assert_never(fitted)
+        await record(tx, run.run_id, command.at, "ticket_decided", by=actor.id, **described)
+        await notify(self._deps, tx, run, "decided", described, ticket_id=ticket.ticket_id)

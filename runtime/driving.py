@@ -1,0 +1,92 @@
+"""Claiming runs and driving them until they park or end; recovery on start-up."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from runtime._engine import Driver
+from runtime._support import Deps, move_run, record
+from runtime.errors import LeaseLost
+from runtime.queries import Queries
+from runtime.results import RunResult, run_result
+from runtime.states import RunStatus
+from runtime.store.records import CallRecord, RunRecord
+
+
+class Driving:
+    """Claims runs (with a lease and a fence) and drives them with the engine."""
+
+    def __init__(self, deps: Deps, queries: Queries) -> None:
+        self._deps = deps
+        self._queries = queries
+
+    def lease_expired(self, run: RunRecord) -> bool:
+        """Whether nobody holds `run`'s lease any more."""
+        return run.lease_expires_at is None or run.lease_expires_at <= self._deps.clock.now()
+
+    def claim_locked(self, run: RunRecord, now: datetime) -> None:
+        """Claim `run` (whose row the current transaction has locked) for this worker."""
+        move_run(run, RunStatus.RUNNING)
+        run.fence += 1
+        run.lease_owner = self._deps.worker_id
+        run.lease_expires_at = now + timedelta(seconds=self._deps.lease_seconds)
+
+    async def claimable(self, limit: int) -> list[str]:
+        """Ids of runs a worker could claim now (queued, or their lease expired)."""
+        async with self._deps.store.transaction() as tx:
+            return await tx.claimable_runs(self._deps.clock.now(), limit)
+
+    async def recover(self, limit: int) -> list[RunResult]:
+        """Claim and continue every claimable run; the state of each afterwards."""
+        results = []
+        for run_id in await self.claimable(limit):
+            await self.drive(run_id)
+            results.append(await self._queries.get(run_id))
+        return results
+
+    async def work_once(self, limit: int) -> int:
+        """Claim and drive up to `limit` claimable runs; how many were driven."""
+        driven = 0
+        for run_id in await self.claimable(limit):
+            if await self.drive(run_id):
+                driven += 1
+        return driven
+
+    async def drive(self, run_id: str) -> bool:
+        """Claim `run_id` and drive it; False if it could not be claimed."""
+        deps = self._deps
+        now = deps.clock.now()
+        async with deps.store.transaction() as tx:
+            claimed = await tx.claim_run(
+                run_id,
+                owner=deps.worker_id,
+                now=now,
+                until=now + timedelta(seconds=deps.lease_seconds),
+            )
+            if claimed is not None:
+                await record(
+                    tx, run_id, now, "run_claimed", worker=deps.worker_id, fence=claimed.fence
+                )
+                calls = await tx.calls_for_run(run_id, batch=claimed.batch)
+        if claimed is None:
+            return False
+        await self.drive_claimed(claimed, calls=calls)
+        return True
+
+    async def drive_claimed(
+        self,
+        run: RunRecord,
+        *,
+        calls: list[CallRecord] | None = None,
+        model_marked: bool = False,
+    ) -> RunResult:
+        """Drive a run this worker has claimed; the run as it stands afterwards."""
+        driver = Driver(self._deps, run, calls=calls, model_marked=model_marked)
+        try:
+            await driver.drive()
+        except LeaseLost:
+            # Another worker took the run over; it owns the outcome now.
+            return await self._queries.get(run.run_id)
+        if driver.run.status.finished:
+            return run_result(driver.run, ())
+        return await self._queries.get(run.run_id)

@@ -1,0 +1,135 @@
+"""Decision deadlines: expire overdue tickets once, as the tool's ``on_expiry`` says."""
+
+from __future__ import annotations
+
+from runtime._engine import blocked_text, cancel_in
+from runtime._support import Deps, move, move_run, notify, open_ticket, record
+from runtime.agent import Agent
+from runtime.states import CallState, RunStatus, TicketStatus
+from runtime.store.base import Transaction
+from runtime.store.records import CallRecord, RunRecord
+from runtime.tickets import ResumeTicket
+from runtime.tools import Escalate, ExpiryAction, Tool
+
+
+class Expiry:
+    """Expires overdue tickets: deny the call, cancel the run, or escalate once."""
+
+    def __init__(self, deps: Deps) -> None:
+        self._deps = deps
+
+    async def expire_overdue(self, limit: int) -> list[str]:
+        """Expire open tickets past their deadline; the ids of those expired."""
+        deps = self._deps
+        now = deps.clock.now()
+        async with deps.store.transaction() as tx:
+            overdue = await tx.overdue_tickets(now, limit)
+        expired = []
+        for ticket in overdue:
+            async with deps.store.transaction() as tx:
+                run = await tx.get_run(ticket.run_id, for_update=True)
+                if run is None or not await tx.close_ticket(
+                    ticket.ticket_id, status=TicketStatus.EXPIRED, at=now
+                ):
+                    continue
+                await self._expire(tx, run, ticket)
+            expired.append(ticket.ticket_id)
+        return expired
+
+    async def _expire(self, tx: Transaction, run: RunRecord, ticket: ResumeTicket) -> None:
+        deps = self._deps
+        now = deps.clock.now()
+        agent = deps.agents.get(ticket.agent)
+        call = await tx.get_call(ticket.call_id) if ticket.call_id else None
+        tool = agent.tools.get(call.tool) if agent is not None and call is not None else None
+        action = agent.on_expiry_for(tool) if agent is not None else ExpiryAction.DENY
+        if isinstance(action, Escalate) and call is not None and agent is not None:
+            if await self._escalate(tx, run, ticket, call, agent, tool, action):
+                return
+            action = ExpiryAction.DENY
+        outcome = "cancel" if action is ExpiryAction.CANCEL else "deny"
+        await record(
+            tx, run.run_id, now, "ticket_expired", ticket_id=ticket.ticket_id, action=outcome
+        )
+        await notify(
+            deps,
+            tx,
+            run,
+            "expired",
+            {"ticket_id": ticket.ticket_id, "action": outcome},
+            ticket_id=ticket.ticket_id,
+        )
+        if outcome == "cancel":
+            await cancel_in(
+                deps, tx, run, actor=None, reason="a decision deadline passed without a decision"
+            )
+            run.fence += 1
+            run.updated_at = now
+            await tx.update_run(run)
+            return
+        if call is not None and not call.state.settled:
+            move(call, CallState.DENIED)
+            call.result = blocked_text("the request expired without a decision")
+            call.reason = "expired"
+            call.updated_at = now
+            await tx.update_call(call)
+        remaining = await tx.tickets_for_run(run.run_id, status=TicketStatus.OPEN)
+        if not remaining and run.status is RunStatus.AWAITING:
+            move_run(run, RunStatus.QUEUED)
+            run.updated_at = now
+            await tx.update_run(run)
+
+    async def _escalate(
+        self,
+        tx: Transaction,
+        run: RunRecord,
+        ticket: ResumeTicket,
+        call: CallRecord,
+        agent: Agent,
+        tool: Tool | None,
+        action: Escalate,
+    ) -> bool:
+        """Open the call's ticket again for `action`'s approvers; False if it was
+        escalated before (an escalated ticket that expires is denied)."""
+        earlier = [
+            t
+            for t in await tx.tickets_for_run(run.run_id, status=TicketStatus.EXPIRED)
+            if t.call_id == call.call_id and t.ticket_id != ticket.ticket_id
+        ]
+        if earlier:
+            return False
+        now = self._deps.clock.now()
+        await record(
+            tx,
+            run.run_id,
+            now,
+            "ticket_expired",
+            ticket_id=ticket.ticket_id,
+            action="escalate",
+            approvers=list(action.approvers),
+        )
+        await notify(
+            self._deps,
+            tx,
+            run,
+            "expired",
+            {
+                "ticket_id": ticket.ticket_id,
+                "action": "escalate",
+                "escalated_to": list(action.approvers),
+            },
+            ticket_id=ticket.ticket_id,
+        )
+        kind = "input_requested" if ticket.target.kind == "remote_input" else "approval_requested"
+        await open_ticket(
+            self._deps,
+            tx,
+            run,
+            agent,
+            ticket.target,
+            tool,
+            kind,
+            approvers=action.approvers,
+            deadline=action.deadline,
+        )
+        return True

@@ -1,0 +1,279 @@
+"""Stored clicks: accept a chat click durably before the ack, apply it later once.
+
+See `runtime.accepting` for the outcomes an edge gets back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from runtime._support import Deps
+from runtime.accepting import Accepted, AcceptOutcome, ActorSource, Decidable, FormOutcome, Refused
+from runtime.decisions import Decisions
+from runtime.errors import ResumeError, RunNotFound, SignoffError, StorageError, UnknownTicket
+from runtime.refusals import Refusal, classify
+from runtime.store.base import DuplicateKey, Transaction
+from runtime.store.records import OutboxRecord, ReceivedRecord
+from runtime.tickets import (
+    ANSWER,
+    Actor,
+    Answer,
+    AnswerKind,
+    ResumeCommand,
+    ResumeTicket,
+    check_decidable,
+)
+
+
+class _Refusing(Exception):
+    """Internal: leave a transaction (rolling it back) with this refusal."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.message)
+        self.refusal = refusal
+
+
+@dataclass(frozen=True, slots=True)
+class ReceivedOutcome:
+    """What `Runtime.apply_received` did with one stored decision."""
+
+    command: ReceivedRecord
+    error: SignoffError | None
+
+    @property
+    def applied(self) -> bool:
+        """Whether the decision was applied."""
+        return self.error is None
+
+
+class Inbox:
+    """Checks and stores clicks (`accept`), and applies stored ones (`apply_received`)."""
+
+    def __init__(self, deps: Deps, decisions: Decisions) -> None:
+        self._deps = deps
+        self._decisions = decisions
+
+    def _received(
+        self,
+        ticket_id: str,
+        answer: Answer,
+        actor: Actor,
+        correlation: str,
+        source: str,
+        delivery_id: str,
+        reply: dict[str, Any] | None,
+        at: datetime,
+    ) -> ReceivedRecord:
+        return ReceivedRecord(
+            command_id=self._deps.ids.new_id("rc"),
+            source=source,
+            delivery_id=delivery_id,
+            ticket_id=ticket_id,
+            correlation=correlation,
+            answer=ANSWER.dump_python(answer, mode="json"),
+            actor=actor.model_dump(mode="json"),
+            received_at=at,
+            reply=reply,
+        )
+
+    async def accept(
+        self,
+        ticket_id: str,
+        answer: Answer,
+        actor: ActorSource,
+        *,
+        correlation: str,
+        source: str,
+        delivery_id: str,
+        reply: dict[str, Any] | None,
+    ) -> AcceptOutcome:
+        """Check a click and store it, in one transaction (see `Runtime.accept`)."""
+        deps = self._deps
+        try:
+            who = await self._resolve_actor(actor, ticket_id)
+            now = deps.clock.now()
+            item = self._received(
+                ticket_id, answer, who, correlation, source, delivery_id, reply, now
+            )
+            try:
+                async with deps.store.transaction() as tx:
+                    ticket = await tx.get_ticket(ticket_id)
+                    # A retry of a stored delivery is recognised before the check: the
+                    # ticket may be decided by now, by this very click.
+                    if not await tx.insert_received(item):
+                        return Accepted(ticket, stored=False)
+                    try:
+                        self._check_click(ticket, ticket_id, answer, who, correlation, now)
+                    except ResumeError as exc:
+                        # Leaving the block by an exception rolls the insert back.
+                        raise _Refusing(classify(exc, ticket)) from exc
+            except DuplicateKey:
+                return Accepted(None, stored=False)  # a concurrent delivery won the insert
+        except _Refusing as refusing:
+            return Refused(refusing.refusal)
+        except StorageError as exc:
+            return Refused(classify(exc, None))
+        return Accepted(ticket, stored=True)
+
+    def _check_click(
+        self,
+        ticket: ResumeTicket | None,
+        ticket_id: str,
+        answer: Answer,
+        actor: Actor,
+        correlation: str,
+        at: datetime,
+    ) -> None:
+        if ticket is None:
+            raise UnknownTicket(f"no ticket {ticket_id!r} exists")
+        command = ResumeCommand.from_ticket(ticket, answer, actor, at)
+        self._decisions.validate(command.model_copy(update={"correlation": correlation}), ticket)
+
+    async def may_answer(
+        self, ticket_id: str, kind: AnswerKind, actor: ActorSource, *, correlation: str
+    ) -> FormOutcome:
+        """Whether `actor` may answer the ticket with `kind` now (see `Runtime.may_answer`)."""
+        deps = self._deps
+        try:
+            who = await self._resolve_actor(actor, ticket_id)
+            async with deps.store.transaction() as tx:
+                ticket = await tx.get_ticket(ticket_id)
+        except StorageError as exc:
+            return Refused(classify(exc, None))
+        agent = deps.agents.get(ticket.agent) if ticket is not None else None
+        try:
+            if ticket is None:
+                raise UnknownTicket(f"no ticket {ticket_id!r} exists")
+            check_decidable(
+                ticket,
+                ticket_id=ticket_id,
+                correlation=correlation,
+                actor=who,
+                at=deps.clock.now(),
+                kind=kind,
+                agent_version=agent.version if agent is not None else None,
+                catalog_fingerprint=agent.catalog_fingerprint if agent is not None else None,
+            )
+        except ResumeError as exc:
+            return Refused(classify(exc, ticket))
+        return Decidable(ticket)
+
+    async def _resolve_actor(self, actor: ActorSource, ticket_id: str) -> Actor:
+        if isinstance(actor, Actor):
+            return actor
+        async with self._deps.store.transaction() as tx:
+            ticket = await tx.get_ticket(ticket_id)
+        return await actor(ticket)
+
+    async def receive(
+        self,
+        ticket_id: str,
+        answer: Answer,
+        actor: Actor,
+        *,
+        correlation: str,
+        source: str,
+        delivery_id: str,
+        reply: dict[str, Any] | None,
+    ) -> bool:
+        """Store a decision unchecked; False if this delivery was stored before."""
+        item = self._received(
+            ticket_id,
+            answer,
+            actor,
+            correlation,
+            source,
+            delivery_id,
+            reply,
+            self._deps.clock.now(),
+        )
+        try:
+            async with self._deps.store.transaction() as tx:
+                return await tx.insert_received(item)
+        except DuplicateKey:
+            return False
+
+    async def apply_received(self, limit: int) -> list[ReceivedOutcome]:
+        """Apply stored decisions, oldest first, each exactly once."""
+        deps = self._deps
+        now = deps.clock.now()
+        async with deps.store.transaction() as tx:
+            # Claimed, so that of several processes only one applies (or refuses) each.
+            pending = await tx.claim_received(
+                now,
+                limit,
+                owner=deps.worker_id,
+                until=now + timedelta(seconds=deps.lease_seconds),
+            )
+        outcomes = []
+        for item in pending:
+            error: SignoffError | None = None
+            try:
+                async with deps.store.transaction() as tx:
+                    ticket = await tx.get_ticket(item.ticket_id)
+                if ticket is None:
+                    raise UnknownTicket(f"no ticket {item.ticket_id!r} exists")
+                # The decision was made when the click arrived, not when it is applied:
+                # a click acknowledged before the deadline counts.
+                command = ResumeCommand.from_ticket(
+                    ticket,
+                    ANSWER.validate_python(item.answer),
+                    Actor.model_validate(item.actor),
+                    item.received_at,
+                ).model_copy(update={"correlation": item.correlation})
+                # Marked applied in the decision's own transaction, so a crash cannot
+                # make it look refused on the next try.
+                await self._decisions.submit(command, received=item)
+            except (ResumeError, RunNotFound) as exc:
+                error = exc
+            if error is not None:
+                item.applied_at = deps.clock.now()
+                item.state = "refused"
+                item.error_code = getattr(error, "code", type(error).__name__)
+                item.error = str(error)
+                async with deps.store.transaction() as tx:
+                    # Another process may have applied it meanwhile (its claim expired).
+                    if not await tx.update_received(item, only_pending=True):
+                        continue
+                    if item.reply is not None:
+                        await self._tell_refused(tx, item, error)
+            outcomes.append(ReceivedOutcome(item, error))
+        return outcomes
+
+    async def _tell_refused(
+        self, tx: Transaction, item: ReceivedRecord, error: SignoffError
+    ) -> None:
+        """Queue word to the clicker that their stored decision was refused.
+
+        The click was acknowledged as recorded; this is how the edge learns otherwise.
+        A ticket that never existed has no run to attach the notice to.
+        """
+        ticket = await tx.get_ticket(item.ticket_id)
+        run = await tx.get_run(ticket.run_id) if ticket is not None else None
+        if run is None:
+            return
+        refusal = classify(error, ticket)
+        at = item.applied_at or self._deps.clock.now()
+        await tx.add_outbox(
+            OutboxRecord(
+                outbox_id=self._deps.ids.new_id("ob"),
+                run_id=run.run_id,
+                kind="decision_refused",
+                payload={
+                    "run_id": run.run_id,
+                    "agent": run.agent,
+                    "ticket_id": item.ticket_id,
+                    "error": item.error_code,
+                    "reason": refusal.reason.value,
+                    "decided_by": refusal.decided_by,
+                    "message": item.error,
+                    "actor": item.actor.get("id"),
+                },
+                destination={**(item.reply or {}), "platform": item.source},
+                created_at=at,
+                next_attempt_at=at,
+                ticket_id=item.ticket_id,
+            )
+        )

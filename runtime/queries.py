@@ -1,0 +1,215 @@
+"""Reading runs, tickets, events and cards, each through the viewer's visibility."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from runtime._support import Deps, display_args
+from runtime.errors import RunNotFound, UnknownTicket
+from runtime.results import PendingEntry, RunResult, pending_entry, run_result
+from runtime.states import RunStatus, TicketStatus
+from runtime.store.base import Transaction
+from runtime.store.records import CallRecord, RunRecord
+from runtime.tickets import Actor, ResumeTicket
+from runtime.visibility import sees_run
+
+# Open tickets scanned for the ones a user may decide (who may decide is not a column).
+TICKET_SCAN = 10_000
+
+CARD_KINDS = ("approval_requested", "input_requested", "uncertain")
+"""Notifications that post a card asking for a decision."""
+
+
+@dataclass(frozen=True, slots=True)
+class CardRef:
+    """Where a ticket's card was posted.
+
+    Attributes:
+        kind: The notification that posted it (one of `CARD_KINDS`).
+        ref: The platform's message reference (empty until it was posted).
+        destination: Where it was addressed (the run's origin: channel, guild ...).
+    """
+
+    kind: str
+    ref: dict[str, Any]
+    destination: dict[str, Any]
+
+
+def _seq(entry: PendingEntry, calls: dict[str, CallRecord]) -> int:
+    call = calls.get(entry.call.call_id)
+    return call.seq if call is not None else -1
+
+
+class Queries:
+    """Read-only views of the store; see `runtime.visibility` for who sees what."""
+
+    def __init__(self, deps: Deps) -> None:
+        self._deps = deps
+
+    async def get(self, run_id: str, viewer: Actor | None = None) -> RunResult:
+        """The run with its pending entries (`RunNotFound` if unknown or not visible)."""
+        async with self._deps.store.transaction() as tx:
+            return await self.get_in(tx, run_id, viewer)
+
+    async def get_in(self, tx: Transaction, run_id: str, viewer: Actor | None = None) -> RunResult:
+        """`get` inside an open transaction."""
+        run = await tx.get_run(run_id)
+        if run is None or not await self.sees(tx, viewer, run):
+            raise RunNotFound(f"no run {run_id!r}")
+        return run_result(run, await self.pending(tx, run))
+
+    async def sees(self, tx: Transaction, viewer: Actor | None, run: RunRecord) -> bool:
+        """Whether `viewer` may see `run` (None: trusted host code)."""
+        if viewer is None or viewer.operator or viewer.id == run.requester:
+            return True
+        return sees_run(viewer, run.requester, await tx.tickets_for_run(run.run_id))
+
+    async def ticket(self, ticket_id: str, viewer: Actor | None = None) -> ResumeTicket:
+        """A ticket the viewer may see or decide (`UnknownTicket` otherwise)."""
+        async with self._deps.store.transaction() as tx:
+            ticket = await tx.get_ticket(ticket_id)
+            visible = ticket is not None and (
+                viewer is None
+                or ticket.may_decide(viewer)
+                or await self._sees_run_id(tx, viewer, ticket.run_id)
+            )
+        if ticket is None or not visible:
+            raise UnknownTicket(f"no ticket {ticket_id!r} exists")
+        return ticket
+
+    async def _sees_run_id(self, tx: Transaction, viewer: Actor, run_id: str) -> bool:
+        run = await tx.get_run(run_id)
+        return run is not None and await self.sees(tx, viewer, run)
+
+    async def may_see(self, run_id: str, viewer: Actor) -> bool:
+        """Whether `viewer` may see the run (False for an unknown run too)."""
+        async with self._deps.store.transaction() as tx:
+            return await self._sees_run_id(tx, viewer, run_id)
+
+    async def pending(self, tx: Transaction, run: RunRecord) -> tuple[PendingEntry, ...]:
+        """The run's open tool-call tickets, in the order their calls were proposed."""
+        if run.status.finished:
+            return ()
+        tickets = await tx.tickets_for_run(run.run_id, status=TicketStatus.OPEN)
+        if not any(t.call_id for t in tickets):
+            return ()
+        calls = {c.call_id: c for c in await tx.calls_for_run(run.run_id, batch=run.batch)}
+        entries = []
+        for ticket in tickets:
+            call = calls.get(ticket.call_id or "")
+            if call is None and ticket.call_id is not None:
+                call = await tx.get_call(ticket.call_id)
+            entry = self._entry(ticket, call)
+            if entry is not None:
+                entries.append(entry)
+        entries.sort(key=lambda e: (e.ticket.created_at, e.call.call_id in calls, _seq(e, calls)))
+        return tuple(entries)
+
+    def _entry(self, ticket: ResumeTicket, call: CallRecord | None) -> PendingEntry | None:
+        if call is None:
+            return None
+        agent = self._deps.agents.get(ticket.agent)
+        return pending_entry(ticket, call, display_args(agent, call.tool, call.args))
+
+    async def list_runs(
+        self,
+        statuses: Sequence[RunStatus | str],
+        thread_id: str | None,
+        limit: int,
+        viewer: Actor | None,
+    ) -> list[RunResult]:
+        """Runs, newest first, that `viewer` may see (no pending lists)."""
+        wanted = [RunStatus(s) for s in statuses]
+        async with self._deps.store.transaction() as tx:
+            if viewer is None or viewer.operator:
+                found = await tx.list_runs(statuses=wanted, thread_id=thread_id, limit=limit)
+            else:
+                deciding = {
+                    t.run_id
+                    for t in await tx.open_tickets(limit=TICKET_SCAN)
+                    if t.may_decide(viewer)
+                }
+                found = await tx.list_runs(
+                    statuses=wanted,
+                    thread_id=thread_id,
+                    limit=limit,
+                    involving=viewer.id,
+                    including=sorted(deciding),
+                )
+        return [run_result(run, ()) for run in found]
+
+    async def run_counts(self) -> dict[str, int]:
+        """How many runs there are in each status."""
+        async with self._deps.store.transaction() as tx:
+            return await tx.count_runs()
+
+    async def events(self, run_id: str, viewer: Actor | None) -> list[dict[str, Any]]:
+        """The run's flight recorder as plain dicts, oldest first."""
+        async with self._deps.store.transaction() as tx:
+            run = await tx.get_run(run_id)
+            if run is None or not await self.sees(tx, viewer, run):
+                raise RunNotFound(f"no run {run_id!r}")
+            found = await tx.events(run_id)
+        return [
+            {
+                "seq": e.seq,
+                "at": e.at.isoformat(),
+                "run_id": e.run_id,
+                "kind": e.kind,
+                "actor": e.actor,
+                "data": e.data,
+            }
+            for e in found
+        ]
+
+    async def export_events(self, run_id: str, viewer: Actor | None) -> str:
+        """The run's flight recorder as JSON lines."""
+        found = await self.events(run_id, viewer)
+        return "".join(json.dumps(e, default=str) + "\n" for e in found)
+
+    async def open_tickets(self, limit: int, viewer: Actor | None) -> list[PendingEntry]:
+        """Open tool-call tickets across runs, oldest first, that `viewer` may decide."""
+        restricted = viewer is not None and not viewer.operator
+        async with self._deps.store.transaction() as tx:
+            tickets = await tx.open_tickets(limit=TICKET_SCAN if restricted else limit)
+            entries: list[PendingEntry] = []
+            for ticket in tickets:
+                if ticket.call_id is None:
+                    continue
+                if restricted and viewer is not None and not ticket.may_decide(viewer):
+                    continue
+                if len(entries) >= limit:
+                    break
+                entry = self._entry(ticket, await tx.get_call(ticket.call_id))
+                if entry is not None:
+                    entries.append(entry)
+        return entries
+
+    async def card_of(self, ticket_id: str, platform: str) -> CardRef | None:
+        """Where the card asking for a ticket's decision was posted on `platform`."""
+        async with self._deps.store.transaction() as tx:
+            for kind in CARD_KINDS:
+                item = await tx.find_outbox(ticket_id=ticket_id, kind=kind)
+                if item is not None and item.destination.get("platform") == platform:
+                    return CardRef(kind, dict(item.platform_ref or {}), dict(item.destination))
+        return None
+
+    async def started_by(self, scope: str, key: str) -> str | None:
+        """The run an idempotency key already started in `scope`, if any."""
+        async with self._deps.store.transaction() as tx:
+            found = await tx.get_idempotency(scope, key)
+        return found.run_id if found is not None else None
+
+    async def find_run(self, run_or_thread_id: str) -> RunRecord:
+        """A run by id, or the latest run of a thread (`RunNotFound` if neither)."""
+        async with self._deps.store.transaction() as tx:
+            run = await tx.get_run(run_or_thread_id)
+            if run is None:
+                latest = await tx.list_runs(thread_id=run_or_thread_id, limit=1)
+                run = latest[0] if latest else None
+        if run is None:
+            raise RunNotFound(f"no run or thread {run_or_thread_id!r}")
+        return run
