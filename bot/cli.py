@@ -243,6 +243,7 @@ async def _runtime(database_url: str | None) -> AsyncIterator[Runtime]:
         try:
             yield runtime
         finally:
+            await runtime.aclose()
             await store.close()
 
 
@@ -537,6 +538,7 @@ async def _demo(
                 f"--database-url sqlite+aiosqlite:///{kept}"
             )
     finally:
+        await runtime.aclose()
         await store.close()
 
 

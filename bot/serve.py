@@ -162,6 +162,7 @@ class Service:
             await self.loaded.close()  # after the drain: running tools may use MCP servers
         if self._runner is not None:
             await self._runner.cleanup()
+        await self.runtime.aclose()
         await self.store.close()
 
 

@@ -148,13 +148,21 @@ def model_resolver(settings: Settings) -> SettingsModelResolver:
     return SettingsModelResolver(model_options(settings))
 
 
-def check_models(settings: Settings, agents: Sequence[Agent]) -> None:
+def check_models(
+    settings: Settings, agents: Sequence[Agent], resolve: SettingsModelResolver | None = None
+) -> None:
     """Resolve every model spec of `agents` once, so a missing key is reported now.
+
+    Args:
+        settings: The process settings.
+        agents: The agents whose models to check.
+        resolve: The resolver the runtime will use (its models are built once, and
+            closed with the runtime); by default a throwaway one.
 
     Raises:
         ConfigurationError: Naming the agent and the setting.
     """
-    resolve = model_resolver(settings)
+    resolve = resolve or model_resolver(settings)
     for agent in agents:
         if isinstance(agent.model, str):
             try:
@@ -361,7 +369,8 @@ async def build_runtime(
         checkpoint: Observer of the runtime's named execution points (metrics, tests).
 
     Returns:
-        The runtime and its store; close the store when done.
+        The runtime and its store; when done, close the runtime (`Runtime.aclose`: the
+        model clients it built) and then the store.
 
     Raises:
         ConfigurationError: Bad ``SIGNOFF_APP`` or ``SIGNOFF_DATABASE_URL``, or an agent's
@@ -374,7 +383,7 @@ async def build_runtime(
     chosen = list(agents) if agents is not None else load_agents(settings)
     # Models first: a missing key is reported before the database is touched.
     resolver = model_resolver(settings)
-    check_models(settings, chosen)
+    check_models(settings, chosen, resolver)
     store = await migrated_store(settings)
     try:
         runtime = Runtime(

@@ -164,6 +164,13 @@ class Runtime:
         self._deps.agents[agent.name] = agent
         return agent
 
+    async def aclose(self) -> None:
+        """Close what this runtime opened: the models its ``model_resolver`` built (their
+        HTTP clients). The store and models passed in as objects stay the caller's."""
+        close = getattr(self._model_resolver, "aclose", None)
+        if close is not None:
+            await close()
+
     def _agent(self, name: str | Agent) -> Agent:
         if isinstance(name, Agent):
             return self.register(name)

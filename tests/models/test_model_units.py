@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.models import ModelOptions, ModelResolver, Price, canonical, parse_spec
+from adapters.models import (
+    ModelOptions,
+    ModelResolver,
+    OpenAIModel,
+    Price,
+    canonical,
+    parse_spec,
+)
 from adapters.models.anthropic_transcript import from_message, to_messages, to_tools
 from adapters.models.errors import kind_of_status, provider_message
 from bot.settings import load_settings
@@ -223,6 +230,22 @@ async def test_resolver_shares_one_model_per_spec_and_closes_them() -> None:
     assert first.name == "openai:gpt-x"
     assert sorted(resolver.models) == ["anthropic:claude-x", "openai:gpt-x"]
     await resolver.aclose()
+    assert resolver.models == {}
+
+
+async def test_runtime_closes_the_models_its_resolver_built() -> None:
+    resolver = ModelResolver(ModelOptions(openai_api_key="k", anthropic_api_key="k"))
+    given = ScriptedModel([final_reply("hi")])
+    runtime = Runtime(
+        MemoryStore(),
+        [Agent("shop", "Sell.", "openai:gpt-x"), Agent("mine", "Mine.", given)],
+        model_resolver=resolver,
+    )
+    built = resolver.models["openai:gpt-x"]
+    assert isinstance(built, OpenAIModel)
+    assert not built.client.is_closed()
+    await runtime.aclose()
+    assert built.client.is_closed()
     assert resolver.models == {}
 
 
