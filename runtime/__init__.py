@@ -61,6 +61,7 @@ from runtime.states import CallState, RunStatus, TicketStatus
 from runtime.store.base import Store, Transaction
 from runtime.store.memory import MemoryStore
 from runtime.tickets import (
+    MAX_GRANT_HOURS,
     Abort,
     Actor,
     Allow,
@@ -93,6 +94,7 @@ from runtime.tools import (
 )
 
 __all__ = [
+    "MAX_GRANT_HOURS",
     "Abort",
     "AcceptOutcome",
     "Accepted",

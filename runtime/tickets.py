@@ -132,7 +132,8 @@ class Allow(_Frozen):
     """Let the tool run (and, with `grant`, later calls of it too)."""
 
     kind: Literal["allow"] = "allow"
-    grant: GrantRequest | None = None
+    # Left out when absent, so a plain allow is stored as it always was.
+    grant: GrantRequest | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
 class Deny(_Frozen):
