@@ -13,10 +13,48 @@ from click.testing import CliRunner
 from bot.cli import cli
 from tests.e2e.test_cli import REFUND, Env
 
+SHOP = "tests.replicas.grants_app:agents"
+
+# Starts a run of `shop` in a thread as U1; with "grant", allows it with a thread grant.
+# Prints each run's status and the grant's id.
+SHOP_RUNS = """
+import asyncio, json, sys
+from bot.settings import load_settings
+from bot.wiring import build_runtime
+from runtime import GrantRequest
+
+async def main():
+    runtime, store = await build_runtime(load_settings())
+    out = {"statuses": []}
+    try:
+        for step in sys.argv[1:]:
+            r = await runtime.start("shop", "refund", requester="U1", thread_id="t1")
+            if step == "grant":
+                r = await runtime.approve(
+                    r.pending[0], resume=True, grant=GrantRequest(scope="thread")
+                )
+                [grant] = await runtime.grants()
+                out["grant"] = grant.grant_id
+            out["statuses"].append(str(r.status))
+    finally:
+        await runtime.aclose()
+        await store.close()
+    print(json.dumps(out))
+
+asyncio.run(main())
+"""
+
 
 @pytest.fixture
 def env(tmp_path: Path) -> Env:
     return Env(tmp_path)
+
+
+def shop(env: Env, *steps: str) -> dict[str, Any]:
+    done = env.python(SHOP_RUNS, *steps, SIGNOFF_APP=SHOP)
+    assert done.code == 0, done.err
+    found: dict[str, Any] = json.loads(done.out)
+    return found
 
 
 def listed(env: Env, *args: str) -> list[dict[str, Any]]:
@@ -74,6 +112,17 @@ def test_approve_with_a_grant_then_list_and_revoke_it(env: Env) -> None:
 
     unknown = env.signoff("grants", "revoke", "gr_nope")
     assert unknown.code == 4 and "no grant 'gr_nope'" in unknown.error_line()
+
+
+def test_a_grant_revoked_by_another_process_stops_applying_at_once(env: Env) -> None:
+    given = shop(env, "grant", "run")
+    assert given["statuses"] == ["done", "done"]  # the second run went under the grant
+
+    revoked = env.signoff("grants", "revoke", given["grant"], SIGNOFF_APP=SHOP)
+    assert revoked.code == 0, revoked.err
+    assert shop(env, "run")["statuses"] == ["awaiting"]
+    [shown] = listed(env, "--all")
+    assert shown["state"] == "revoked" and shown["scope"] == "thread"
 
 
 @pytest.mark.parametrize(
