@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from discord_harness import ALICE, DAVE, Harness
+from discord_harness import ALICE, BOB, DAVE, Harness
 
 from adapters.discord import Action, parse_button, parse_modal
 from runtime import (
@@ -157,6 +157,21 @@ async def test_a_forged_thread_grant_on_a_run_only_tool_is_refused(shop: Harness
     refused = await shop.submit(ALICE, opened, {"hours": "4"})
     assert "cannot be allowed for this thread" in refused.text
     assert "Nothing was changed" in refused.text
+    await shop.settled()
+    assert await shop.snapshot(run_id) == before
+    assert await shop.bots[-1].runtime.grants(active=False) == []
+
+
+async def test_a_stranger_clicking_a_grant_button_is_refused_and_grants_nothing(
+    shop: Harness,
+) -> None:
+    await shop.start_bot()
+    run_id, card = await shop.park(ALICE, "shop")
+    before = await shop.snapshot(run_id)
+    refused = await shop.click(BOB, card, RUN)
+    assert refused.ephemeral and "may not decide" in refused.text
+    opened = await shop.click(BOB, card, THREAD)  # not even the hours form opens
+    assert opened.modal is None and "may not decide" in opened.text
     await shop.settled()
     assert await shop.snapshot(run_id) == before
     assert await shop.bots[-1].runtime.grants(active=False) == []

@@ -166,3 +166,21 @@ async def test_a_thread_grant_on_a_run_only_tool_is_refused_in_the_modal(
     await slack.settled()
     assert await slack.snapshot(run.run_id) == before
     assert await slack.runtime.grants(active=False) == []
+
+
+async def test_a_stranger_clicking_a_grant_button_is_refused_and_grants_nothing(
+    slack: SlackBed,
+) -> None:
+    await slack.command("shop refund three orders")
+    card = await slack.card("refund")
+    run = await slack.commanded_run()
+    await slack.wait_run(run.run_id, lambda r: r.status is RunStatus.AWAITING)
+    before = await slack.snapshot(run.run_id)
+    value = buttons(card)[blocks.ACTION_ALLOW_RUN]
+    reply = await slack.click(blocks.ACTION_ALLOW_RUN, value, user="U9", card=card)
+    assert reply.status == 200
+    [told] = await slack.ephemeral("U9")
+    assert "may not decide" in told["text"] and "<@U1>" in told["text"]
+    await slack.settled()
+    assert await slack.snapshot(run.run_id) == before
+    assert await slack.runtime.grants(active=False) == []
