@@ -843,6 +843,7 @@ def tickets(limit: int, as_json: bool, database_url: str | None) -> None:
                         "requester": e.ticket.requester,
                         "who_may_decide": e.ticket.who_may_decide(),
                         "four_eyes": e.ticket.four_eyes,
+                        "grants": list(e.grants),
                         "deadline": e.ticket.deadline.isoformat() if e.ticket.deadline else None,
                         "created_at": e.ticket.created_at.isoformat(),
                     }

@@ -73,7 +73,8 @@ def test_approve_with_a_grant_then_list_and_revoke_it(env: Env) -> None:
     wider = env.signoff("approve", ticket, "--grant", "thread")
     assert wider.code == 9
     assert "refund cannot be allowed for this thread" in wider.error_line()
-    assert [t["ticket_id"] for t in env.tickets()] == [ticket]
+    [pending] = env.tickets()
+    assert (pending["ticket_id"], pending["grants"]) == (ticket, ["run"])
     assert listed(env, "--all") == []
 
     done = env.signoff("approve", ticket, "--grant", "run", "--hours", "2", "--as", "ops:alice")
