@@ -255,6 +255,8 @@ def card(
         _field("Requested by", user(requester)),
     ]
     components: list[dict[str, Any]] = []
+    # Standing-grant buttons get a row of their own (a row holds at most five).
+    granting: list[dict[str, Any]] = []
     disabled = outcome is not None
 
     def click(action: Action) -> TicketClick:
@@ -312,8 +314,8 @@ def card(
             _button(click(Action.ALLOW), disabled=disabled),
             _button(click(Action.DENY), disabled=disabled),
             _button(click(Action.REASON), disabled=disabled),
-            *(_button(click(a), disabled=disabled) for a in grant_actions(payload)),
         ]
+        granting = [_button(click(a), disabled=disabled) for a in grant_actions(payload)]
         color = COLOR_PENDING
     fields.append(
         _field(
@@ -332,6 +334,8 @@ def card(
         fields.append(_field("Outcome", outcome.text, inline=False))
         color = outcome.color
     components.append({"type": 1, "components": buttons})
+    if granting:
+        components.append({"type": 1, "components": granting})
     embed = fit_embed(
         {
             "title": title,

@@ -69,6 +69,7 @@ async def test_cards_offer_the_grants_their_tool_allows(shop: Harness) -> None:
     await shop.start_bot()
     _, card = await shop.park(ALICE, "shop")
     assert labels(card) == ["Allow", "Deny", "Deny with reason", RUN, THREAD]
+    assert [len(row["components"]) for row in card["components"]] == [3, 2]  # a row of their own
     _, card = await shop.park(ALICE, "bank")  # the default: for the rest of the run only
     assert labels(card) == ["Allow", "Deny", "Deny with reason", RUN]
     _, card = await shop.park(ALICE, "treasury")  # four-eyes: every call on its own
