@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from discord_harness import ALICE, BOB, DAVE, Harness
+from testkit import echo_model
 
 from adapters.discord import Action, parse_button, parse_modal
 from runtime import (
@@ -46,9 +47,22 @@ def shop_agent(ledger: list[tuple[str, dict[str, Any]]]) -> Agent:
     return Agent("shop", "Refund.", ScriptedModel(reply), [refund])
 
 
+def pair_agent(ledger: list[tuple[str, dict[str, Any]]]) -> Agent:
+    """``pair``: two refunds in one model turn, two cards."""
+
+    @tool(permission="ask", name="pair_refund")
+    async def refund(order: str) -> str:
+        """Refund an order."""
+        ledger.append(("refund", {"order": order}))
+        return f"refunded {order}"
+
+    calls = (("pair_refund", {"order": "B1"}), ("pair_refund", {"order": "B2"}))
+    return Agent("pair", "Refund.", echo_model(*calls), [refund])
+
+
 @pytest.fixture
 def shop(harness: Harness) -> Harness:
-    harness.agents.append(shop_agent(harness.ledger))
+    harness.agents.extend([shop_agent(harness.ledger), pair_agent(harness.ledger)])
     return harness
 
 
@@ -176,3 +190,25 @@ async def test_a_stranger_clicking_a_grant_button_is_refused_and_grants_nothing(
     await shop.settled()
     assert await shop.snapshot(run_id) == before
     assert await shop.bots[-1].runtime.grants(active=False) == []
+
+
+async def test_a_run_grant_allows_the_other_open_call_of_the_turn_and_its_card_says_so(
+    shop: Harness,
+) -> None:
+    await shop.start_bot()
+    run_id, _ = await shop.start_run(ALICE, "pair")
+    await shop.wait(run_id, lambda r: len(r.pending) == 2)
+
+    def both() -> list[dict[str, Any]] | None:
+        found = [m for m in shop.fake.cards() if f"run {run_id} " in str(m["embeds"])]
+        return found if len(found) == 2 else None
+
+    first, second = await shop.fake.wait_for(both, what="both cards")
+    await shop.click(ALICE, first, RUN)
+
+    await shop.finished(run_id)
+    assert sorted(refunds(shop)) == ["B1", "B2"]
+    [grant] = await shop.bots[-1].runtime.grants()
+    edited = await shop.outcome(second)
+    assert f"With standing grant `{grant.grant_id}`" in outcome_text(edited)
+    assert all(b["disabled"] for row in edited["components"] for b in row["components"])

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from fake_slack import click_payload, interaction_body, text_input
 from slackbed import SlackBed, build_agents, buttons, text_of
+from testkit import echo_model
 
 from adapters.slack import blocks
 from runtime import (
@@ -43,9 +44,22 @@ def shop_agent(ledger: list[tuple[str, dict[str, Any]]]) -> Agent:
     return Agent("shop", "Refund.", ScriptedModel(reply), [refund])
 
 
+def pair_agent(ledger: list[tuple[str, dict[str, Any]]]) -> Agent:
+    """``pair``: two refunds in one model turn, two cards."""
+
+    @tool(permission="ask", name="pair_refund")
+    async def refund(order: str) -> str:
+        """Refund an order."""
+        ledger.append(("refund", {"order": order}))
+        return f"refunded {order}"
+
+    calls = (("pair_refund", {"order": "B1"}), ("pair_refund", {"order": "B2"}))
+    return Agent("pair", "Refund.", echo_model(*calls), [refund])
+
+
 @pytest.fixture
 def slack_agents(ledger: list[tuple[str, dict[str, Any]]]) -> list[Agent]:
-    return [*build_agents(ledger), shop_agent(ledger)]
+    return [*build_agents(ledger), shop_agent(ledger), pair_agent(ledger)]
 
 
 def refunds(slack: SlackBed) -> list[str]:
@@ -184,3 +198,27 @@ async def test_a_stranger_clicking_a_grant_button_is_refused_and_grants_nothing(
     await slack.settled()
     assert await slack.snapshot(run.run_id) == before
     assert await slack.runtime.grants(active=False) == []
+
+
+async def test_a_run_grant_allows_the_other_open_call_of_the_turn_and_its_card_says_so(
+    slack: SlackBed,
+) -> None:
+    await slack.command("pair refund both")
+    run = await slack.commanded_run()
+    await slack.wait_run(run.run_id, lambda r: len(r.pending) == 2)
+    await slack.until(
+        lambda: (
+            len([m for m in slack.fake.messages.values() if "pair_refund" in str(m.blocks)]) == 2
+        ),
+        "both cards",
+    )
+    first, second = [m for m in slack.fake.messages.values() if "pair_refund" in str(m.blocks)]
+    await slack.click(blocks.ACTION_ALLOW_RUN, buttons(first)[blocks.ACTION_ALLOW_RUN], card=first)
+
+    await slack.finished(run.run_id)
+    assert sorted(refunds(slack)) == ["B1", "B2"]
+    [grant] = await slack.runtime.grants()
+    await slack.updated(second)
+    shown = text_of(second)
+    assert buttons(second) == {}
+    assert f"with standing grant `{grant.grant_id}`" in shown
