@@ -157,9 +157,17 @@ class RuleSpec(_Strict):
     deadline: timedelta | None = None
     secret: list[str] | None = None
     on_expiry: Any = None
+    grants: list[Literal["run", "thread"]] | None = None
 
     _deadline = field_validator("deadline")(_positive)
     _on_expiry = field_validator("on_expiry")(_expiry)
+
+    @field_validator("grants")
+    @classmethod
+    def _grants_once(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and len(set(value)) != len(value):
+            raise ValueError("a grant scope is given twice")
+        return value
 
 
 class AgentSpec(_Strict):
@@ -415,6 +423,7 @@ class _Builder:
             deadline=rule.deadline,
             secret=tuple(rule.secret) if rule.secret is not None else None,
             on_expiry=_on_expiry(rule.on_expiry),
+            grants=tuple(rule.grants) if rule.grants is not None else None,
         )
 
     def python_tools(self, agent: str, spec: AgentSpec) -> list[Tool]:

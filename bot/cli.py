@@ -20,7 +20,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, assert_never
 
 import click
 
@@ -34,10 +34,14 @@ from bot.wiring import (
     with_model_setting,
 )
 from runtime import (
+    MAX_GRANT_HOURS,
     Actor,
     Agent,
     ConfigurationError,
     Expired,
+    Grant,
+    GrantNotActive,
+    GrantRequest,
     InvalidAnswer,
     NotAwaiting,
     PendingEntry,
@@ -53,6 +57,7 @@ from runtime import (
     TicketStatus,
     Unauthorized,
     UnknownExecutionKey,
+    UnknownGrant,
     usage_of_events,
 )
 from runtime.store.sql import SchemaStatus
@@ -77,9 +82,9 @@ EXIT_CODES: dict[int, str] = {
     EXIT_INTERNAL: "unexpected internal error (a bug: please report it)",
     EXIT_USAGE: "bad command line: unknown option, missing argument, invalid JSON",
     EXIT_CONFIG: "configuration error: an invalid SIGNOFF_* setting or SIGNOFF_APP",
-    EXIT_NOT_FOUND: "no such run, ticket or execution key",
+    EXIT_NOT_FOUND: "no such run, ticket, execution key or grant",
     EXIT_NOT_AWAITING: "nothing to decide: the ticket was already decided, voided or the run "
-    "cannot do that now",
+    "cannot do that now (or the grant was already revoked or expired)",
     EXIT_EXPIRED: "the ticket's decision deadline has passed",
     EXIT_UNAUTHORIZED: "the acting user may not decide this ticket",
     EXIT_STALE: "the agent or its tools changed since the run parked",
@@ -94,6 +99,8 @@ _ERROR_MAP: tuple[tuple[type[BaseException], int, str], ...] = (
     (ResolutionError, EXIT_BAD_ANSWER, "answer does not fit"),
     (UnknownExecutionKey, EXIT_NOT_FOUND, "not found"),
     (RunNotFound, EXIT_NOT_FOUND, "not found"),
+    (UnknownGrant, EXIT_NOT_FOUND, "not found"),
+    (GrantNotActive, EXIT_NOT_AWAITING, "conflict"),
     (NotAwaiting, EXIT_NOT_AWAITING, "conflict"),
     (Expired, EXIT_EXPIRED, "expired"),
     (Unauthorized, EXIT_UNAUTHORIZED, "not allowed"),
@@ -210,6 +217,37 @@ def resume_option(fn: _F) -> _F:
         help="Continue the run in this process when this was its last open decision. "
         "--no-resume leaves it queued for `signoff resume` or a worker.",
     )(fn)
+
+
+def grant_options(fn: _F) -> _F:
+    """``--grant run|thread`` and ``--hours N``: a standing grant given with an allow."""
+    fn = click.option(
+        "--hours",
+        type=float,
+        metavar="N",
+        help="How long the grant lasts (more than 0, at most 720; default: a thread grant "
+        "8 hours, a run grant as long as the run).",
+    )(fn)
+    return click.option(
+        "--grant",
+        type=click.Choice(["run", "thread"]),
+        help="Also allow the tool's later calls without asking: for the rest of this run, "
+        "or in this thread (the requester's runs) for --hours, as far as the tool allows.",
+    )(fn)
+
+
+def _grant_request(scope: str | None, hours: float | None) -> GrantRequest | None:
+    if scope is None:
+        if hours is not None:
+            raise click.BadParameter(
+                "goes with --grant run or --grant thread", param_hint="'--hours'"
+            )
+        return None
+    if hours is not None and not 0 < hours <= MAX_GRANT_HOURS:
+        raise click.BadParameter(
+            f"more than 0 and at most {MAX_GRANT_HOURS:g}", param_hint="'--hours'"
+        )
+    return GrantRequest(scope="thread" if scope == "thread" else "run", hours=hours)
 
 
 def _actor(as_user: str | None, operator: bool) -> Actor:
@@ -805,6 +843,7 @@ def tickets(limit: int, as_json: bool, database_url: str | None) -> None:
                         "requester": e.ticket.requester,
                         "who_may_decide": e.ticket.who_may_decide(),
                         "four_eyes": e.ticket.four_eyes,
+                        "grants": list(e.grants),
                         "deadline": e.ticket.deadline.isoformat() if e.ticket.deadline else None,
                         "created_at": e.ticket.created_at.isoformat(),
                     }
@@ -844,28 +883,41 @@ def _decided(verb: str, ref: str, actor: Actor, result: RunResult) -> None:
 
 @cli.command()
 @click.argument("ticket")
+@grant_options
 @actor_options
 @resume_option
 @database_option
 def approve(
-    ticket: str, as_user: str | None, operator: bool, resume: bool, database_url: str | None
+    ticket: str,
+    grant: str | None,
+    hours: float | None,
+    as_user: str | None,
+    operator: bool,
+    resume: bool,
+    database_url: str | None,
 ) -> None:
     """Allow a pending tool call; the tool runs when the run continues.
 
     TICKET is a ticket id or the call's execution key, as `signoff tickets` shows them.
-    The run continues right here when this was its last open decision.
+    The run continues right here when this was its last open decision. With --grant,
+    later calls of the tool run without asking too (see `signoff grants`).
 
     \b
     Examples:
       signoff approve tk_3f9a...
       signoff approve xk_77b0... --as U024BE7LH --no-operator
       signoff approve tk_3f9a... --no-resume
+      signoff approve tk_3f9a... --grant run
+      signoff approve tk_3f9a... --grant thread --hours 4
     """
     actor = _actor(as_user, operator)
+    request = _grant_request(grant, hours)
 
     async def body() -> RunResult:
         async with _runtime(database_url) as runtime:
-            done: RunResult = await runtime.approve(ticket, actor=actor, resume=resume)
+            done: RunResult = await runtime.approve(
+                ticket, actor=actor, resume=resume, grant=request
+            )
             return done
 
     _decided("approved", ticket, actor, _run(body()))
@@ -1260,6 +1312,155 @@ def _print_agents(loaded: LoadedAgents) -> None:
             source = loaded.source_of(agent.name, name)
             rows.append([f"  {name}", source, permission, tool.replay_policy, "; ".join(notes)])
         _table(["  TOOL", "SOURCE", "PERMISSION", "REPLAY", "NOTES"], rows)
+
+
+# --- standing grants ------------------------------------------------------------------------
+
+
+def _grant_json(grant: Grant) -> dict[str, Any]:
+    return {
+        "grant_id": grant.grant_id,
+        "state": grant.state,
+        "agent": grant.agent,
+        "tool": grant.tool,
+        "scope": grant.scope,
+        "covers": grant.covers,
+        "args": grant.constraint,
+        "run_id": grant.run_id,
+        "thread_id": grant.thread_id,
+        "requester": grant.requester,
+        "granted_by": grant.granted_by,
+        "platform": grant.platform,
+        "ticket_id": grant.ticket_id,
+        "created_at": grant.created_at.isoformat(),
+        "expires_at": grant.expires_at.isoformat() if grant.expires_at else None,
+        "revoked_at": grant.revoked_at.isoformat() if grant.revoked_at else None,
+        "revoked_by": grant.revoked_by,
+    }
+
+
+def _grant_until(grant: Grant) -> str:
+    match grant.state:
+        case "revoked":
+            return f"revoked {_time(grant.revoked_at)} by {_clip(grant.revoked_by or '?', 24)}"
+        case "expired":
+            return f"expired {_time(grant.expires_at)}"
+        case "active":
+            return _until(grant.expires_at) if grant.expires_at else "with its run"
+        case _:
+            assert_never(grant.state)
+
+
+@cli.group()
+def grants() -> None:
+    """List and revoke standing grants.
+
+    An approver gives a grant with an allow (a card's "Allow for the rest of this run"
+    or "Allow in this thread…", the console, the API, `signoff approve --grant`); later
+    calls of that tool then run without asking. Revoking one stops it at once, on every
+    replica.
+
+    \b
+    Examples:
+      signoff grants list
+      signoff grants revoke gr_4b1e...
+    """
+
+
+@grants.command("list")
+@click.option("--all", "show_all", is_flag=True, help="Also revoked and expired grants.")
+@click.option("--run", "run_id", metavar="RUN", help="Only grants given in this run.")
+@click.option("--thread", "thread_id", metavar="THREAD", help="Only grants given in this thread.")
+@click.option(
+    "--limit", default=100, show_default=True, type=click.IntRange(1, 10_000), help="At most N."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@actor_options
+@database_option
+def grants_list(
+    show_all: bool,
+    run_id: str | None,
+    thread_id: str | None,
+    limit: int,
+    as_json: bool,
+    as_user: str | None,
+    operator: bool,
+    database_url: str | None,
+) -> None:
+    """List standing grants, newest first: active ones unless --all.
+
+    With --no-operator, only what --as USER may see: the grants they gave and those given
+    in runs they requested.
+
+    \b
+    Examples:
+      signoff grants list
+      signoff grants list --all --run run_8c1d...
+      signoff grants list --as U024BE7LH --no-operator --json
+    """
+    viewer = _actor(as_user, operator)
+
+    async def body() -> list[Grant]:
+        async with _runtime(database_url) as runtime:
+            found: list[Grant] = await runtime.grants(
+                viewer=viewer,
+                run_id=run_id,
+                thread_id=thread_id,
+                active=not show_all,
+                limit=limit,
+            )
+            return found
+
+    found: list[Grant] = _run(body())
+    if as_json:
+        click.echo(json.dumps([_grant_json(g) for g in found], indent=2, ensure_ascii=False))
+        return
+    if not found:
+        click.echo("no grants" if show_all else "no active grants")
+        return
+    _table(
+        ["GRANT", "STATE", "AGENT", "COVERS", "GRANTED BY", "RUN", "UNTIL"],
+        [
+            [
+                g.grant_id,
+                g.state,
+                _clip(g.agent, 20),
+                _clip(g.covers, 60),
+                _clip(g.granted_by, 24),
+                g.run_id,
+                _grant_until(g),
+            ]
+            for g in found
+        ],
+    )
+
+
+@grants.command("revoke")
+@click.argument("grant_id")
+@actor_options
+@database_option
+def grants_revoke(
+    grant_id: str, as_user: str | None, operator: bool, database_url: str | None
+) -> None:
+    """Revoke a standing grant: from now on its tool asks again, on every replica.
+
+    With --no-operator, --as USER must be whoever gave it or the requester of the run it
+    was given in.
+
+    \b
+    Examples:
+      signoff grants revoke gr_4b1e...
+      signoff grants revoke gr_4b1e... --as U024BE7LH --no-operator
+    """
+    actor = _actor(as_user, operator)
+
+    async def body() -> Grant:
+        async with _runtime(database_url) as runtime:
+            done: Grant = await runtime.revoke_grant(grant_id, actor=actor)
+            return done
+
+    revoked: Grant = _run(body())
+    click.echo(f"revoked {revoked.grant_id} ({_one_line(revoked.covers)}) as {actor.id}")
 
 
 # --- entry point ----------------------------------------------------------------------------

@@ -18,6 +18,9 @@ from runtime.errors import (
     AccessDenied,
     ConfigurationError,
     Expired,
+    GrantError,
+    GrantNotActive,
+    GrantNotAllowed,
     IdempotencyConflict,
     IllegalTransition,
     InvalidAnswer,
@@ -35,8 +38,10 @@ from runtime.errors import (
     ToolOutcomeUnknown,
     Unauthorized,
     UnknownExecutionKey,
+    UnknownGrant,
     UnknownTicket,
 )
+from runtime.grants import Grant, GrantState
 from runtime.model import (
     Model,
     ModelRequest,
@@ -56,6 +61,7 @@ from runtime.states import CallState, RunStatus, TicketStatus
 from runtime.store.base import Store, Transaction
 from runtime.store.memory import MemoryStore
 from runtime.tickets import (
+    MAX_GRANT_HOURS,
     Abort,
     Actor,
     Allow,
@@ -64,6 +70,8 @@ from runtime.tickets import (
     AwaitTarget,
     Continue,
     Deny,
+    GrantRequest,
+    GrantScope,
     InputData,
     Pause,
     RemoteInput,
@@ -86,6 +94,7 @@ from runtime.tools import (
 )
 
 __all__ = [
+    "MAX_GRANT_HOURS",
     "Abort",
     "AcceptOutcome",
     "Accepted",
@@ -107,6 +116,13 @@ __all__ = [
     "Expired",
     "ExpiryAction",
     "FormOutcome",
+    "Grant",
+    "GrantError",
+    "GrantNotActive",
+    "GrantNotAllowed",
+    "GrantRequest",
+    "GrantScope",
+    "GrantState",
     "IdSource",
     "IdempotencyConflict",
     "IllegalTransition",
@@ -162,6 +178,7 @@ __all__ = [
     "Unauthorized",
     "Uncertain",
     "UnknownExecutionKey",
+    "UnknownGrant",
     "UnknownTicket",
     "Usage",
     "classify",

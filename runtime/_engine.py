@@ -13,6 +13,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any, assert_never
 
+from runtime import grants
 from runtime._support import (
     Deps,
     ResultMiddlewareInput,
@@ -595,6 +596,13 @@ class Driver:
             permission=permission.value,
             execution_key=call.execution_key,
         )
+        # A standing grant, read from the database now, may stand in for the person.
+        if (
+            permission is Permission.ASK
+            and tool is not None
+            and await grants.allow_by_grant(tx, self.deps, self.run, agent, tool, call)
+        ):
+            permission = Permission.ALLOW
         if permission is Permission.ALLOW:
             move(call, CallState.APPROVED)
         elif permission is Permission.DENY:

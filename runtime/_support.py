@@ -16,7 +16,7 @@ from runtime.model import Model
 from runtime.states import CallState, RunStatus, check_call_move, check_run_move
 from runtime.store.base import Store, Transaction
 from runtime.store.records import CallRecord, EventRecord, OutboxRecord, RunRecord
-from runtime.tickets import AwaitTarget, RemoteInput, ResumeTicket, ToolPermission
+from runtime.tickets import AwaitTarget, GrantScope, RemoteInput, ResumeTicket, ToolPermission
 from runtime.tools import Tool
 
 
@@ -206,6 +206,16 @@ async def open_ticket(
     return ticket
 
 
+def grant_scopes(agent: Agent | None, ticket: ResumeTicket) -> tuple[GrantScope, ...]:
+    """The standing grants an approver may give with an allow of `ticket` (none for a
+    four-eyes ticket, or one that is not about a tool's permission)."""
+    target = ticket.target
+    if not isinstance(target, ToolPermission) or ticket.four_eyes or agent is None:
+        return ()
+    tool = agent.tools.get(target.tool)
+    return agent.grants_for(tool) if tool is not None else ()
+
+
 def ticket_payload(ticket: ResumeTicket, agent: Agent | None) -> dict[str, Any]:
     """A ticket as notifications and the flight recorder describe it."""
     target = ticket.target.model_dump(mode="json", by_alias=True)
@@ -220,6 +230,7 @@ def ticket_payload(ticket: ResumeTicket, agent: Agent | None) -> dict[str, Any]:
         "four_eyes": ticket.four_eyes,
         "who_may_decide": ticket.who_may_decide(),
         "deadline": ticket.deadline.isoformat() if ticket.deadline else None,
+        "grants": list(grant_scopes(agent, ticket)),
     }
 
 

@@ -11,7 +11,9 @@ from typing import Any, overload
 
 from runtime.errors import ConfigurationError
 from runtime.model import Model
+from runtime.tickets import GrantScope
 from runtime.tools import (
+    DEFAULT_GRANTS,
     ExpiryAction,
     OnExpiry,
     Permission,
@@ -121,6 +123,7 @@ class Agent:
         deadline: timedelta | float | None = None,
         secret: Sequence[str] = (),
         on_expiry: OnExpiry | str | None = None,
+        grants: Sequence[str] | None = None,
     ) -> Callable[[Callable[..., Any]], Tool]: ...
 
     def tool(
@@ -136,6 +139,7 @@ class Agent:
         deadline: timedelta | float | None = None,
         secret: Sequence[str] = (),
         on_expiry: OnExpiry | str | None = None,
+        grants: Sequence[str] | None = None,
     ) -> Tool | Callable[[Callable[..., Any]], Tool]:
         """Register a tool on this agent; the same options as `runtime.tool`."""
 
@@ -150,6 +154,7 @@ class Agent:
                 deadline=deadline,
                 secret=secret,
                 on_expiry=on_expiry,
+                grants=grants,
             )(func)
             return self.add_tool(built)
 
@@ -178,6 +183,13 @@ class Agent:
     def deadline_for(self, item: Tool) -> timedelta | None:
         """Decision deadline of `item`: its own, or the agent's default."""
         return item.deadline if item.deadline is not None else self.deadline
+
+    def grants_for(self, item: Tool) -> tuple[GrantScope, ...]:
+        """The standing grants an approver may give for `item`: its own (by default for
+        the rest of the run), none when it is four-eyes (its own or the agent's rule)."""
+        if self.four_eyes_for(item):
+            return ()
+        return item.grants if item.grants is not None else DEFAULT_GRANTS
 
     def on_expiry_for(self, item: Tool | None) -> OnExpiry:
         """Expiry action of `item`: its own, or the agent's default."""

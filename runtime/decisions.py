@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, assert_never
 
+from runtime import grants
 from runtime._engine import blocked_text
 from runtime._support import Deps, display_args, move, move_run, notify, record, to_jsonable
 from runtime.driving import Driving
@@ -13,7 +14,7 @@ from runtime.queries import Queries
 from runtime.results import PendingEntry, RunResult
 from runtime.states import CallState, RunStatus, TicketStatus
 from runtime.store.base import Transaction
-from runtime.store.records import CallRecord, ReceivedRecord, RunRecord
+from runtime.store.records import CallRecord, GrantRecord, ReceivedRecord, RunRecord
 from runtime.tickets import (
     Abort,
     Actor,
@@ -173,7 +174,8 @@ class Decisions:
         return ticket, command
 
     def validate(self, command: ResumeCommand, ticket: ResumeTicket | None) -> None:
-        """`validate_resume` against the agent as loaded now."""
+        """`validate_resume` against the agent as loaded now, and the standing grant an
+        allow asks for against what its tool allows (`GrantNotAllowed`)."""
         agent = self._deps.agents.get(ticket.agent) if ticket is not None else None
         validate_resume(
             command,
@@ -181,6 +183,9 @@ class Decisions:
             agent_version=agent.version if agent is not None else None,
             catalog_fingerprint=agent.catalog_fingerprint if agent is not None else None,
         )
+        answer = command.answer
+        if isinstance(answer, Allow) and answer.grant is not None and ticket is not None:
+            grants.check_request(ticket, answer.grant, agent)
 
     async def submit(
         self,
@@ -261,6 +266,7 @@ class Decisions:
         reason = getattr(answer, "reason", None)
         if reason:
             described["reason"] = reason
+        grant: GrantRecord | None = None
         match fitted:
             case PermissionDecision() | InputDecision() | UncertainDecision():
                 call = await tx.get_call(fitted.target.call_id)
@@ -274,9 +280,18 @@ class Decisions:
                 call.reason = reason
                 apply_to_call(call, fitted, ticket)
                 await tx.update_call(call)
+                if isinstance(answer, Allow) and answer.grant is not None:
+                    grant = grants.new_grant(
+                        self._deps, run, ticket, call, actor, answer.grant, command.at
+                    )
+                    described["grant"] = grants.summary(grant, agent)
             case PauseDecision():
                 pass
             case _:
                 assert_never(fitted)
         await record(tx, run.run_id, command.at, "ticket_decided", by=actor.id, **described)
         await notify(self._deps, tx, run, "decided", described, ticket_id=ticket.ticket_id)
+        if grant is not None:
+            # In the decision's transaction: the grant exists exactly when the allow does.
+            await grants.give(tx, self._deps, grant)
+            await grants.cover_open(tx, self._deps, run, grant, actor, command.at)

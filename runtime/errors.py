@@ -12,7 +12,11 @@ One root, split by who must act::
     │   ├── StaleTicket             the agent or its tool catalog changed since parking
     │   ├── UnknownExecutionKey     no pending call with that execution key or ticket id
     │   └── ResolutionError         the answer does not fit what the ticket waits for
-    │       └── InvalidAnswer       typed input that fails the requested schema
+    │       ├── InvalidAnswer       typed input that fails the requested schema
+    │       └── GrantNotAllowed     a standing grant the tool does not allow
+    ├── GrantError                  the caller: a standing grant that cannot be acted on
+    │   ├── UnknownGrant            no such grant (or none the caller may see)
+    │   └── GrantNotActive          it was revoked or has expired already
     ├── IdempotencyConflict         the caller: a reused idempotency key with another body
     ├── AccessDenied                the caller: may not do this (e.g. join another's thread)
     ├── ToolOutcomeUnknown          raised by a tool: its effect may or may not have happened
@@ -100,6 +104,31 @@ class InvalidAnswer(ResolutionError):
     def __init__(self, message: str, errors: list[dict[str, Any]] | None = None) -> None:
         super().__init__(message)
         self.errors: list[dict[str, Any]] = errors or []
+
+
+class GrantNotAllowed(ResolutionError):
+    """The allow asks for a standing grant the tool does not permit (a scope it does not
+    allow, a four-eyes tool, a constraint on arguments it does not take)."""
+
+    code = "grant_not_allowed"
+
+
+class GrantError(SignoffError):
+    """A standing grant cannot be read or revoked. Nothing was changed."""
+
+    code = "grant_refused"
+
+
+class UnknownGrant(GrantError):
+    """No grant has that id, or the caller may not see it."""
+
+    code = "unknown_grant"
+
+
+class GrantNotActive(GrantError):
+    """The grant was already revoked, or it expired."""
+
+    code = "grant_not_active"
 
 
 class IdempotencyConflict(SignoffError):

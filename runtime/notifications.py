@@ -48,6 +48,8 @@ class _TicketNote(_Note):
     four_eyes: bool = False
     who_may_decide: str = ""
     deadline: str | None = None
+    grants: list[str] = []
+    """The standing grants an allow may also give (``run``, ``thread``)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -91,6 +93,10 @@ class Decided(_Note):
     decided_at: str | None = None
     reason: str | None = None
     tool: str | None = None
+    grant: dict[str, Any] | None = None
+    """The standing grant given with the allow (or that allowed it, with `by_grant`):
+    ``grant_id``, ``scope``, ``expires_at``, ``constraint``."""
+    by_grant: bool = False
 
 
 class TicketExpired(_Note):

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from runtime._support import Deps, display_args
+from runtime._support import Deps, display_args, grant_scopes
 from runtime.errors import RunNotFound, UnknownTicket
 from runtime.results import PendingEntry, RunResult, pending_entry, run_result
 from runtime.states import RunStatus, TicketStatus
@@ -112,7 +112,8 @@ class Queries:
         if call is None:
             return None
         agent = self._deps.agents.get(ticket.agent)
-        return pending_entry(ticket, call, display_args(agent, call.tool, call.args))
+        masked = display_args(agent, call.tool, call.args)
+        return pending_entry(ticket, call, masked, grant_scopes(agent, ticket))
 
     async def list_runs(
         self,
@@ -202,6 +203,14 @@ class Queries:
         async with self._deps.store.transaction() as tx:
             found = await tx.get_idempotency(scope, key)
         return found.run_id if found is not None else None
+
+    async def find_visible(self, run_id: str, viewer: Actor | None) -> RunRecord:
+        """A run `viewer` may see (`RunNotFound` otherwise)."""
+        async with self._deps.store.transaction() as tx:
+            run = await tx.get_run(run_id)
+            if run is None or not await self.sees(tx, viewer, run):
+                raise RunNotFound(f"no run {run_id!r}")
+        return run
 
     async def find_run(self, run_or_thread_id: str) -> RunRecord:
         """A run by id, or the latest run of a thread (`RunNotFound` if neither)."""

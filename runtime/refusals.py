@@ -15,6 +15,7 @@ from typing import Any
 from runtime.errors import (
     AccessDenied,
     Expired,
+    GrantNotAllowed,
     InvalidAnswer,
     NotAwaiting,
     ResolutionError,
@@ -50,6 +51,9 @@ class RefusalReason(StrEnum):
     """That kind of answer does not fit what the ticket waits for."""
     INVALID_ANSWER = "invalid_answer"
     """Typed input that fails the ticket's schema (see `Refusal.errors`)."""
+    GRANT_NOT_ALLOWED = "grant_not_allowed"
+    """The allow asks for a standing grant its tool does not allow (a wider scope, a
+    four-eyes tool)."""
     UNKNOWN_RUN = "unknown_run"
     FORBIDDEN = "forbidden"
     """Not the caller's to do (e.g. joining another's thread)."""
@@ -97,6 +101,8 @@ def classify(exc: SignoffError, ticket: ResumeTicket | None) -> Refusal:
     match exc:
         case InvalidAnswer():
             return Refusal(RefusalReason.INVALID_ANSWER, message, ticket, tuple(exc.errors))
+        case GrantNotAllowed():
+            return Refusal(RefusalReason.GRANT_NOT_ALLOWED, message, ticket)
         case ResolutionError():
             return Refusal(RefusalReason.DOES_NOT_FIT, message, ticket)
         case Unauthorized():

@@ -8,7 +8,14 @@ from typing import Any, Literal, assert_never
 
 from runtime.states import RunStatus
 from runtime.store.records import CallRecord, RunRecord
-from runtime.tickets import Pause, RemoteInput, ResumeTicket, ToolPermission, Uncertain
+from runtime.tickets import (
+    GrantScope,
+    Pause,
+    RemoteInput,
+    ResumeTicket,
+    ToolPermission,
+    Uncertain,
+)
 
 PendingStatus = Literal["approval", "input", "uncertain"]
 
@@ -44,6 +51,8 @@ class PendingEntry:
         ticket: The committed resume ticket.
         prompt: For ``input``: what is asked.
         schema: For ``input``: the JSON schema of the answer.
+        grants: For ``approval``: the standing grants an allow may also give (``run``,
+            ``thread``; see `runtime.grants`).
     """
 
     status: PendingStatus
@@ -51,6 +60,7 @@ class PendingEntry:
     ticket: ResumeTicket
     prompt: str | None = None
     schema: dict[str, Any] | None = None
+    grants: tuple[GrantScope, ...] = ()
 
     @property
     def execution_key(self) -> str:
@@ -112,9 +122,13 @@ class RunResult:
 
 
 def pending_entry(
-    ticket: ResumeTicket, call: CallRecord, masked: dict[str, Any]
+    ticket: ResumeTicket,
+    call: CallRecord,
+    masked: dict[str, Any],
+    grants: tuple[GrantScope, ...] = (),
 ) -> PendingEntry | None:
-    """Describe an open ticket on `call` as a pending entry (None: not about a call)."""
+    """Describe an open ticket on `call` as a pending entry (None: not about a call);
+    `grants` are the standing grants an allow of it may give."""
     view = ToolCallView(
         call_id=call.call_id,
         name=call.tool,
@@ -130,7 +144,7 @@ def pending_entry(
         case Uncertain():
             return PendingEntry("uncertain", view, ticket)
         case ToolPermission():
-            return PendingEntry("approval", view, ticket, prompt=target.reason)
+            return PendingEntry("approval", view, ticket, prompt=target.reason, grants=grants)
         case Pause():
             return None
         case _:

@@ -9,7 +9,8 @@ shares one `Deps` (store, clock, ids, agents):
 - `runtime.inbox` — chat clicks checked and stored before the ack, applied later;
 - `runtime.control` — resume, pause, cancel;
 - `runtime.driving` — claiming runs and driving them with the engine, recovery;
-- `runtime.expiry` — decision deadlines.
+- `runtime.expiry` — decision deadlines;
+- `runtime.grants` — standing grants: listing and revoking them.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from runtime.decisions import MISSING, Decisions, TicketRef
 from runtime.driving import Driving
 from runtime.errors import ConfigurationError
 from runtime.expiry import Expiry
+from runtime.grants import Grant, Grants
 from runtime.inbox import Inbox, ReceivedOutcome
 from runtime.model import Model
 from runtime.queries import CARD_KINDS, CardRef, Queries
@@ -44,6 +46,7 @@ from runtime.tickets import (
     Answer,
     AnswerKind,
     Deny,
+    GrantRequest,
     InputData,
     ResumeCommand,
     ResumeTicket,
@@ -110,6 +113,7 @@ class Runtime:
         self._control = RunControl(deps, self._queries, self._driving, self._decisions.submit)
         self._expiry = Expiry(deps)
         self._sessions = Sessions(deps)
+        self._grants = Grants(deps)
         for agent in agents:
             self.register(agent)
 
@@ -331,7 +335,12 @@ class Runtime:
 
     # -- decisions -------------------------------------------------------------------
     async def approve(
-        self, pending: TicketRef, *, actor: Actor | str | None = None, resume: bool = False
+        self,
+        pending: TicketRef,
+        *,
+        actor: Actor | str | None = None,
+        resume: bool = False,
+        grant: GrantRequest | None = None,
     ) -> RunResult:
         """Allow a pending tool call.
 
@@ -339,8 +348,11 @@ class Runtime:
             pending: A pending entry, ticket, ticket id or execution key.
             actor: Who decides (default: the run's requester, for trusted host code).
             resume: Continue the run now if this was the last open decision.
+            grant: Also allow later calls of the tool (for the rest of the run, or in
+                the thread for some hours), within what the tool allows
+                (`GrantNotAllowed` otherwise). See `runtime.grants`.
         """
-        return await self._decisions.by_ref(pending, Allow(), actor, resume)
+        return await self._decisions.by_ref(pending, Allow(grant=grant), actor, resume)
 
     async def decline(
         self,
@@ -529,6 +541,61 @@ class Runtime:
         A refused command changes nothing.
         """
         return await self._decisions.submit(command, resume=resume, received=received)
+
+    # -- standing grants ---------------------------------------------------------------
+    async def grants(
+        self,
+        *,
+        viewer: Actor | None = None,
+        run_id: str | None = None,
+        thread_id: str | None = None,
+        active: bool = True,
+        limit: int = 100,
+    ) -> list[Grant]:
+        """Standing grants, newest first.
+
+        Args:
+            viewer: Only the grants this user may see: those they gave and those given
+                in runs they requested (operators and None: all).
+            run_id: Only grants given in this run.
+            thread_id: Only grants given in this thread.
+            active: Only grants that cover calls now (False: revoked and expired too).
+            limit: At most this many.
+        """
+        return await self._grants.find(
+            viewer, run_id=run_id, thread_id=thread_id, active=active, limit=limit
+        )
+
+    async def grants_of_run(
+        self, run_id: str, *, viewer: Actor | None = None, active: bool = True
+    ) -> list[Grant]:
+        """The grants that cover calls of a run: its own, and its thread's for its
+        requester, newest first.
+
+        Raises:
+            RunNotFound: No such run, or `viewer` may not see it.
+        """
+        found = await self._queries.find_visible(run_id, viewer)
+        return await self._grants.applying_to(found, active=active)
+
+    async def grant(self, grant_id: str, *, viewer: Actor | None = None) -> Grant:
+        """One grant, active or not.
+
+        Raises:
+            UnknownGrant: No such grant, or `viewer` may not see it (only operators, whoever
+                gave it and the requester of the run it was given in may).
+        """
+        return await self._grants.get(grant_id, viewer)
+
+    async def revoke_grant(self, grant_id: str, *, actor: Actor | str) -> Grant:
+        """Revoke a grant: calls after the commit are asked for again, on every process.
+
+        Raises:
+            UnknownGrant: No such grant, or `actor` may not see it.
+            GrantNotActive: It was revoked already, or it expired.
+        """
+        who = actor if isinstance(actor, Actor) else Actor(id=actor)
+        return await self._grants.revoke(grant_id, who)
 
     # -- continuing ------------------------------------------------------------------
     async def resume(

@@ -14,8 +14,17 @@ from datetime import datetime
 from typing import Annotated, Any, Literal, assert_never
 
 import jsonschema
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, TypeAdapter, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    TypeAdapter,
+    field_validator,
+    model_validator,
+)
 
+from runtime.constraints import Constraint, normalize
 from runtime.errors import (
     Expired,
     InvalidAnswer,
@@ -86,10 +95,45 @@ AWAIT_TARGET: TypeAdapter[AwaitTarget] = TypeAdapter(AwaitTarget)
 # --- what a person answers -------------------------------------------------------------
 
 
+GrantScope = Literal["run", "thread"]
+"""How far a standing grant reaches: the rest of the run, or the run's thread."""
+
+MAX_GRANT_HOURS = 720.0
+"""The longest a grant may last (30 days)."""
+
+
+class GrantRequest(_Frozen):
+    """Allow more than this one call: later calls of the tool run without asking.
+
+    Attributes:
+        scope: ``run`` (the rest of this run) or ``thread`` (runs of this thread started
+            by the same requester).
+        hours: How long the grant lasts; a thread grant lasts 8 hours unless told, a run
+            grant as long as the run unless told.
+        args: Which later calls it covers: None (any arguments), ``"same"`` (exactly the
+            arguments of this call) or a constraint (see `runtime.constraints`).
+    """
+
+    scope: GrantScope = "run"
+    hours: float | None = Field(default=None, gt=0, le=MAX_GRANT_HOURS, allow_inf_nan=False)
+    args: Literal["same"] | Constraint | None = None
+
+    @field_validator("args", mode="before")
+    @classmethod
+    def _constraint(cls, value: Any) -> Any:
+        if value is None or value == "same":
+            return value
+        if isinstance(value, str):
+            raise ValueError('args is "same", an object of argument tests, or absent')
+        return normalize(value)
+
+
 class Allow(_Frozen):
-    """Let the tool run."""
+    """Let the tool run (and, with `grant`, later calls of it too)."""
 
     kind: Literal["allow"] = "allow"
+    # Left out when absent, so a plain allow is stored as it always was.
+    grant: GrantRequest | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
 class Deny(_Frozen):

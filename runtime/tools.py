@@ -14,6 +14,12 @@ import jsonschema
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from runtime.errors import ConfigurationError
+from runtime.tickets import GrantScope
+
+GRANT_SCOPES: tuple[GrantScope, ...] = ("run", "thread")
+"""Every scope a standing grant can have."""
+DEFAULT_GRANTS: tuple[GrantScope, ...] = ("run",)
+"""The grants a tool allows unless it says otherwise: for the rest of the run."""
 
 
 class Permission(StrEnum):
@@ -121,6 +127,9 @@ class Tool:
         deadline: How long a decision may take before the ticket expires.
         secret: Argument names masked wherever a person or a log sees them.
         on_expiry: What happens when the deadline passes (default: the agent's).
+        grants: How far an approver may allow beyond one call: ``("run",)`` (the
+            default, None), ``("run", "thread")``, or ``()`` for never. Four-eyes tools
+            never take grants.
     """
 
     name: str
@@ -133,6 +142,7 @@ class Tool:
     deadline: timedelta | None = None
     secret: frozenset[str] = frozenset()
     on_expiry: OnExpiry | None = None
+    grants: tuple[GrantScope, ...] | None = None
     _args_model: type[BaseModel] = field(default=BaseModel, repr=False, compare=False)
     # Set by `from_schema`: the arguments' JSON schema as given, and its validator.
     _schema: dict[str, Any] | None = field(default=None, repr=False, compare=False)
@@ -152,6 +162,7 @@ class Tool:
         deadline: timedelta | float | None = None,
         secret: Sequence[str] = (),
         on_expiry: OnExpiry | str | None = None,
+        grants: Sequence[str] | None = None,
     ) -> Tool:
         """A tool whose arguments are described by a JSON schema instead of type hints.
 
@@ -172,6 +183,7 @@ class Tool:
             deadline: As for `tool`.
             secret: As for `tool`; names of the schema's properties.
             on_expiry: As for `tool`.
+            grants: As for `tool`.
 
         Raises:
             ConfigurationError: The schema is not a valid JSON schema, or an option is bad.
@@ -200,6 +212,7 @@ class Tool:
             deadline=limit,
             secret=frozenset(secret),
             on_expiry=coerce_expiry(on_expiry),
+            grants=coerce_grants(name, grants, four_eyes),
             _schema=schema,
         )
 
@@ -313,6 +326,38 @@ def _coerce_permission(value: Permission | str | PermissionRule) -> Permission |
     raise ConfigurationError(f"permission must be allow, ask, deny or a callable; got {value!r}")
 
 
+def coerce_grants(
+    name: str, value: Sequence[str] | None, four_eyes: bool | None
+) -> tuple[GrantScope, ...] | None:
+    """Check a tool's ``grants`` option: scopes of `GRANT_SCOPES`, each once.
+
+    Raises:
+        ConfigurationError: An unknown or repeated scope, a string instead of a list, or
+            grants on a tool that is four-eyes itself.
+    """
+    if value is None:
+        return None
+    if isinstance(value, str):
+        raise ConfigurationError(
+            f"tool {name!r}: grants must be a list of scopes such as ('run',), not {value!r}"
+        )
+    scopes: list[GrantScope] = []
+    for scope in value:
+        if scope not in GRANT_SCOPES:
+            raise ConfigurationError(
+                f"tool {name!r}: unknown grant scope {scope!r} (known: run, thread)"
+            )
+        if scope in scopes:
+            raise ConfigurationError(f"tool {name!r}: grant scope {scope!r} is given twice")
+        scopes.append("run" if scope == "run" else "thread")
+    if scopes and four_eyes:
+        raise ConfigurationError(
+            f"tool {name!r}: a four-eyes tool cannot take standing grants (every call needs "
+            "its own decision by someone other than the requester); remove grants"
+        )
+    return tuple(scopes)
+
+
 def _coerce_policy(value: ReplayPolicy | str) -> str:
     try:
         return ReplayPolicy(value).value
@@ -366,6 +411,7 @@ def tool(
     deadline: timedelta | float | None = None,
     secret: Sequence[str] = (),
     on_expiry: OnExpiry | str | None = None,
+    grants: Sequence[str] | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -381,6 +427,7 @@ def tool(
     deadline: timedelta | float | None = None,
     secret: Sequence[str] = (),
     on_expiry: OnExpiry | str | None = None,
+    grants: Sequence[str] | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a tool. Use bare (``@tool``) or with options (``@tool(permission="ask")``).
 
@@ -396,6 +443,10 @@ def tool(
         deadline: Decision deadline, as a timedelta or seconds.
         secret: Names of arguments to mask in cards, consoles and exports.
         on_expiry: ``deny`` (the default), ``cancel`` the run, or `Escalate`.
+        grants: Standing grants an approver may give with an allow: ``("run",)`` (the
+            default) lets them allow the tool for the rest of the run, ``("run",
+            "thread")`` also in the thread for some hours, ``()`` never. Not with
+            ``four_eyes``.
 
     Returns:
         A `Tool`, or a decorator producing one.
@@ -422,6 +473,7 @@ def tool(
             deadline=limit,
             secret=frozenset(secret),
             on_expiry=coerce_expiry(on_expiry),
+            grants=coerce_grants(tool_name, grants, four_eyes),
             _args_model=args_model,
         )
 

@@ -61,6 +61,8 @@ BUTTONS: dict[Action, tuple[int, str]] = {
     Action.RESULT: (1, "Record result"),
     Action.RETRY: (2, "Retry"),
     Action.ABORT: (4, "Abort"),
+    Action.GRANT_RUN: (3, "Allow for the rest of this run"),
+    Action.GRANT_THREAD: (3, "Allow in this thread…"),
 }
 NO_MENTIONS: dict[str, Any] = {"parse": []}
 
@@ -253,6 +255,8 @@ def card(
         _field("Requested by", user(requester)),
     ]
     components: list[dict[str, Any]] = []
+    # Standing-grant buttons get a row of their own (a row holds at most five).
+    granting: list[dict[str, Any]] = []
     disabled = outcome is not None
 
     def click(action: Action) -> TicketClick:
@@ -311,6 +315,7 @@ def card(
             _button(click(Action.DENY), disabled=disabled),
             _button(click(Action.REASON), disabled=disabled),
         ]
+        granting = [_button(click(a), disabled=disabled) for a in grant_actions(payload)]
         color = COLOR_PENDING
     fields.append(
         _field(
@@ -329,6 +334,8 @@ def card(
         fields.append(_field("Outcome", outcome.text, inline=False))
         color = outcome.color
     components.append({"type": 1, "components": buttons})
+    if granting:
+        components.append({"type": 1, "components": granting})
     embed = fit_embed(
         {
             "title": title,
@@ -355,6 +362,33 @@ def card(
     }
 
 
+def grant_actions(payload: Mapping[str, Any]) -> list[Action]:
+    """The grant buttons a card offers: as far as its tool allows (the payload's
+    ``grants``), for the rest of the run and in the thread for some hours."""
+    offered = payload.get("grants") or ()
+    found = []
+    if "run" in offered:
+        found.append(Action.GRANT_RUN)
+    if "thread" in offered:
+        found.append(Action.GRANT_THREAD)
+    return found
+
+
+def granted_text(payload: Mapping[str, Any]) -> str:
+    """How a ``decided`` payload's standing grant reads on its card ("" without one)."""
+    grant = payload.get("grant")
+    if not isinstance(grant, Mapping):
+        return ""
+    grant_id = code(str(grant.get("grant_id") or "?"))
+    if payload.get("by_grant"):
+        return f"\nWith standing grant {grant_id}"
+    where = "in this thread" if grant.get("scope") == "thread" else "for the rest of this run"
+    text = f"\nAnd {where} (grant {grant_id}"
+    if grant.get("expires_at"):
+        text += f", until {when(str(grant['expires_at']))}"
+    return text + ")"
+
+
 def _by(payload: Mapping[str, Any]) -> str:
     who = user(payload.get("actor"))
     platform = payload.get("platform")
@@ -379,7 +413,7 @@ def outcome(
             "retry": ("🔁 Retry accepted by", COLOR_ALLOWED),
             "abort": ("🛑 Aborted by", COLOR_DENIED),
         }.get(str(decision), (f"Decided ({escape(str(decision))}) by", COLOR_NEUTRAL))
-        text = f"{shown[0]} {_by(payload)}"
+        text = f"{shown[0]} {_by(payload)}{granted_text(payload)}"
         if reason:
             text += f"\nReason: {escape(str(reason))}"
         return Outcome(clip(text, FIELD_VALUE_LENGTH), shown[1])

@@ -28,9 +28,11 @@ class Action(StrEnum):
     RESULT = "result"  # opens the record-result modal
     RETRY = "retry"
     ABORT = "abort"
+    GRANT_RUN = "grun"  # allow, and for the rest of the run
+    GRANT_THREAD = "gthread"  # opens the allow-in-this-thread modal (hours)
 
 
-MODAL_ACTIONS = frozenset({Action.REASON, Action.INPUT, Action.RESULT})
+MODAL_ACTIONS = frozenset({Action.REASON, Action.INPUT, Action.RESULT, Action.GRANT_THREAD})
 
 BUTTON_TEMPLATE = (
     rf"so:(?P<action>{'|'.join(a.value for a in Action)}):(?P<ticket>{_ID}):(?P<token>{_TOKEN})"

@@ -29,6 +29,7 @@ from adapters.discord import cards, forms, modals, refusals
 from adapters.discord.config import DiscordConfig, actor_of
 from adapters.discord.custom_ids import Action, TicketClick, parse_modal
 from runtime import (
+    MAX_GRANT_HOURS,
     Abort,
     Accepted,
     Actor,
@@ -37,6 +38,7 @@ from runtime import (
     AnswerKind,
     Decidable,
     Deny,
+    GrantRequest,
     InputData,
     NotAwaiting,
     Refusal,
@@ -61,6 +63,7 @@ _FORM_KINDS: dict[Action, AnswerKind] = {
     Action.REASON: "deny",
     Action.INPUT: "input",
     Action.RESULT: "resolve",
+    Action.GRANT_THREAD: "allow",
 }
 
 FORM_BUDGET_SECONDS = 2.5
@@ -235,7 +238,9 @@ class Handlers:
                 await self._decide(interaction, click, Retry())
             case Action.ABORT:
                 await self._decide(interaction, click, Abort())
-            case Action.REASON | Action.INPUT | Action.RESULT:
+            case Action.GRANT_RUN:
+                await self._decide(interaction, click, Allow(grant=GrantRequest(scope="run")))
+            case Action.REASON | Action.INPUT | Action.RESULT | Action.GRANT_THREAD:
                 await self._open_form(interaction, click)
             case _:
                 assert_never(click.action)
@@ -300,6 +305,8 @@ class Handlers:
                     return Resolve(result=parse_result(values.get(modals.RESULT_FIELD, "")))
                 case Action.INPUT:
                     return await self._typed_input(click, values)
+                case Action.GRANT_THREAD:
+                    return _thread_grant(values.get(modals.HOURS_FIELD, ""))
                 case _:
                     return Reply(refusals.UNRECOGNISED)
 
@@ -447,8 +454,24 @@ def _where(interaction: Interaction) -> dict[str, Any]:
     return where
 
 
+def _thread_grant(typed: str) -> Answer | Reply:
+    """An allow with a thread grant for the hours typed, or what is wrong with them."""
+    try:
+        hours = float(typed.strip())
+    except ValueError:
+        hours = -1.0
+    if not 0 < hours <= MAX_GRANT_HOURS:
+        return Reply(
+            f"⚠️ Enter more than 0 and at most {MAX_GRANT_HOURS:g} hours (e.g. 8 or 0.5); "
+            "nothing was recorded."
+        )
+    return Allow(grant=GrantRequest(scope="thread", hours=hours))
+
+
 def _received_text(answer: Answer) -> str:
     match answer:
+        case Allow(grant=GrantRequest()):
+            what = "✅ Allow and standing grant recorded"
         case Allow():
             what = "✅ Allow recorded"
         case Deny():
@@ -475,6 +498,9 @@ def _form_for(
         case Action.RESULT:
             tool = getattr(ticket.target, "tool", "")
             return modals.result_modal(click, str(tool))
+        case Action.GRANT_THREAD:
+            tool = getattr(ticket.target, "tool", "")
+            return modals.grant_modal(click, str(tool))
         case _:
             target = ticket.target
             if not isinstance(target, RemoteInput):

@@ -17,6 +17,7 @@ from adapters.discord.forms import LABEL_LENGTH, VALUE_LENGTH, FormField, clip
 TITLE_LENGTH = 45
 REASON_FIELD = "reason"
 RESULT_FIELD = "result"
+HOURS_FIELD = "hours"
 
 
 def _modal(title: str, click: TicketClick) -> discord.ui.Modal:
@@ -72,4 +73,21 @@ def input_modal(click: TicketClick, prompt: str, fields: Sequence[FormField]) ->
                 max_length=VALUE_LENGTH,
             )
         )
+    return modal
+
+
+def grant_modal(click: TicketClick, tool: str) -> discord.ui.Modal:
+    """Allow now, and the tool's later calls in this thread for some hours."""
+    modal = _modal(f"Allow {tool} in this thread", click)
+    modal.add_item(
+        discord.ui.TextInput(
+            label="For how many hours",
+            custom_id=HOURS_FIELD,
+            style=discord.TextStyle.short,
+            required=True,
+            default="8",
+            max_length=10,
+            placeholder="e.g. 8 or 0.5; later calls by the requester in this thread go ahead",
+        )
+    )
     return modal

@@ -46,6 +46,8 @@ def refusal_text(refusal: Refusal, role_groups: Mapping[str, Sequence[str]] | No
             )
         case RefusalReason.DOES_NOT_FIT:
             return f"⚠️ This answer does not fit the request: {cards.escape(refusal.message)}"
+        case RefusalReason.GRANT_NOT_ALLOWED:
+            return f"⛔ {cards.escape(refusal.message)}. Nothing was changed."
         case RefusalReason.UNKNOWN_TICKET | RefusalReason.UNKNOWN_RUN:
             return UNRECOGNISED
         case RefusalReason.ALREADY_DECIDED:

@@ -25,7 +25,7 @@ import mcp_types
 
 from adapters.mcp.config import Binding, ServerConfig
 from adapters.mcp.connection import ServerConnection
-from adapters.mcp.rules import Settled, check_arguments, is_glob, settle
+from adapters.mcp.rules import Settled, check_arguments, is_glob, settle, settled_grants
 from runtime import Agent, ConfigurationError, Permission, ReplayPolicy, Tool, current_tool_context
 from runtime.tools import ArgumentError
 
@@ -181,6 +181,7 @@ class McpHub:
             deadline=settled.deadline,
             secret=secret,
             on_expiry=settled.on_expiry,
+            grants=settled_grants(connection.config.prefix + item.name, settled),
         )
 
     def _placeholders(self, connection: ServerConnection) -> None:

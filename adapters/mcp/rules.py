@@ -27,7 +27,8 @@ from datetime import timedelta
 from typing import Any
 
 from runtime import ConfigurationError, Permission, ReplayPolicy, Tool
-from runtime.tools import OnExpiry, PermissionRule
+from runtime.tickets import GrantScope
+from runtime.tools import OnExpiry, PermissionRule, coerce_grants
 
 OPERATORS: dict[str, str] = {
     "eq": "==",
@@ -277,6 +278,8 @@ class ToolKnobs:
         deadline: Decision deadline.
         secret: Argument names masked wherever a person or a log sees them.
         on_expiry: What happens when the deadline passes.
+        grants: The standing grants an approver may give (``("run",)``, ``("run",
+            "thread")``, ``()``).
     """
 
     pattern: str
@@ -291,6 +294,7 @@ class ToolKnobs:
     deadline: timedelta | None = None
     secret: tuple[str, ...] | None = None
     on_expiry: OnExpiry | None = None
+    grants: tuple[GrantScope, ...] | None = None
 
     def matches(self, name: str) -> bool:
         """Whether this entry applies to the tool named `name`."""
@@ -316,6 +320,7 @@ class Settled:
     deadline: timedelta | None = None
     secret: tuple[str, ...] | None = None
     on_expiry: OnExpiry | None = None
+    grants: tuple[GrantScope, ...] | None = None
     sources: tuple[ToolKnobs, ...] = field(default=())
 
     def permission_rule(self, default: Permission | PermissionRule) -> Permission | PermissionRule:
@@ -348,6 +353,7 @@ def settle(name: str, knobs: Iterable[ToolKnobs]) -> Settled:
                 "deadline",
                 "secret",
                 "on_expiry",
+                "grants",
             )
             if getattr(entry, key) is not None
         }
@@ -362,7 +368,8 @@ def apply_to_tool(item: Tool, settled: Settled) -> Tool:
     """`item` with the settled options applied (a Python tool named in an agents file).
 
     Raises:
-        ConfigurationError: A secret name is not one of the tool's arguments.
+        ConfigurationError: A secret name is not one of the tool's arguments, or grants
+            on a four-eyes tool.
     """
     if not settled.sources:
         return item
@@ -384,7 +391,27 @@ def apply_to_tool(item: Tool, settled: Settled) -> Tool:
         deadline=settled.deadline if settled.deadline is not None else item.deadline,
         secret=secret,
         on_expiry=settled.on_expiry if settled.on_expiry is not None else item.on_expiry,
+        grants=settled_grants(item.name, settled, item),
     )
+
+
+def settled_grants(
+    name: str, settled: Settled, item: Tool | None = None
+) -> tuple[GrantScope, ...] | None:
+    """The tool's ``grants`` once `settled` applies (`item`'s own where it sets none).
+
+    Raises:
+        ConfigurationError: Grants on a tool that is four-eyes itself.
+    """
+    grants = settled.grants if settled.grants is not None else (item.grants if item else None)
+    four_eyes = (
+        settled.four_eyes if settled.four_eyes is not None else (item.four_eyes if item else None)
+    )
+    where = settled.sources[-1].where if settled.sources else ""
+    try:
+        return coerce_grants(name, grants, four_eyes)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{where}: {exc}" if where else str(exc)) from None
 
 
 def check_arguments(settled: Settled, tool_name: str, schema: Mapping[str, Any]) -> list[str]:

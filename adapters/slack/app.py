@@ -63,6 +63,7 @@ from adapters.slack.config import SlackConfig
 from adapters.slack.directory import Directory
 from adapters.slack.refusals import refusal_text
 from runtime import (
+    MAX_GRANT_HOURS,
     Abort,
     Accepted,
     Actor,
@@ -72,6 +73,7 @@ from runtime import (
     AnswerKind,
     Decidable,
     Deny,
+    GrantRequest,
     IdempotencyConflict,
     InputData,
     Refusal,
@@ -101,12 +103,14 @@ _BUTTON_ANSWERS: dict[str, Answer] = {
     blocks.ACTION_DENY: Deny(),
     blocks.ACTION_RETRY: Retry(),
     blocks.ACTION_ABORT: Abort(),
+    blocks.ACTION_ALLOW_RUN: Allow(grant=GrantRequest(scope="run")),
 }
 # Buttons that open a modal: the kind of answer the modal will send.
 _FORM_KINDS: dict[str, AnswerKind] = {
     blocks.ACTION_DENY_REASON: "deny",
     blocks.ACTION_ANSWER: "input",
     blocks.ACTION_RESOLVE: "resolve",
+    blocks.ACTION_ALLOW_THREAD: "allow",
 }
 
 OnChange = Callable[[], None]
@@ -649,6 +653,12 @@ class _SlackEdge:
         if callback_id == modals.VIEW_DENY_REASON:
             reason = modals.submitted_text(state, modals.REASON_BLOCK).strip()
             answer = Deny(reason=reason or None)
+        elif callback_id == modals.VIEW_GRANT_THREAD:
+            hours = modals.read_hours(state, MAX_GRANT_HOURS)
+            if isinstance(hours, str):
+                await ack(response_action="errors", errors={modals.HOURS_BLOCK: hours})
+                return
+            answer = Allow(grant=GrantRequest(scope="thread", hours=hours))
         elif callback_id == modals.VIEW_RESOLVE:
             text = modals.submitted_text(state, modals.RESULT_BLOCK)
             if not text.strip():
@@ -709,4 +719,6 @@ def _modal_for(action_id: str, ticket: ResumeTicket, ref: TicketRef) -> dict[str
         return modals.input_modal(ref, target.tool, target.prompt, target.schema_)
     if action_id == blocks.ACTION_RESOLVE and isinstance(target, Uncertain):
         return modals.resolve_modal(ref, target.tool, target.args)
+    if action_id == blocks.ACTION_ALLOW_THREAD and isinstance(target, ToolPermission):
+        return modals.grant_thread_modal(ref, target.tool)
     return None

@@ -40,6 +40,8 @@ ACTION_ANSWER = "signoff.answer"
 ACTION_RESOLVE = "signoff.resolve"
 ACTION_RETRY = "signoff.retry"
 ACTION_ABORT = "signoff.abort"
+ACTION_ALLOW_RUN = "signoff.allow_run"
+ACTION_ALLOW_THREAD = "signoff.allow_thread"
 ACTIONS = (
     ACTION_ALLOW,
     ACTION_DENY,
@@ -48,6 +50,8 @@ ACTIONS = (
     ACTION_RESOLVE,
     ACTION_RETRY,
     ACTION_ABORT,
+    ACTION_ALLOW_RUN,
+    ACTION_ALLOW_THREAD,
 )
 """Every ``action_id`` a signoff button can have."""
 
@@ -306,10 +310,34 @@ def approval_card(
                     button("Allow", ACTION_ALLOW, value, "primary"),
                     button("Deny", ACTION_DENY, value, "danger"),
                     button("Deny with reason", ACTION_DENY_REASON, value),
+                    *grant_buttons(payload, value),
                 ],
             )
         )
     return finish(blocks)
+
+
+def grant_buttons(payload: Mapping[str, Any], value: str) -> list[dict[str, Any]]:
+    """The buttons that allow a tool beyond this call, as far as the tool allows
+    (the payload's ``grants``): for the rest of the run, in the thread for some hours."""
+    offered = payload.get("grants") or ()
+    found = []
+    if "run" in offered:
+        found.append(button("Allow for the rest of this run", ACTION_ALLOW_RUN, value))
+    if "thread" in offered:
+        found.append(button("Allow in this thread…", ACTION_ALLOW_THREAD, value))
+    return found
+
+
+def granted_text(grant: Any) -> str:
+    """ "for the rest of this run (grant `gr_1`)" and the like, from a ``grant`` summary."""
+    if not isinstance(grant, Mapping):
+        return ""
+    where = "in this thread" if grant.get("scope") == "thread" else "for the rest of this run"
+    text = f"{where} (grant `{escape(str(grant.get('grant_id') or '?'))}`"
+    if grant.get("expires_at"):
+        text += f", until {when(str(grant['expires_at']))}"
+    return text + ")"
 
 
 def input_card(
@@ -431,6 +459,11 @@ def decided_line(payload: Mapping[str, Any]) -> str:
     decision = str(payload.get("decision") or "")
     head = _DECISIONS.get(decision, f"Decided ({escape(decision)})")
     line = f"{head} by {user(payload.get('actor'))} at {when(payload.get('decided_at'))}"
+    grant = payload.get("grant")
+    if isinstance(grant, Mapping) and payload.get("by_grant"):
+        line += f", with standing grant `{escape(str(grant.get('grant_id') or '?'))}`"
+    elif grant:
+        line += f", and {granted_text(grant)}"
     reason = payload.get("reason")
     if reason:
         line += f": {escape(str(reason))}"

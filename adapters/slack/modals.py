@@ -36,11 +36,14 @@ from runtime.forms import FieldView, SchemaField, read_typed, schema_fields
 VIEW_DENY_REASON = "signoff.deny_reason"
 VIEW_INPUT = "signoff.input"
 VIEW_RESOLVE = "signoff.resolve"
-VIEWS = (VIEW_DENY_REASON, VIEW_INPUT, VIEW_RESOLVE)
+VIEW_GRANT_THREAD = "signoff.grant_thread"
+VIEWS = (VIEW_DENY_REASON, VIEW_INPUT, VIEW_RESOLVE, VIEW_GRANT_THREAD)
 """Every ``callback_id`` of a signoff modal."""
 
 REASON_BLOCK = "reason"
 RESULT_BLOCK = "result"
+HOURS_BLOCK = "hours"
+DEFAULT_GRANT_HOURS = "8"
 VALUE_ACTION = "value"
 MAX_LABEL = 2000
 MAX_HINT = 2000
@@ -155,6 +158,50 @@ def resolve_modal(ref: TicketRef, tool: str, args: Mapping[str, Any]) -> dict[st
             },
         ],
     )
+
+
+# -- allow in this thread for some hours ----------------------------------------------
+
+
+def grant_thread_modal(ref: TicketRef, tool: str) -> dict[str, Any]:
+    """The modal behind "Allow in this thread…": allow this call, and the tool's later
+    calls in this thread (runs of the same requester) for the hours given."""
+    return _modal(
+        VIEW_GRANT_THREAD,
+        "Allow in this thread",
+        "Allow",
+        ref,
+        [
+            _intro(
+                f"Allow `{escape(tool)}` now, and let its later calls in this thread (the "
+                "requester's runs) go without asking for the hours below. Anyone who may see "
+                "the grant can revoke it from the console or with `signoff grants revoke`."
+            ),
+            {
+                "type": "input",
+                "block_id": HOURS_BLOCK,
+                "label": plain("For how many hours", MAX_LABEL),
+                "element": {
+                    "type": "plain_text_input",
+                    "action_id": VALUE_ACTION,
+                    "initial_value": DEFAULT_GRANT_HOURS,
+                    "max_length": 10,
+                },
+            },
+        ],
+    )
+
+
+def read_hours(state: Mapping[str, Any], most: float) -> float | str:
+    """The hours typed into the grant modal, or what is wrong with them."""
+    text = submitted_text(state, HOURS_BLOCK).strip()
+    try:
+        hours = float(text)
+    except ValueError:
+        return "Enter a number of hours, e.g. 8 or 0.5."
+    if not 0 < hours <= most:
+        return f"Enter more than 0 and at most {most:g} hours."
+    return hours
 
 
 parse_result = forms.parse_result

@@ -32,6 +32,8 @@ def refusal_text(refusal: Refusal, groups: blocks.Groups | None = None) -> str:
             return (
                 f":warning: This answer does not fit the request: {blocks.escape(refusal.message)}"
             )
+        case RefusalReason.GRANT_NOT_ALLOWED:
+            return f":no_entry: {blocks.escape(refusal.message)}. Nothing was changed."
         case RefusalReason.UNKNOWN_TICKET | RefusalReason.UNKNOWN_RUN:
             return ":warning: This button does not belong to any request I know; nothing changed."
         case RefusalReason.ALREADY_DECIDED:

@@ -18,6 +18,11 @@ Routes::
     POST /api/tickets/{ticket_id}/decision      {"decision": "allow"} | {"decision": "deny",
          "reason"?} | {"answer": {...}} | {"resolution": "result", "result": ...} |
          {"resolution": "retry"} | {"resolution": "abort", "reason"?}
+         An allow may carry {"grant": {"scope": "run" | "thread", "hours"?, "args"?}}.
+    GET  /api/grants?state=active|all&run=...&thread=...&limit=...
+    GET  /api/grants/{grant_id}
+    POST /api/grants/{grant_id}/revoke
+    GET  /api/runs/{run_id}/grants?state=active|all
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
+from pydantic import ValidationError
 
 from adapters.web._refusals import Refusal, explain
 from adapters.web.auth import TokenAuth
@@ -39,6 +45,10 @@ from runtime import (
     Answer,
     ConfigurationError,
     Deny,
+    Grant,
+    GrantError,
+    GrantNotActive,
+    GrantRequest,
     InputData,
     PendingEntry,
     Resolve,
@@ -94,6 +104,7 @@ def pending_json(entry: PendingEntry) -> dict[str, Any]:
         "who_may_decide": ticket.who_may_decide(),
         "deadline": ticket.deadline.isoformat() if ticket.deadline else None,
         "created_at": ticket.created_at.isoformat(),
+        "grants": list(entry.grants),
     }
 
 
@@ -132,6 +143,30 @@ def run_summary(run: RunResult) -> dict[str, Any]:
         "turns": run.turns,
         "created_at": run.created_at.isoformat() if run.created_at else None,
         "updated_at": run.updated_at.isoformat() if run.updated_at else None,
+    }
+
+
+def grant_json(grant: Grant) -> dict[str, Any]:
+    """A standing grant: what it covers, who gave it, and whether it still applies."""
+    return {
+        "grant_id": grant.grant_id,
+        "state": grant.state,
+        "agent": grant.agent,
+        "tool": grant.tool,
+        "scope": grant.scope,
+        "run_id": grant.run_id,
+        "thread_id": grant.thread_id,
+        "requester": grant.requester,
+        "args": grant.constraint,
+        "covers": grant.covers,
+        "granted_by": grant.granted_by,
+        "granted_by_name": grant.granted_by_name,
+        "platform": grant.platform,
+        "ticket_id": grant.ticket_id,
+        "created_at": grant.created_at.isoformat(),
+        "expires_at": grant.expires_at.isoformat() if grant.expires_at else None,
+        "revoked_at": grant.revoked_at.isoformat() if grant.revoked_at else None,
+        "revoked_by": grant.revoked_by,
     }
 
 
@@ -184,9 +219,11 @@ def answer_from_json(body: dict[str, Any]) -> Answer:
     if len(given) != 1:
         raise BadRequest('give exactly one of "decision", "answer" or "resolution"')
     reason = _optional_text(body, "reason")
+    if "grant" in body and body.get("decision") != "allow":
+        raise BadRequest('"grant" goes with {"decision": "allow"} only')
     match given[0], body[given[0]]:
         case "decision", "allow":
-            return Allow()
+            return Allow(grant=grant_from_json(body.get("grant")))
         case "decision", "deny":
             return Deny(reason=reason)
         case "answer", dict() as data:
@@ -205,6 +242,45 @@ def answer_from_json(body: dict[str, Any]) -> Answer:
             raise BadRequest('"decision" must be "allow" or "deny"')
         case _:
             raise BadRequest('"resolution" must be "result", "retry" or "abort"')
+
+
+def grant_from_json(raw: Any) -> GrantRequest | None:
+    """The ``grant`` of an allow: None when absent.
+
+    Raises:
+        BadRequest: Not an object of ``scope`` (``run`` or ``thread``), ``hours`` (a
+            positive number, at most 720) and ``args`` (``"same"`` or an object of
+            argument tests).
+    """
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise BadRequest('"grant" must be an object such as {"scope": "run"}')
+    try:
+        return GrantRequest.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'grant'}: "
+            f"{str(e['msg']).removeprefix('Value error, ')}"
+            for e in exc.errors()
+        )
+        raise BadRequest(f"invalid grant: {problems}") from None
+
+
+def parse_grant_state(raw: str | None) -> bool:
+    """``state=active`` (the default) -> True, ``state=all`` -> False."""
+    if raw in (None, "", "active"):
+        return True
+    if raw == "all":
+        return False
+    raise BadRequest('state must be "active" or "all"')
+
+
+def grant_refusal(exc: GrantError) -> Refusal:
+    """An unknown grant is 404; one revoked or expired already is 409."""
+    if isinstance(exc, GrantNotActive):
+        return Refusal(409, exc.code, str(exc))
+    return Refusal(404, exc.code, str(exc))
 
 
 def parse_statuses(raw: str) -> list[RunStatus]:
@@ -285,6 +361,8 @@ def add_api_routes(
                 return await handler(request, actor)
             except BadRequest as exc:
                 return error_response(Refusal(400, "bad_request", str(exc)))
+            except GrantError as exc:
+                return error_response(grant_refusal(exc))
             except SignoffError as exc:
                 ticket_id = request.match_info.get("ticket_id")
                 return error_response(await explain(runtime, exc, ticket_id))
@@ -361,9 +439,47 @@ def add_api_routes(
         answer = answer_from_json(await read_object(request))
         result = await runtime.decide(ticket_id, answer, actor)
         on_change()
-        return json_response(
-            {"ticket_id": ticket_id, "decision": answer.kind, "run": run_json(result)}
+        body: dict[str, Any] = {
+            "ticket_id": ticket_id,
+            "decision": answer.kind,
+            "run": run_json(result),
+        }
+        if isinstance(answer, Allow) and answer.grant is not None:
+            given = await runtime.grants(run_id=result.run_id, viewer=actor, limit=MAX_LIMIT)
+            body["grant"] = next((grant_json(g) for g in given if g.ticket_id == ticket_id), None)
+        return json_response(body)
+
+    async def grants(request: web.Request, actor: Actor) -> web.StreamResponse:
+        active = parse_grant_state(request.query.get("state"))
+        limit = parse_limit(request.query.get("limit"), default=100)
+        run_id = request.query.get("run") or None
+        if run_id is not None:
+            await runtime.get(run_id, viewer=actor)  # 404 for a run they may not see
+        found = await runtime.grants(
+            viewer=actor,
+            run_id=run_id,
+            thread_id=request.query.get("thread") or None,
+            active=active,
+            limit=limit,
         )
+        return json_response({"grants": [grant_json(g) for g in found]})
+
+    async def run_grants(request: web.Request, actor: Actor) -> web.StreamResponse:
+        run_id = request.match_info["run_id"]
+        active = parse_grant_state(request.query.get("state"))
+        found = await runtime.grants_of_run(run_id, viewer=actor, active=active)
+        return json_response({"run_id": run_id, "grants": [grant_json(g) for g in found]})
+
+    async def grant(request: web.Request, actor: Actor) -> web.StreamResponse:
+        found = await runtime.grant(request.match_info["grant_id"], viewer=actor)
+        return json_response(grant_json(found))
+
+    async def revoke(request: web.Request, actor: Actor) -> web.StreamResponse:
+        grant_id = request.match_info["grant_id"]
+        # A stranger's request ends here (404), whatever its body.
+        await runtime.grant(grant_id, viewer=actor)
+        await read_object(request)
+        return json_response(grant_json(await runtime.revoke_grant(grant_id, actor=actor)))
 
     async def control(request: web.Request, actor: Actor) -> web.StreamResponse:
         run_id, action = request.match_info["run_id"], request.match_info["action"]
@@ -399,3 +515,7 @@ def add_api_routes(
     app.router.add_post("/api/runs/{run_id}/{action:cancel|pause|resume}", guarded(control))
     app.router.add_get("/api/tickets", guarded(tickets))
     app.router.add_post("/api/tickets/{ticket_id}/decision", guarded(decide))
+    app.router.add_get("/api/grants", guarded(grants))
+    app.router.add_get("/api/grants/{grant_id}", guarded(grant))
+    app.router.add_post("/api/grants/{grant_id}/revoke", guarded(revoke))
+    app.router.add_get("/api/runs/{run_id}/grants", guarded(run_grants))

@@ -13,7 +13,9 @@ Pages::
     GET  /runs/{run_id}         status, answer, pending tickets with forms, timeline
     POST /runs/{run_id}/cancel|pause|resume
     GET  /tickets               every open ticket with its forms
-    POST /tickets/{ticket_id}/decide
+    POST /tickets/{ticket_id}/decide    (an allow may carry grant=run|thread, hours, same_args)
+    GET  /grants?state=all      standing grants the signed-in user may see
+    POST /grants/{grant_id}/revoke
     GET  /start   POST /start   start a run of any loaded agent
 """
 
@@ -33,7 +35,7 @@ from aiohttp import web
 from markupsafe import Markup
 
 from adapters.web._refusals import explain
-from adapters.web.api import BadRequest, may_control, parse_statuses
+from adapters.web.api import BadRequest, may_control, parse_grant_state, parse_statuses
 from adapters.web.auth import (
     CSRF_FIELD,
     FLASH_COOKIE,
@@ -45,12 +47,17 @@ from adapters.web.auth import (
 from adapters.web.forms import FormField, FormState, apply_errors, form_fields, read_fields
 from adapters.web.timeline import pretty, timeline
 from runtime import (
+    MAX_GRANT_HOURS,
     Abort,
     Actor,
     Allow,
     Answer,
     ConfigurationError,
     Deny,
+    Grant,
+    GrantError,
+    GrantRequest,
+    GrantScope,
     InputData,
     InvalidAnswer,
     PendingEntry,
@@ -102,6 +109,7 @@ class TicketCard:
     state: FormState
     may_decide: bool
     why_not: str | None = None
+    grants: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -192,6 +200,8 @@ def add_console_routes(
     )
     app.router.add_get("/tickets", console.signed_in(console.tickets))
     app.router.add_post("/tickets/{ticket_id}/decide", console.form(console.decide))
+    app.router.add_get("/grants", console.signed_in(console.grants))
+    app.router.add_post("/grants/{grant_id}/revoke", console.form(console.revoke))
     app.router.add_get("/start", console.signed_in(console.start_page))
     app.router.add_post("/start", console.form(console.start))
 
@@ -433,6 +443,7 @@ class _Console:
         except RunNotFound:
             return await self.refused(request, 404, "No such run", f"There is no run {run_id!r}.")
         here = f"/runs/{run_id}"
+        standing = await self.runtime.grants_of_run(run_id, viewer=actor, active=False)
         return self.render(
             request,
             "run.html",
@@ -443,6 +454,7 @@ class _Console:
             run=result,
             cards=[self.card(entry, actor, shown.states) for entry in result.pending],
             items=timeline(events),
+            grants=standing,
             may_control=may_control(actor, result),
             next=here,
             refresh=here if result.status in ACTIVE else None,
@@ -479,6 +491,34 @@ class _Console:
             state=states.get(entry.ticket_id, FormState()),
             may_decide=may_decide,
             why_not=None if may_decide else why_not(ticket, actor),
+            grants=entry.grants,
+        )
+
+    async def grants(
+        self, request: web.Request, session: Session, actor: Actor
+    ) -> web.StreamResponse:
+        return await self.grants_page(request, session, actor)
+
+    async def grants_page(
+        self, request: web.Request, session: Session, actor: Actor, shown: _Rendered | None = None
+    ) -> web.Response:
+        shown = shown or _Rendered()
+        raw = request.query.get("state", "")
+        try:
+            active = parse_grant_state(raw)
+        except BadRequest as exc:
+            return await self.refused(request, 400, "Unknown state", str(exc))
+        found: list[Grant] = await self.runtime.grants(viewer=actor, active=active, limit=500)
+        return self.render(
+            request,
+            "grants.html",
+            session=session,
+            actor=actor,
+            status=shown.status,
+            flash=shown.flash,
+            grants=found,
+            showing_all=not active,
+            next=request.path_qs,
         )
 
     async def start_page(
@@ -586,13 +626,17 @@ class _Console:
                 request, 404, "No such ticket", f"There is no ticket {ticket_id!r}."
             )
         action = _text(posted.get("action"))
-        state = FormState(values={k: _text(posted.get(k)) for k in ("reason", "result")})
+        state = FormState(values={k: _text(posted.get(k)) for k in ("reason", "result", "hours")})
         fields: list[FormField] = []
         answer: Answer | None = None
         reason = _text(posted.get("reason")).strip() or None
         match action:
             case "allow":
-                answer = Allow()
+                grant, problem = _grant_of(posted)
+                if problem is not None:
+                    state.general.append(problem)
+                else:
+                    answer = Allow(grant=grant)
             case "deny":
                 answer = Deny(reason=reason)
             case "input":
@@ -626,11 +670,65 @@ class _Console:
             else:
                 self.on_change()
                 what = getattr(ticket.target, "tool", "the ticket")
-                return self.done(back, f"{_DONE_WORDS.get(action, 'Decided')} {what}.")
+                granted = _granted_words(answer)
+                return self.done(back, f"{_DONE_WORDS.get(action, 'Decided')} {what}{granted}.")
         shown = _Rendered(states={ticket_id: state}, flash=flash, status=status)
         if back == f"/runs/{ticket.run_id}":
             return await self.run_page(request, session, actor, ticket.run_id, shown)
         return await self.tickets_page(request, session, actor, shown)
+
+    async def revoke(
+        self, request: web.Request, session: Session, actor: Actor
+    ) -> web.StreamResponse:
+        grant_id = request.match_info["grant_id"]
+        posted = await request.post()
+        back = safe_next(posted.get("next"), "/grants")
+        try:
+            revoked = await self.runtime.revoke_grant(grant_id, actor=actor)
+        except GrantError as exc:
+            try:
+                await self.runtime.grant(grant_id, viewer=actor)
+            except GrantError:
+                return await self.refused(
+                    request, 404, "No such grant", f"There is no grant {grant_id!r}."
+                )
+            shown = _Rendered(flash=("error", str(exc)), status=409)
+            return await self.grants_page(request, session, actor, shown)
+        return self.done(back, f"Revoked the grant of {revoked.covers}.")
+
+
+def _grant_of(posted: Any) -> tuple[GrantRequest | None, str | None]:
+    """The grant an Allow form asks for (``grant=run|thread``, ``hours``, ``same_args``),
+    or the problem with the hours typed."""
+    scope: GrantScope
+    match _text(posted.get("grant")):
+        case "run":
+            scope = "run"
+        case "thread":
+            scope = "thread"
+        case "":
+            return None, None
+        case _:
+            return None, "Unknown grant: choose this run or this thread."
+    hours: float | None = None
+    typed = _text(posted.get("hours")).strip()
+    if scope == "thread" and typed:
+        try:
+            hours = float(typed)
+        except ValueError:
+            hours = -1.0
+        if not 0 < hours <= MAX_GRANT_HOURS:
+            return None, f"Enter the hours as a number above 0 and at most {MAX_GRANT_HOURS:g}."
+    same = _text(posted.get("same_args")) == "true"
+    return GrantRequest(scope=scope, hours=hours, args="same" if same else None), None
+
+
+def _granted_words(answer: Answer) -> str:
+    if not isinstance(answer, Allow) or answer.grant is None:
+        return ""
+    if answer.grant.scope == "thread":
+        return " and granted it in this thread"
+    return " and granted it for the rest of the run"
 
 
 def _text(value: Any) -> str:

@@ -92,8 +92,34 @@ def _ticket_decided(d: dict[str, Any], actor: str | None) -> Described:
     details: list[tuple[str, Any]] = []
     if d.get("reason"):
         details.append(("reason", d["reason"]))
+    grant = d.get("grant")
+    if isinstance(grant, dict):
+        if d.get("by_grant"):
+            title += f", with grant {_d(grant, 'grant_id')}"
+        else:
+            title += f", and {_granted(grant)}"
     tone = "bad" if decision in ("deny", "abort") else "ok"
     return title, details, tone
+
+
+def _granted(grant: dict[str, Any]) -> str:
+    """``granted it for the rest of the run (grant gr_1)`` and the like."""
+    where = "in this thread" if grant.get("scope") == "thread" else "for the rest of the run"
+    text = f"granted it {where} (grant {_d(grant, 'grant_id')})"
+    if grant.get("expires_at"):
+        text += f" until {grant['expires_at']}"
+    return text
+
+
+def _grant_created(d: dict[str, Any], actor: str | None) -> Described:
+    where = "the rest of this run" if d.get("scope") == "run" else "this thread"
+    title = f"Grant {_d(d, 'grant_id')}: {_d(d, 'tool')} runs without asking for {where}"
+    if d.get("expires_at"):
+        title += f", until {d['expires_at']}"
+    details: list[tuple[str, Any]] = []
+    if d.get("constraint"):
+        details.append(("only with arguments", d["constraint"]))
+    return title, details, "ok"
 
 
 _SIMPLE: dict[str, Callable[[dict[str, Any], str | None], Described]] = {
@@ -122,6 +148,18 @@ _SIMPLE: dict[str, Callable[[dict[str, Any], str | None], Described]] = {
     ),
     "ticket_opened": _ticket_opened,
     "ticket_decided": _ticket_decided,
+    "grant_created": _grant_created,
+    "grant_applied": lambda d, a: (
+        f"Allowed by grant {_d(d, 'grant_id')} (given by {_d(d, 'granted_by')}): "
+        f"{_d(d, 'tool')} runs without asking",
+        [],
+        "ok",
+    ),
+    "grant_revoked": lambda d, a: (
+        f"Grant {_d(d, 'grant_id')} of {_d(d, 'tool')} revoked by {a or '?'}",
+        [],
+        "warn",
+    ),
     "tool_dispatched": lambda d, a: (
         f"Tool {_d(d, 'tool')} running (attempt {_d(d, 'attempt')})",
         [],

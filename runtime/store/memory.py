@@ -16,6 +16,7 @@ from runtime.store.base import DuplicateKey
 from runtime.store.records import (
     CallRecord,
     EventRecord,
+    GrantRecord,
     IdempotencyRecord,
     OutboxRecord,
     ReceivedRecord,
@@ -39,6 +40,7 @@ class _Tables:
         self.revoked: dict[str, datetime] = {}
         self.pacing: dict[str, datetime] = {}
         self.leases: dict[str, tuple[str, int, datetime]] = {}
+        self.grants: dict[str, GrantRecord] = {}
 
     def snapshot(self) -> _Tables:
         # Records are never mutated in place (reads and writes copy), so copying the
@@ -54,6 +56,7 @@ class _Tables:
         other.revoked = dict(self.revoked)
         other.pacing = dict(self.pacing)
         other.leases = dict(self.leases)
+        other.grants = dict(self.grants)
         return other
 
 
@@ -430,6 +433,66 @@ class MemoryTransaction:
         self._t.received[item.command_id] = _copy(item)
         return True
 
+    # standing grants ---------------------------------------------------------------
+    async def insert_grant(self, grant: GrantRecord) -> None:
+        if grant.grant_id in self._t.grants:
+            raise ValueError(f"grant {grant.grant_id} exists")
+        if grant.run_id not in self._t.runs:
+            raise ValueError(f"run {grant.run_id} does not exist")
+        self.wrote = True
+        self._t.grants[grant.grant_id] = _copy(grant)
+
+    async def get_grant(self, grant_id: str) -> GrantRecord | None:
+        grant = self._t.grants.get(grant_id)
+        return _copy(grant) if grant else None
+
+    async def active_grants(
+        self, *, agent: str, tool: str, run_id: str, thread_id: str, now: datetime
+    ) -> list[GrantRecord]:
+        found = [
+            g
+            for g in self._t.grants.values()
+            if g.agent == agent
+            and g.tool == tool
+            and g.active(now)
+            and (
+                (g.scope == "run" and g.run_id == run_id)
+                or (g.scope == "thread" and g.thread_id == thread_id)
+            )
+        ]
+        found.sort(key=lambda g: (g.created_at, g.grant_id))
+        return [_copy(g) for g in found]
+
+    async def list_grants(
+        self,
+        *,
+        run_id: str | None = None,
+        thread_id: str | None = None,
+        scope: str | None = None,
+        involving: str | None = None,
+        active_at: datetime | None = None,
+        limit: int = 100,
+    ) -> list[GrantRecord]:
+        found = [
+            g
+            for g in self._t.grants.values()
+            if (run_id is None or g.run_id == run_id)
+            and (thread_id is None or g.thread_id == thread_id)
+            and (scope is None or g.scope == scope)
+            and (involving is None or involving in (g.granted_by, g.requester))
+            and (active_at is None or g.active(active_at))
+        ]
+        found.sort(key=lambda g: (g.created_at, g.grant_id), reverse=True)
+        return [_copy(g) for g in found[:limit]]
+
+    async def revoke_grant(self, grant_id: str, *, by: str, at: datetime) -> bool:
+        grant = self._t.grants.get(grant_id)
+        if grant is None or grant.revoked_at is not None:
+            return False
+        self.wrote = True
+        self._t.grants[grant_id] = replace(grant, revoked_at=at, revoked_by=by)
+        return True
+
     # named leases -------------------------------------------------------------------
     async def take_lease(
         self, name: str, *, owner: str, now: datetime, until: datetime
@@ -504,6 +567,8 @@ class MemoryStore:
                 self._tables.received = before.received
                 self._tables.pacing = before.pacing
                 self._tables.leases = before.leases
+                self._tables.revoked = before.revoked
+                self._tables.grants = before.grants
                 raise
             if tx.wrote:
                 self._commits += 1

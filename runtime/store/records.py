@@ -207,3 +207,58 @@ class ReceivedRecord:
     applied_at: datetime | None = None
     lease_owner: str | None = None
     lease_expires_at: datetime | None = None
+
+
+@dataclass(slots=True)
+class GrantRecord:
+    """A standing grant: later calls of one tool that run without asking.
+
+    An approver gives it with an allow (see `runtime.grants`); it covers calls of
+    `tool` of `agent` in the run it was given in (``scope`` ``run``) or in runs of the
+    same thread requested by the same `requester` (``thread``), whose arguments meet
+    `constraint`, until `expires_at` or until it is revoked.
+
+    Attributes:
+        grant_id: Our id.
+        agent: The agent whose tool it covers.
+        agent_version: The agent's version when it was given; it covers nothing once the
+            agent changed.
+        catalog_fingerprint: Likewise for the agent's tool catalog.
+        tool: The tool's name.
+        scope: ``run`` or ``thread``.
+        run_id: The run it was given in.
+        thread_id: That run's thread.
+        requester: That run's requester (a thread grant covers only their runs).
+        constraint: Which arguments it covers (`runtime.constraints`); None: any.
+        granted_by: Who gave it (an actor id).
+        granted_by_name: Their display name, if known.
+        platform: Where they gave it (``slack``, ``api`` ...).
+        ticket_id: The decision it came with.
+        created_at: When it was given.
+        expires_at: When it stops covering calls (None: with its run).
+        revoked_at: When it was revoked, if it was.
+        revoked_by: Who revoked it.
+    """
+
+    grant_id: str
+    agent: str
+    agent_version: str
+    catalog_fingerprint: str
+    tool: str
+    scope: str
+    run_id: str
+    thread_id: str
+    requester: str | None
+    constraint: dict[str, Any] | None
+    granted_by: str
+    granted_by_name: str | None
+    platform: str
+    ticket_id: str | None
+    created_at: datetime
+    expires_at: datetime | None = None
+    revoked_at: datetime | None = None
+    revoked_by: str | None = None
+
+    def active(self, now: datetime) -> bool:
+        """Whether it covers calls at `now` (not revoked, not expired)."""
+        return self.revoked_at is None and (self.expires_at is None or now < self.expires_at)

@@ -259,6 +259,41 @@ leases = Table(
 )
 
 
+grants = Table(
+    "grants",
+    metadata,
+    # A standing grant: later calls of one tool run without asking (runtime.grants).
+    Column("grant_id", String(_ID), primary_key=True),
+    Column("agent", String(_NAME), nullable=False),
+    Column("agent_version", String(_NAME), nullable=False),
+    Column("catalog_fingerprint", String(_NAME), nullable=False),
+    Column("tool", String(_NAME), nullable=False),
+    Column("scope", String(_ENUM), nullable=False),
+    Column("run_id", String(_ID), ForeignKey("runs.run_id"), nullable=False),
+    Column("thread_id", String(_ID), nullable=False),
+    Column("requester", String(_NAME), nullable=True),
+    Column("arg_constraint", JSON(none_as_null=True), nullable=True),
+    Column("granted_by", String(_NAME), nullable=False),
+    Column("granted_by_name", String(_NAME), nullable=True),
+    Column("platform", String(_ENUM), nullable=False),
+    # Not a foreign key: the decision's ticket, kept for the audit.
+    Column("ticket_id", String(_ID), nullable=True),
+    Column("created_at", BigInteger, nullable=False),
+    Column("expires_at", BigInteger, nullable=True),
+    Column("revoked_at", BigInteger, nullable=True),
+    Column("revoked_by", String(_NAME), nullable=True),
+    # active_grants (run scope) and list_grants(run_id=...), newest first
+    Index(None, "run_id", "created_at"),
+    # active_grants (thread scope) and list_grants(thread_id=...)
+    Index(None, "thread_id", "tool"),
+    # what a user may see: the grants they gave, or given in runs they requested
+    Index(None, "granted_by"),
+    Index(None, "requester"),
+    # list_grants() without filters, newest first
+    Index(None, "created_at"),
+)
+
+
 schema_revisions = Table(
     "schema_revisions",
     metadata,

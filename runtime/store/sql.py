@@ -75,6 +75,7 @@ from runtime.store.base import DuplicateKey
 from runtime.store.records import (
     CallRecord,
     EventRecord,
+    GrantRecord,
     IdempotencyRecord,
     OutboxRecord,
     ReceivedRecord,
@@ -84,6 +85,7 @@ from runtime.store.records import (
 )
 from runtime.store.schema import (
     events,
+    grants,
     idempotency_keys,
     leases,
     outbox,
@@ -414,6 +416,52 @@ def _idempotency_record(row: Row[Any]) -> IdempotencyRecord:
     )
 
 
+def _grant_values(grant: GrantRecord) -> dict[str, Any]:
+    return {
+        "grant_id": grant.grant_id,
+        "agent": grant.agent,
+        "agent_version": grant.agent_version,
+        "catalog_fingerprint": grant.catalog_fingerprint,
+        "tool": grant.tool,
+        "scope": grant.scope,
+        "run_id": grant.run_id,
+        "thread_id": grant.thread_id,
+        "requester": grant.requester,
+        "arg_constraint": grant.constraint,
+        "granted_by": grant.granted_by,
+        "granted_by_name": grant.granted_by_name,
+        "platform": grant.platform,
+        "ticket_id": grant.ticket_id,
+        "created_at": to_micros(grant.created_at),
+        "expires_at": _opt_micros(grant.expires_at),
+        "revoked_at": _opt_micros(grant.revoked_at),
+        "revoked_by": grant.revoked_by,
+    }
+
+
+def _grant_record(row: Row[Any]) -> GrantRecord:
+    return GrantRecord(
+        grant_id=row.grant_id,
+        agent=row.agent,
+        agent_version=row.agent_version,
+        catalog_fingerprint=row.catalog_fingerprint,
+        tool=row.tool,
+        scope=row.scope,
+        run_id=row.run_id,
+        thread_id=row.thread_id,
+        requester=row.requester,
+        constraint=row.arg_constraint,
+        granted_by=row.granted_by,
+        granted_by_name=row.granted_by_name,
+        platform=row.platform,
+        ticket_id=row.ticket_id,
+        created_at=from_micros(row.created_at),
+        expires_at=_opt_datetime(row.expires_at),
+        revoked_at=_opt_datetime(row.revoked_at),
+        revoked_by=row.revoked_by,
+    )
+
+
 def _without(values: dict[str, Any], *keys: str) -> dict[str, Any]:
     for key in keys:
         del values[key]
@@ -623,6 +671,30 @@ _DROP_LEASE = (
     .values(expires_at=0)
 )
 _NOTIFY = text("SELECT pg_notify(:channel, :payload)")
+_INSERT_GRANT = insert(grants)
+_GET_GRANT = select(grants).where(grants.c.grant_id == bindparam("grant_id"))
+_GRANT_LIVE = and_(
+    grants.c.revoked_at.is_(None),
+    or_(grants.c.expires_at.is_(None), grants.c.expires_at > bindparam("now")),
+)
+_ACTIVE_GRANTS = (
+    select(grants)
+    .where(
+        grants.c.agent == bindparam("agent"),
+        grants.c.tool == bindparam("tool"),
+        _GRANT_LIVE,
+        or_(
+            and_(grants.c.scope == "run", grants.c.run_id == bindparam("run_id")),
+            and_(grants.c.scope == "thread", grants.c.thread_id == bindparam("thread_id")),
+        ),
+    )
+    .order_by(grants.c.created_at, grants.c.grant_id)
+)
+_REVOKE_GRANT = (
+    update(grants)
+    .where(grants.c.grant_id == bindparam("b_grant_id"), grants.c.revoked_at.is_(None))
+    .values(revoked_at=bindparam("at"), revoked_by=bindparam("by"))
+)
 _INSERT_KEY = insert(idempotency_keys)
 _GET_KEY = select(idempotency_keys).where(
     idempotency_keys.c.scope == bindparam("scope"), idempotency_keys.c.key == bindparam("key")
@@ -1185,6 +1257,69 @@ class SQLTransaction:
             received_commands.c.command_id == command_id
         )
         return (await self._execute(found)).first() is not None
+
+    # standing grants ---------------------------------------------------------------
+    async def insert_grant(self, grant: GrantRecord) -> None:
+        """Add a grant; `ValueError` if its id exists or its run does not."""
+        await self._execute(_INSERT_GRANT, _grant_values(grant))
+        self.wrote = True
+
+    async def get_grant(self, grant_id: str) -> GrantRecord | None:
+        """Read one grant."""
+        row = (await self._execute(_GET_GRANT, {"grant_id": grant_id})).first()
+        return None if row is None else _grant_record(row)
+
+    async def active_grants(
+        self, *, agent: str, tool: str, run_id: str, thread_id: str, now: datetime
+    ) -> list[GrantRecord]:
+        """Grants that may cover a call now, oldest first (see the protocol)."""
+        params = {
+            "agent": agent,
+            "tool": tool,
+            "run_id": run_id,
+            "thread_id": thread_id,
+            "now": to_micros(now),
+        }
+        return [_grant_record(row) for row in await self._execute(_ACTIVE_GRANTS, params)]
+
+    async def list_grants(
+        self,
+        *,
+        run_id: str | None = None,
+        thread_id: str | None = None,
+        scope: str | None = None,
+        involving: str | None = None,
+        active_at: datetime | None = None,
+        limit: int = 100,
+    ) -> list[GrantRecord]:
+        """Grants, newest first, filtered by every argument given."""
+        statement = select(grants)
+        if run_id is not None:
+            statement = statement.where(grants.c.run_id == run_id)
+        if thread_id is not None:
+            statement = statement.where(grants.c.thread_id == thread_id)
+        if scope is not None:
+            statement = statement.where(grants.c.scope == scope)
+        if involving is not None:
+            statement = statement.where(
+                or_(grants.c.granted_by == involving, grants.c.requester == involving)
+            )
+        params: dict[str, Any] = {}
+        if active_at is not None:
+            statement = statement.where(_GRANT_LIVE)
+            params["now"] = to_micros(active_at)
+        statement = statement.order_by(grants.c.created_at.desc(), grants.c.grant_id.desc()).limit(
+            limit
+        )
+        return [_grant_record(row) for row in await self._execute(statement, params)]
+
+    async def revoke_grant(self, grant_id: str, *, by: str, at: datetime) -> bool:
+        """Compare-and-set: revoke a grant that is not revoked yet."""
+        params = {"b_grant_id": grant_id, "at": to_micros(at), "by": by}
+        if (await self._execute(_REVOKE_GRANT, params)).rowcount != 1:
+            return False
+        self.wrote = True
+        return True
 
     # named leases -------------------------------------------------------------------
     async def take_lease(

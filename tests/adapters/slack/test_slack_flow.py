@@ -34,7 +34,13 @@ async def test_slash_command_allow_runs_the_tool_once_and_updates_the_card(
     assert SECRET_KEY not in json.dumps(card.blocks)  # secret arguments are masked
     assert "<@U1>" in shown  # who asked / who may decide
     values = buttons(card)
-    assert set(values) == {blocks.ACTION_ALLOW, blocks.ACTION_DENY, blocks.ACTION_DENY_REASON}
+    # transfer allows the default standing grant: for the rest of the run.
+    assert set(values) == {
+        blocks.ACTION_ALLOW,
+        blocks.ACTION_DENY,
+        blocks.ACTION_DENY_REASON,
+        blocks.ACTION_ALLOW_RUN,
+    }
     [ticket] = (await slack.runtime.get(run.run_id)).pending
     for value in values.values():
         assert json.loads(value) == {"t": ticket.ticket_id, "c": ticket.ticket.correlation}
