@@ -75,6 +75,8 @@ from runtime.states import CallState, RunStatus, TicketStatus
 from runtime.store._sqlite import Member, SQLiteWriter, open_sqlite
 from runtime.store.base import DuplicateKey
 from runtime.store.records import (
+    CALL_CREATED_WITH,
+    RUN_CREATED_WITH,
     CallRecord,
     EventRecord,
     GrantRecord,
@@ -881,11 +883,11 @@ class SQLTransaction:
         return None if row is None else _run_record(row)
 
     async def update_run(self, run: RunRecord, *, fence: int | None = None) -> RunFlags:
-        """Write every column but the request flags, guarded by `fence` when given.
+        """Write what a run changes (see `Transaction.update_run`), guarded by `fence`.
 
         Returns the stored request flags (with ``RETURNING`` where the database has it).
         """
-        values = _without(_run_values(run), "run_id")
+        values = _without(_run_values(run), "run_id", *RUN_CREATED_WITH)
         values["b_run_id"] = run.run_id
         statement, returning = _UPDATE_RUN, _UPDATE_RUN_FLAGS
         if fence is not None:
@@ -1000,7 +1002,7 @@ class SQLTransaction:
 
     async def update_call(self, call: CallRecord) -> None:
         """Write a tool call back; `ValueError` if it does not exist."""
-        values = _without(_call_values(call), "call_id")
+        values = _without(_call_values(call), "call_id", *CALL_CREATED_WITH)
         values["b_call_id"] = call.call_id
         if (await self._execute(_UPDATE_CALL, values)).rowcount != 1:
             raise ValueError(f"call {call.call_id} does not exist")
