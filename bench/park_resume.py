@@ -212,6 +212,12 @@ _LAYERS = (
             or "_contextvars" in fn
         ),
     ),
+    ("the benchmark itself", lambda file, fn: "/bench/" in file),
+    ("builtins (isinstance, dict, str ...)", lambda file, fn: file == "~"),
+    (
+        "Python's library (contextlib, enum, dataclasses ...)",
+        lambda file, fn: "/lib/python3" in file and "site-packages" not in file,
+    ),
 )
 
 

@@ -25,7 +25,8 @@ Each round measures, one after the other (the order alternates between rounds):
   FULL, one small insert per transaction);
 - each system one cycle at a time (``c1``), and ``--concurrency`` cycles at once;
 
-and prints cycles/s, CPU ms per cycle (this process, every thread), commits per cycle,
+and prints cycles/s, CPU ms per cycle (this process, every thread), commits per cycle
+(LangGraph: the COMMITs that changed a row; the others sync nothing),
 and signoff's ratio to each LangGraph variant. ``disk %`` is cycles/s divided by the
 disk's bound (raw commits/s over commits per cycle; signoff counts the commits it makes
 durable, which transactions running at once share).
@@ -212,8 +213,15 @@ class LangGraph:
         saver = AsyncSqliteSaver(self.conn)
         await saver.setup()
 
+        raw = self.conn._conn  # the sqlite3 connection; the trace runs on its thread
+        changes = raw.total_changes
+
         def traced(statement: str) -> None:
-            if statement.strip().upper().startswith("COMMIT"):
+            # A COMMIT that changed no row (an INSERT OR IGNORE that ignored) writes no
+            # page and syncs nothing: count only those that did.
+            nonlocal changes
+            if statement.strip().upper().startswith("COMMIT") and raw.total_changes != changes:
+                changes = raw.total_changes
                 self.committed += 1
 
         await self.conn.set_trace_callback(traced)
