@@ -58,6 +58,18 @@ _PLAN_CACHE = 512
 _REQUIRED: Any = object()
 
 
+class OpenFailed(StorageError):
+    """The database file could not be opened.
+
+    Attributes:
+        reason: SQLite's own message.
+    """
+
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(f"cannot open {where}: {reason}")
+        self.reason = reason
+
+
 def sqlite_dialect() -> Dialect:
     """SQLAlchemy's SQLite dialect, configured for this machine's SQLite library."""
     dialect = sqlite.dialect()
@@ -702,7 +714,7 @@ class SQLiteWriter:
             try:
                 self._conn = await self.in_thread(self._open)
             except sqlite3.Error as exc:
-                raise StorageError(f"cannot open {self._where}: {exc}") from exc
+                raise OpenFailed(self._where, str(exc)) from exc
         return self._conn
 
     async def _begin(self, conn: sqlite3.Connection) -> None:

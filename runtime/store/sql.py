@@ -72,7 +72,7 @@ from sqlalchemy.sql import Executable
 
 from runtime.errors import LeaseLost, StorageError
 from runtime.states import CallState, RunStatus, TicketStatus
-from runtime.store._sqlite import Member, SQLiteWriter, open_sqlite
+from runtime.store._sqlite import Member, OpenFailed, SQLiteWriter, open_sqlite
 from runtime.store.base import DuplicateKey
 from runtime.store.records import (
     CALL_CREATED_WITH,
@@ -1758,6 +1758,8 @@ class SQLStore:
                 await asyncio.sleep(0.1)
             except SQLAlchemyError as exc:
                 raise StorageError(f"migrating {self._where} failed: {_reason(exc)}") from exc
+            except OpenFailed as exc:
+                raise StorageError(f"migrating {self._where} failed: {exc.reason}") from exc
 
     async def schema_revision(self) -> str | None:
         """The migration revision the database is at; None for an empty database."""

@@ -4,6 +4,7 @@ error translation and exact time conversion."""
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
@@ -338,7 +339,8 @@ async def test_unopenable_database_raises_storage_error_naming_it(tmp_path: Path
         # aiosqlite's thread of the failed connection has ended before the error
         # surfaced: it must not outlive the event loop it reports to.
         assert set(_aiosqlite_threads()) - earlier == set()
-        with pytest.raises(StorageError, match="unable to open database file"):
+        failed = f"migrating the SQLite database {tmp_path} failed: unable to open database file"
+        with pytest.raises(StorageError, match=re.escape(failed)):
             await store.migrate()
         assert set(_aiosqlite_threads()) - earlier == set()
     finally:
