@@ -5,7 +5,7 @@ Usage::
     python bench/park_resume.py --runs 1000                        # SQLite, synchronous=full
     python bench/park_resume.py --runs 1000 --synchronous normal
     python bench/park_resume.py --runs 1000 --compare              # full vs normal vs memory
-    python bench/park_resume.py --runs 1000 --profile /tmp/bench   # cProfile of each phase
+    python bench/park_resume.py --runs 1000 --profile /tmp/bench   # CPU profile of each phase
     python bench/park_resume.py --runs 200 --trace-sql             # SQL statements per run
 
 For each store it measures four phases on a fresh database:
@@ -61,40 +61,48 @@ from runtime.store.sql import SQLStore
 
 
 class SQLTrace:
-    """Counts the statements an engine executes, by kind, and their execute time."""
+    """Counts the statements a store executes, by kind, their time, and thread hops.
+
+    On SQLite the store's transactions run on its writer (`SQLStore.writer`), which
+    reports every statement and every hand-over to its worker thread; elsewhere the
+    engine's cursor events are counted.
+    """
 
     def __init__(self, store: Store) -> None:
         self.counts: Counter[str] = Counter()
         self.seconds: Counter[str] = Counter()
         self._started: list[float] = []
+        writer = getattr(store, "writer", None)
         engine = getattr(store, "engine", None)
-        self.enabled = engine is not None
-        if engine is None:
-            return
-        event.listen(engine.sync_engine, "before_cursor_execute", self._before)
-        event.listen(engine.sync_engine, "after_cursor_execute", self._after)
-        self._count_thread_hops()
+        self.enabled = writer is not None or engine is not None
+        if writer is not None:
+            writer.on_statement = self._statement
+            self._count_thread_hops(writer)
+        elif engine is not None:
+            event.listen(engine.sync_engine, "before_cursor_execute", self._before)
+            event.listen(engine.sync_engine, "after_cursor_execute", self._after)
 
-    def _count_thread_hops(self) -> None:
-        """Count aiosqlite's calls into its worker thread (cursor, execute, commit ...)."""
-        try:
-            from aiosqlite import core
-        except ImportError:  # not on aiosqlite
-            return
-        original = core.Connection._execute
+    def _statement(self, statement: str, seconds: float) -> None:
+        kind = self.kind(statement)
+        self.counts[kind] += 1
+        self.seconds[kind] += seconds
+
+    def _count_thread_hops(self, writer: Any) -> None:
+        """Count the writer's hand-overs to its worker thread (commits, waits for locks)."""
+        original = writer._submit
         counts = self.counts
-        seconds = self.seconds
 
-        async def hop(connection: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
-            began = time.perf_counter()
-            try:
-                return await original(connection, fn, *args, **kwargs)
-            finally:
-                kind = f"hop {getattr(fn, '__name__', 'call')}"
-                counts[kind] += 1
-                seconds[kind] += time.perf_counter() - began
+        def hop(fn: Any, *args: Any) -> Any:
+            counts[f"hop {getattr(fn, '__name__', 'call')}"] += 1
+            return original(fn, *args)
 
-        core.Connection._execute = hop  # type: ignore[method-assign]
+        writer._submit = hop
+
+    def _before(self, conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        self._started.append(time.perf_counter())
+
+    def _after(self, conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
+        self._statement(statement, time.perf_counter() - self._started.pop())
 
     @staticmethod
     def kind(statement: str) -> str:
@@ -165,7 +173,7 @@ async def timed(
 ) -> Phase:
     commits = store.commits
     counts_before, seconds_before = trace.snapshot() if trace else (Counter(), Counter())
-    profiler = cProfile.Profile() if profile is not None else None
+    profiler = cProfile.Profile(time.process_time) if profile is not None else None
     if profiler is not None:
         profiler.enable()
     began = time.perf_counter()
@@ -183,6 +191,46 @@ async def timed(
         phase.statements = counts - counts_before
         phase.statement_seconds = seconds - seconds_before
     return phase
+
+
+_LAYERS = (
+    ("sqlite3: COMMIT (the fsync)", lambda file, fn: "commit" in fn and "sqlite3" in fn),
+    ("sqlite3: statements", lambda file, fn: "sqlite3" in fn),
+    ("store: runtime/store/_sqlite.py", lambda file, fn: "/runtime/store/_sqlite" in file),
+    ("store: runtime/store/sql.py", lambda file, fn: "/runtime/store/" in file),
+    ("runtime (the core)", lambda file, fn: "/runtime/" in file),
+    ("json", lambda file, fn: "json" in file or "json" in fn),
+    ("SQLAlchemy (column type conversions)", lambda file, fn: "sqlalchemy" in file),
+    ("pydantic (tool arguments)", lambda file, fn: "pydantic" in file or "pydantic" in fn),
+    (
+        "asyncio and thread hand-overs",
+        lambda file, fn: (
+            "asyncio" in file
+            or "selectors" in file
+            or "threading" in file
+            or "SimpleQueue" in fn
+            or "_contextvars" in fn
+        ),
+    ),
+    ("the benchmark itself", lambda file, fn: "/bench/" in file),
+    ("builtins (isinstance, dict, str ...)", lambda file, fn: file == "~"),
+    (
+        "Python's library (contextlib, enum, dataclasses ...)",
+        lambda file, fn: "/lib/python3" in file and "site-packages" not in file,
+    ),
+)
+
+
+def layers(path: Path) -> list[tuple[str, float]]:
+    """A profile's own time by layer, in shares of the whole (largest first)."""
+    stats = pstats.Stats(str(path))
+    shares: Counter[str] = Counter()
+    raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+    for (file, _line, fn), (_cc, _nc, own, _cum, _callers) in raw.items():
+        name = next((name for name, match in _LAYERS if match(file, fn)), "other")
+        shares[name] += own
+    total = sum(shares.values()) or 1.0
+    return [(name, own / total) for name, own in shares.most_common()]
 
 
 async def in_tasks(
@@ -339,7 +387,10 @@ async def main(argv: Sequence[str] | None = None) -> None:
     print(f"load average after the run: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.profile is not None:
         for stats in sorted(args.profile.glob("*.prof")):
-            print(f"\n== {stats.name}: top by own time")
+            print(f"\n== {stats.name}: CPU time by layer")
+            for name, share in layers(stats):
+                print(f"    {100 * share:5.1f}%  {name}")
+            print(f"== {stats.name}: top by own CPU time")
             pstats.Stats(str(stats)).sort_stats("tottime").print_stats(12)
 
 

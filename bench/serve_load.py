@@ -23,6 +23,8 @@ the previous one is answered, for `--seconds` per phase:
 * ``decision``       ``POST /api/tickets/{id}/decision`` ``{"decision": "allow"}`` on those
                      tickets: the 200 answers per second and their latency; then the drain
                      until every decided run is ``done``.
+* ``ready``          process start -> listening and -> the first ``/readyz`` 200, on the
+                     empty database and on the one with `--parked` parked runs.
 * ``memory``         VmRSS of the serve process, idle, just started on an empty database vs
                      just started on a database holding `--parked` parked runs (made
                      beforehand by this script with `runtime.Runtime` + `SQLStore` on the
@@ -95,6 +97,7 @@ class Serve:
         env.update(serve_env(db, synchronous, workers))
         self.log = log
         self._stderr = log.open("w")
+        began = time.perf_counter()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "bot", "serve"],
             cwd=ROOT,
@@ -105,6 +108,23 @@ class Serve:
         )
         self.pid = self.process.pid
         self.url = self._read_url()
+        self.listening_seconds = time.perf_counter() - began
+        """Process start -> the "signoff serving at" line (port bound)."""
+        self.ready_seconds = self._wait_ready() - began
+        """Process start -> the first ``/readyz`` 200 (database and schema checked)."""
+
+    def _wait_ready(self) -> float:
+        opener = urlrequest.build_opener(urlrequest.ProxyHandler({}))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                with opener.open(f"{self.url}/readyz", timeout=10) as answer:
+                    if answer.status == 200:
+                        return time.perf_counter()
+            except OSError:
+                pass
+            time.sleep(0.01)
+        raise RuntimeError(f"signoff serve never became ready: {self.log.read_text()[-3000:]}")
 
     def _read_url(self) -> str:
         assert self.process.stdout is not None
@@ -570,6 +590,15 @@ def report(args: argparse.Namespace, results: dict[str, Any]) -> str:
             f"({args.parked} parked runs made in {memory['prepopulate']:.1f} s with "
             f"Runtime.start(wait=True), {args.concurrency} tasks, synchronous=normal)",
         ]
+    lines.append("")
+    for key in ("ready_empty", "ready_parked"):
+        if key in results:
+            listening, ready = results[key]
+            count = args.parked if key == "ready_parked" else 0
+            lines.append(
+                f"start -> listening / -> /readyz 200, {count} parked runs: "
+                f"{listening:.2f} s / {ready:.2f} s"
+            )
     problems = results["log_problems"]
     lines.append("")
     lines.append(f"server problems (ERROR log lines, tracebacks, bad exit): {len(problems)}")
@@ -599,6 +628,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         try:
             generator.submit(time.sleep, 0).result()  # start the generator process now
             probe(serve.url)
+            results["ready_empty"] = (serve.listening_seconds, serve.ready_seconds)
             empty = idle_rss(serve, args.settle)
             print(f"serving at {serve.url} (pid {serve.pid})", file=sys.stderr, flush=True)
             hooks = generator.submit(
@@ -632,6 +662,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             print(f"pre-populating {args.parked} parked runs", file=sys.stderr, flush=True)
             seconds = asyncio.run(prepopulate(db, args.parked, args.concurrency))
             serve = Serve(db, args.synchronous, args.workers, tmp / "parked.log")
+            results["ready_parked"] = (serve.listening_seconds, serve.ready_seconds)
             try:
                 seen = probe(serve.url)
                 parked = idle_rss(serve, args.settle)

@@ -39,10 +39,13 @@ class Transaction(Protocol):
         ...
 
     async def update_run(self, run: RunRecord, *, fence: int | None = None) -> RunFlags:
-        """Write every column of `run` except the two request flags; return those flags.
+        """Write what a run changes; return the two request flags as stored.
 
-        Returning the stored flags lets a worker notice a pause or cancel request at
-        each write, without reading the row again.
+        Every column is written except the request flags (see `set_run_flags`) and what
+        the run was created with (`runtime.store.records.RUN_CREATED_WITH`: thread,
+        agent and version, input, requester, creation time, origin), which only
+        `insert_run` writes. Returning the stored flags lets a worker notice a pause or
+        cancel request at each write, without reading the row again.
 
         Args:
             run: The new row.
@@ -106,7 +109,12 @@ class Transaction(Protocol):
         ...
 
     async def update_call(self, call: CallRecord) -> None:
-        """Write a tool call back."""
+        """Write a tool call's progress back (state, attempts, result, decision ...).
+
+        What the call was proposed with (`runtime.store.records.CALL_CREATED_WITH`: run,
+        batch and position, tool, arguments, replay policy, execution key, creation
+        time) is written by `insert_call` only.
+        """
         ...
 
     async def get_call(self, call_id: str) -> CallRecord | None:

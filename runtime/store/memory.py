@@ -14,6 +14,8 @@ from runtime.errors import LeaseLost
 from runtime.states import RunStatus, TicketStatus
 from runtime.store.base import DuplicateKey
 from runtime.store.records import (
+    CALL_CREATED_WITH,
+    RUN_CREATED_WITH,
     CallRecord,
     EventRecord,
     GrantRecord,
@@ -93,8 +95,8 @@ class MemoryTransaction:
             raise LeaseLost(f"run {run.run_id}: lease fence {fence} was superseded")
         self.wrote = True
         new = _copy(run)
-        for flag in _FLAGS:
-            setattr(new, flag, getattr(stored, flag))
+        for kept in (*_FLAGS, *RUN_CREATED_WITH):
+            setattr(new, kept, getattr(stored, kept))
         self._t.runs[run.run_id] = new
         return RunFlags(stored.pause_requested, stored.cancel_requested)
 
@@ -185,10 +187,14 @@ class MemoryTransaction:
         self._t.calls[call.call_id] = _copy(call)
 
     async def update_call(self, call: CallRecord) -> None:
-        if call.call_id not in self._t.calls:
+        stored = self._t.calls.get(call.call_id)
+        if stored is None:
             raise ValueError(f"call {call.call_id} does not exist")
         self.wrote = True
-        self._t.calls[call.call_id] = _copy(call)
+        new = _copy(call)
+        for kept in CALL_CREATED_WITH:
+            setattr(new, kept, getattr(stored, kept))
+        self._t.calls[call.call_id] = new
 
     async def get_call(self, call_id: str) -> CallRecord | None:
         call = self._t.calls.get(call_id)

@@ -46,6 +46,18 @@ class RunRecord:
     fence: int = 0
 
 
+RUN_CREATED_WITH = (
+    "thread_id",
+    "agent",
+    "agent_version",
+    "input",
+    "requester",
+    "created_at",
+    "origin",
+)
+"""What a run is created with: written by `Transaction.insert_run` only, never updated."""
+
+
 @dataclass(frozen=True, slots=True)
 class RunFlags:
     """The request flags of a run as stored, returned by every run update."""
@@ -76,6 +88,20 @@ class CallRecord:
     answer: dict[str, Any] | None = None
     decided_by: dict[str, Any] | None = None
     reason: str | None = None
+
+
+CALL_CREATED_WITH = (
+    "run_id",
+    "batch",
+    "seq",
+    "model_call_id",
+    "tool",
+    "args",
+    "replay_policy",
+    "execution_key",
+    "created_at",
+)
+"""What a tool call is proposed with: written by `Transaction.insert_call` only."""
 
 
 @dataclass(slots=True)

@@ -24,13 +24,13 @@ import functools
 import logging
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal, TypeVar, assert_never, cast
+from typing import Any, Literal, Protocol, TypeVar, assert_never
 
 import aiosqlite
 from alembic import command
@@ -58,7 +58,7 @@ from sqlalchemy import (
     inspect as sa_inspect,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import URL, CursorResult, Row, make_url
+from sqlalchemy.engine import URL, Dialect, Engine, Row, create_engine, make_url
 from sqlalchemy.exc import (
     DBAPIError,
     IntegrityError,
@@ -67,12 +67,16 @@ from sqlalchemy.exc import (
     StatementError,
 )
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.pool import StaticPool
 from sqlalchemy.sql import Executable
 
 from runtime.errors import LeaseLost, StorageError
 from runtime.states import CallState, RunStatus, TicketStatus
+from runtime.store._sqlite import Member, OpenFailed, SQLiteWriter, open_sqlite
 from runtime.store.base import DuplicateKey
 from runtime.store.records import (
+    CALL_CREATED_WITH,
+    RUN_CREATED_WITH,
     CallRecord,
     EventRecord,
     GrantRecord,
@@ -475,8 +479,12 @@ _GET_RUN = select(runs).where(runs.c.run_id == bindparam("run_id"))
 # cannot collide with column names.
 _UPDATE_RUN = update(runs).where(runs.c.run_id == bindparam("b_run_id"))
 _UPDATE_RUN_FENCED = _UPDATE_RUN.where(runs.c.fence == bindparam("b_fence"))
+_GET_RUN_LOCKED = _GET_RUN.with_for_update()
 _RUN_EXISTS = select(runs.c.run_id).where(runs.c.run_id == bindparam("run_id"))
+_LOCK_RUN = _RUN_EXISTS.with_for_update()
 _FLAG_COLUMNS = (runs.c.pause_requested, runs.c.cancel_requested)
+_UPDATE_RUN_FLAGS = _UPDATE_RUN.returning(*_FLAG_COLUMNS)
+_UPDATE_RUN_FENCED_FLAGS = _UPDATE_RUN_FENCED.returning(*_FLAG_COLUMNS)
 _RUN_FLAGS = select(*_FLAG_COLUMNS).where(runs.c.run_id == bindparam("run_id"))
 _CLAIMABLE = or_(
     runs.c.status == _QUEUED,
@@ -512,6 +520,8 @@ _CLAIM_SKIP_LOCKED = (
         updated_at=bindparam("now"),
     )
 )
+_CLAIM_RETURNING = _CLAIM.returning(*runs.c)
+_CLAIM_SKIP_LOCKED_RETURNING = _CLAIM_SKIP_LOCKED.returning(*runs.c)
 _CLAIMABLE_IDS = (
     select(runs.c.run_id)
     .where(_CLAIMABLE)
@@ -530,10 +540,30 @@ _RENEW = (
 _COUNT_RUNS = select(runs.c.status, func.count().label("n")).group_by(runs.c.status)
 _INSERT_CALL = insert(tool_calls)
 _UPDATE_CALL = update(tool_calls).where(tool_calls.c.call_id == bindparam("b_call_id"))
+_CALLS_FOR_RUN = (
+    select(tool_calls)
+    .where(tool_calls.c.run_id == bindparam("run_id"))
+    .order_by(tool_calls.c.batch, tool_calls.c.seq)
+)
+_CALLS_FOR_BATCH = (
+    select(tool_calls)
+    .where(tool_calls.c.run_id == bindparam("run_id"), tool_calls.c.batch == bindparam("batch"))
+    .order_by(tool_calls.c.seq)
+)
 _GET_CALL = select(tool_calls).where(tool_calls.c.call_id == bindparam("call_id"))
 _CALL_BY_KEY = select(tool_calls).where(tool_calls.c.execution_key == bindparam("key"))
 _INSERT_TICKET = insert(tickets)
 _GET_TICKET = select(tickets).where(tickets.c.ticket_id == bindparam("ticket_id"))
+_TICKETS_FOR_RUN = (
+    select(tickets)
+    .where(tickets.c.run_id == bindparam("run_id"))
+    .order_by(tickets.c.created_at, tickets.c.ticket_id)
+)
+_TICKETS_FOR_RUN_IN = (
+    select(tickets)
+    .where(tickets.c.run_id == bindparam("run_id"), tickets.c.status == bindparam("status"))
+    .order_by(tickets.c.created_at, tickets.c.ticket_id)
+)
 _OPEN_FOR_CALL = (
     select(tickets)
     .where(tickets.c.call_id == bindparam("call_id"), tickets.c.status == _OPEN)
@@ -695,6 +725,20 @@ _REVOKE_GRANT = (
     .where(grants.c.grant_id == bindparam("b_grant_id"), grants.c.revoked_at.is_(None))
     .values(revoked_at=bindparam("at"), revoked_by=bindparam("by"))
 )
+_FORGET_KEYS = idempotency_keys.delete().where(
+    idempotency_keys.c.scope == bindparam("scope"),
+    idempotency_keys.c.created_at < bindparam("before"),
+)
+_SESSION_REVOKED = select(revoked_sessions.c.session_id).where(
+    revoked_sessions.c.session_id == bindparam("session_id")
+)
+_REVOKE_SESSION = insert(revoked_sessions)
+_FORGET_SESSIONS = revoked_sessions.delete().where(
+    revoked_sessions.c.expires_at < bindparam("before")
+)
+_RECEIVED_ID = select(received_commands.c.command_id).where(
+    received_commands.c.command_id == bindparam("command_id")
+)
 _INSERT_KEY = insert(idempotency_keys)
 _GET_KEY = select(idempotency_keys).where(
     idempotency_keys.c.scope == bindparam("scope"), idempotency_keys.c.key == bindparam("key")
@@ -750,6 +794,23 @@ _STATS = select(
 )
 
 
+class _Result(Protocol):
+    """What the store reads of a statement's result (SQLAlchemy's, or `_sqlite.Rows`)."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def first(self) -> Any: ...
+
+    def one(self) -> Any: ...
+
+    def all(self) -> Sequence[Any]: ...
+
+    def scalars(self) -> Iterable[Any]: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+
 class SQLTransaction:
     """One database transaction, implementing `runtime.store.base.Transaction`.
 
@@ -759,9 +820,11 @@ class SQLTransaction:
         wrote: Whether any statement changed a row.
     """
 
-    def __init__(self, conn: AsyncConnection) -> None:
-        self._conn = conn
-        dialect = conn.dialect
+    def __init__(self, conn: AsyncConnection | Member, dialect: Dialect) -> None:
+        # SQLite: a member of the writer's shared transaction, statements run here;
+        # PostgreSQL: an async connection of the pool.
+        self._member = conn if isinstance(conn, Member) else None
+        self._conn = conn if isinstance(conn, AsyncConnection) else None
         self._returning = bool(dialect.update_returning)
         self._dialect = dialect.name
         # SQLite serialises writers with BEGIN IMMEDIATE; other engines need row locks.
@@ -777,9 +840,16 @@ class SQLTransaction:
         params: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
         *,
         violation: type[ValueError] = ValueError,
-    ) -> CursorResult[Any]:
+    ) -> _Result:
         try:
+            if self._member is not None:
+                return self._member.execute(statement, params)
+            assert self._conn is not None
             return await self._conn.execute(statement, params)
+        except sqlite3.IntegrityError as exc:
+            raise violation(f"constraint violated: {exc}") from exc
+        except sqlite3.Error as exc:
+            raise StorageError(f"database error: {exc}") from exc
         except IntegrityError as exc:
             raise violation(f"constraint violated: {exc.orig}") from exc
         except DBAPIError as exc:
@@ -808,23 +878,23 @@ class SQLTransaction:
 
     async def get_run(self, run_id: str, *, for_update: bool = False) -> RunRecord | None:
         """Read a run; ``for_update`` locks its row (a no-op on SQLite)."""
-        statement = _GET_RUN.with_for_update() if for_update else _GET_RUN
+        statement = _GET_RUN_LOCKED if for_update else _GET_RUN
         row = (await self._execute(statement, {"run_id": run_id})).first()
         return None if row is None else _run_record(row)
 
     async def update_run(self, run: RunRecord, *, fence: int | None = None) -> RunFlags:
-        """Write every column but the request flags, guarded by `fence` when given.
+        """Write what a run changes (see `Transaction.update_run`), guarded by `fence`.
 
         Returns the stored request flags (with ``RETURNING`` where the database has it).
         """
-        values = _without(_run_values(run), "run_id")
+        values = _without(_run_values(run), "run_id", *RUN_CREATED_WITH)
         values["b_run_id"] = run.run_id
-        statement = _UPDATE_RUN
+        statement, returning = _UPDATE_RUN, _UPDATE_RUN_FLAGS
         if fence is not None:
             values["b_fence"] = fence
-            statement = _UPDATE_RUN_FENCED
+            statement, returning = _UPDATE_RUN_FENCED, _UPDATE_RUN_FENCED_FLAGS
         if self._returning:
-            row = (await self._execute(statement.returning(*_FLAG_COLUMNS), values)).first()
+            row = (await self._execute(returning, values)).first()
             matched = row is not None
         else:
             matched = (await self._execute(statement, values)).rowcount == 1
@@ -867,8 +937,8 @@ class SQLTransaction:
             "until": to_micros(until),
         }
         if self._returning:
-            claim = _CLAIM_SKIP_LOCKED if self._row_locks else _CLAIM
-            row = (await self._execute(claim.returning(*runs.c), params)).first()
+            claim = _CLAIM_SKIP_LOCKED_RETURNING if self._row_locks else _CLAIM_RETURNING
+            row = (await self._execute(claim, params)).first()
             if row is None:
                 return None
             self.wrote = True
@@ -932,7 +1002,7 @@ class SQLTransaction:
 
     async def update_call(self, call: CallRecord) -> None:
         """Write a tool call back; `ValueError` if it does not exist."""
-        values = _without(_call_values(call), "call_id")
+        values = _without(_call_values(call), "call_id", *CALL_CREATED_WITH)
         values["b_call_id"] = call.call_id
         if (await self._execute(_UPDATE_CALL, values)).rowcount != 1:
             raise ValueError(f"call {call.call_id} does not exist")
@@ -945,11 +1015,11 @@ class SQLTransaction:
 
     async def calls_for_run(self, run_id: str, *, batch: int | None = None) -> list[CallRecord]:
         """A run's calls (optionally of one batch) ordered by batch and position."""
-        statement = select(tool_calls).where(tool_calls.c.run_id == run_id)
-        if batch is not None:
-            statement = statement.where(tool_calls.c.batch == batch)
-        statement = statement.order_by(tool_calls.c.batch, tool_calls.c.seq)
-        return [_call_record(row) for row in await self._execute(statement)]
+        if batch is None:
+            result = await self._execute(_CALLS_FOR_RUN, {"run_id": run_id})
+        else:
+            result = await self._execute(_CALLS_FOR_BATCH, {"run_id": run_id, "batch": batch})
+        return [_call_record(row) for row in result]
 
     async def call_by_execution_key(self, execution_key: str) -> CallRecord | None:
         """The call with this execution key."""
@@ -964,7 +1034,7 @@ class SQLTransaction:
             if self._row_locks:
                 # Serialises ticket inserts of one run, so the check below cannot race
                 # another transaction inserting a ticket for the same call.
-                await self._execute(_RUN_EXISTS.with_for_update(), {"run_id": ticket.run_id})
+                await self._execute(_LOCK_RUN, {"run_id": ticket.run_id})
             found = await self._execute(_OPEN_FOR_CALL, {"call_id": call_id})
             if found.first() is not None:
                 raise ValueError(f"call {call_id} already has an open ticket")
@@ -1003,11 +1073,12 @@ class SQLTransaction:
         self, run_id: str, *, status: TicketStatus | None = None
     ) -> list[ResumeTicket]:
         """A run's tickets, oldest first."""
-        statement = select(tickets).where(tickets.c.run_id == run_id)
-        if status is not None:
-            statement = statement.where(tickets.c.status == TicketStatus(status).value)
-        statement = statement.order_by(tickets.c.created_at, tickets.c.ticket_id)
-        return [_ticket(row) for row in await self._execute(statement)]
+        if status is None:
+            result = await self._execute(_TICKETS_FOR_RUN, {"run_id": run_id})
+        else:
+            params = {"run_id": run_id, "status": TicketStatus(status).value}
+            result = await self._execute(_TICKETS_FOR_RUN_IN, params)
+        return [_ticket(row) for row in result]
 
     async def open_tickets(self, *, limit: int = 100) -> list[ResumeTicket]:
         """Open tickets of every run, oldest first."""
@@ -1167,11 +1238,8 @@ class SQLTransaction:
 
     async def forget_idempotency(self, scope: str, before: datetime) -> int:
         """Forget keys of `scope` first used before `before`; return how many."""
-        statement = idempotency_keys.delete().where(
-            idempotency_keys.c.scope == scope,
-            idempotency_keys.c.created_at < to_micros(before),
-        )
-        count = (await self._execute(statement)).rowcount
+        params = {"scope": scope, "before": to_micros(before)}
+        count = (await self._execute(_FORGET_KEYS, params)).rowcount
         self.wrote = self.wrote or count > 0
         return count
 
@@ -1180,24 +1248,19 @@ class SQLTransaction:
         if await self.session_revoked(session_id):
             return
         await self._execute(
-            insert(revoked_sessions),
-            {"session_id": session_id, "expires_at": to_micros(expires_at)},
+            _REVOKE_SESSION, {"session_id": session_id, "expires_at": to_micros(expires_at)}
         )
         self.wrote = True
 
     async def session_revoked(self, session_id: str) -> bool:
         """Whether a session was revoked."""
-        statement = select(revoked_sessions.c.session_id).where(
-            revoked_sessions.c.session_id == session_id
-        )
-        return (await self._execute(statement)).first() is not None
+        found = await self._execute(_SESSION_REVOKED, {"session_id": session_id})
+        return found.first() is not None
 
     async def forget_revoked_sessions(self, before: datetime) -> int:
         """Forget revocations of sessions that expired before `before`."""
-        statement = revoked_sessions.delete().where(
-            revoked_sessions.c.expires_at < to_micros(before)
-        )
-        count = (await self._execute(statement)).rowcount
+        params = {"before": to_micros(before)}
+        count = (await self._execute(_FORGET_SESSIONS, params)).rowcount
         self.wrote = self.wrote or count > 0
         return count
 
@@ -1253,10 +1316,8 @@ class SQLTransaction:
         return True
 
     async def _received_exists(self, command_id: str) -> bool:
-        found = select(received_commands.c.command_id).where(
-            received_commands.c.command_id == command_id
-        )
-        return (await self._execute(found)).first() is not None
+        found = await self._execute(_RECEIVED_ID, {"command_id": command_id})
+        return found.first() is not None
 
     # standing grants ---------------------------------------------------------------
     async def insert_grant(self, grant: GrantRecord) -> None:
@@ -1362,141 +1423,17 @@ def _check_close(status: TicketStatus, decision: Answer | None) -> None:
         raise ValueError("a decided ticket needs its decision")
 
 
-# --- SQLite driver ---------------------------------------------------------------------
+# --- SQLite ----------------------------------------------------------------------------
 #
-# aiosqlite runs each sqlite3 call on its own thread, one queue round trip per call, and
-# SQLAlchemy's adapter makes three or four calls per statement (open a cursor, execute,
-# fetch, close). Those round trips, not SQLite, dominate a short transaction. The lean
-# connection below does a whole statement in one round trip; everything else (the
-# thread, commit, rollback, close) is aiosqlite's own.
+# The store's own transactions go through `SQLiteWriter` (see `runtime.store._sqlite`).
+# The async engine is for tools and tests that want SQLAlchemy on the same file; it gets
+# the same pragmas and takes the write lock at BEGIN too.
 
 
-def _run_statement(
-    lean: _LeanConnection, sql: str, parameters: Any
-) -> tuple[Any, list[Any], int, int | None]:
-    conn = lean._conn
-    cursor = conn.cursor()
-    try:
-        cursor.execute(sql, parameters)
-        description = cursor.description
-        rows = cursor.fetchall() if description else []
-        return description, rows, cursor.rowcount, cursor.lastrowid
-    finally:
-        cursor.close()
-        lean.in_transaction = conn.in_transaction
-
-
-def _run_many(
-    lean: _LeanConnection, sql: str, seq_of_parameters: Any
-) -> tuple[Any, list[Any], int, int | None]:
-    conn = lean._conn
-    cursor = conn.cursor()
-    try:
-        cursor.executemany(sql, seq_of_parameters)
-        return None, [], cursor.rowcount, cursor.lastrowid
-    finally:
-        cursor.close()
-        lean.in_transaction = conn.in_transaction
-
-
-def _end_transaction(lean: _LeanConnection, commit: bool) -> None:
-    conn = lean._conn
-    try:
-        if commit:
-            conn.commit()
-        else:
-            conn.rollback()
-    finally:
-        lean.in_transaction = conn.in_transaction
-
-
-class _LeanCursor:
-    """An aiosqlite-shaped cursor that executes and fetches in one thread round trip."""
-
-    def __init__(self, connection: _LeanConnection) -> None:
-        self._connection = connection
-        self._rows: list[Any] = []
-        self.description: Any = None
-        self.rowcount = -1
-        self.lastrowid: int | None = None
-        self.arraysize = 1
-
-    async def __aenter__(self) -> _LeanCursor:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-    async def execute(self, sql: str, parameters: Any = ()) -> _LeanCursor:
-        conn = self._connection
-        result = await conn.call(_run_statement, conn, sql, parameters)
-        self.description, self._rows, self.rowcount, self.lastrowid = result
-        return self
-
-    async def executemany(self, sql: str, seq_of_parameters: Any) -> _LeanCursor:
-        conn = self._connection
-        result = await conn.call(_run_many, conn, sql, seq_of_parameters)
-        self.description, self._rows, self.rowcount, self.lastrowid = result
-        return self
-
-    async def fetchone(self) -> Any:
-        return self._rows.pop(0) if self._rows else None
-
-    async def fetchmany(self, size: int | None = None) -> list[Any]:
-        count = self.arraysize if size is None else size
-        rows, self._rows = self._rows[:count], self._rows[count:]
-        return rows
-
-    async def fetchall(self) -> list[Any]:
-        rows, self._rows = self._rows, []
-        return rows
-
-    async def close(self) -> None:
-        self._rows = []
-
-    def __aiter__(self) -> AsyncIterator[Any]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[Any]:
-        while self._rows:
-            yield self._rows.pop(0)
-
-
-class _LeanConnection(aiosqlite.Connection):
-    """aiosqlite's connection with `_LeanCursor` cursors.
-
-    Attributes:
-        in_transaction: Whether the database connection was inside a transaction after
-            the last statement, commit or rollback (written on the connection's thread).
-    """
-
-    in_transaction = False
-
-    # aiosqlite's cursor() is an awaitable context manager; SQLAlchemy only enters it.
-    def cursor(self) -> _LeanCursor:  # type: ignore[override]
-        return _LeanCursor(self)
-
-    async def call(self, fn: Callable[..., _T], *args: Any) -> _T:
-        """Run ``fn(*args)`` on the connection's thread (aiosqlite's one primitive)."""
-        queue = cast(Callable[..., Awaitable[_T]], self._execute)
-        return await queue(fn, *args)
-
-    async def commit(self) -> None:
-        """Commit the current transaction."""
-        await self.call(_end_transaction, self, True)
-
-    async def rollback(self) -> None:
-        """Roll back the current transaction, if there is one."""
-        # The pool rolls back every connection it takes back, though a transaction
-        # here always ended in an explicit commit or rollback; skip that round trip.
-        if self.in_transaction:
-            await self.call(_end_transaction, self, False)
-
-
-async def _open_lean_connection(engine: AsyncEngine) -> _LeanConnection:
+async def _open_aiosqlite(engine: AsyncEngine) -> aiosqlite.Connection:
     # The same arguments SQLAlchemy would give sqlite3.connect for this URL.
     cargs, cparams = engine.dialect.create_connect_args(engine.url)
-    connection = _LeanConnection(partial(sqlite3.connect, *cargs, **cparams), 64)
+    connection = aiosqlite.Connection(partial(sqlite3.connect, *cargs, **cparams), 64)
     # Like SQLAlchemy's own aiosqlite connect: never keep the process alive.
     connection._thread.daemon = True
     try:
@@ -1510,11 +1447,17 @@ async def _open_lean_connection(engine: AsyncEngine) -> _LeanConnection:
     return connection
 
 
-def _install_sqlite_hooks(engine: AsyncEngine, *, busy_timeout_ms: int, synchronous: str) -> None:
-    @event.listens_for(engine.sync_engine, "connect")
+def _install_sqlite_hooks(
+    engine: AsyncEngine | Engine, *, busy_timeout_ms: int | None, synchronous: str | None
+) -> None:
+    sync_engine = engine.sync_engine if isinstance(engine, AsyncEngine) else engine
+
+    @event.listens_for(sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         # Take BEGIN away from the sqlite3 module; `_on_begin` emits our own.
         dbapi_connection.isolation_level = None
+        if busy_timeout_ms is None or synchronous is None:
+            return  # the writer's connection, tuned already
         cursor = dbapi_connection.cursor()
         try:
             cursor.execute("PRAGMA journal_mode=WAL")
@@ -1524,11 +1467,41 @@ def _install_sqlite_hooks(engine: AsyncEngine, *, busy_timeout_ms: int, synchron
         finally:
             cursor.close()
 
-    @event.listens_for(engine.sync_engine, "begin")
+    @event.listens_for(sync_engine, "begin")
     def _on_begin(conn: Connection) -> None:
         # IMMEDIATE takes the write lock up front: a deferred transaction that reads
         # first and writes later can fail with SQLITE_BUSY without waiting.
         conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _writer_engine(conn: sqlite3.Connection) -> Engine:
+    """A synchronous engine over the writer's connection (migrations, schema checks)."""
+    engine = create_engine("sqlite://", creator=lambda: conn, poolclass=StaticPool)
+    _install_sqlite_hooks(engine, busy_timeout_ms=None, synchronous=None)
+    return engine
+
+
+def _waiting(conn: sqlite3.Connection, busy_timeout_ms: int, fn: Callable[[], _T]) -> _T:
+    """Run `fn` on the writer's connection, waiting for other processes' locks meanwhile."""
+    conn.execute(f"PRAGMA busy_timeout={busy_timeout_ms}").close()
+    try:
+        return fn()
+    finally:
+        conn.execute("PRAGMA busy_timeout=0").close()
+
+
+def _migrate_sync(engine: Engine) -> None:
+    with engine.begin() as conn:
+        status = _schema_status(conn)
+        if status.state == "newer_incompatible":
+            raise StorageError(f"cannot migrate: {status.describe()}")
+        if status.state != "newer_compatible":
+            _upgrade(conn)
+
+
+def _reading(engine: Engine, fn: Callable[[Connection], _T]) -> _T:
+    with engine.connect() as conn:
+        return fn(conn)
 
 
 # --- the store -------------------------------------------------------------------------
@@ -1549,16 +1522,22 @@ class SQLStore:
 
     Args:
         engine: The async engine to use; the store disposes it on `close`.
+        writer: SQLite only: the connection the store's transactions share (made by
+            `from_url`). Without it, every transaction takes a connection of the engine.
     """
 
-    def __init__(self, engine: AsyncEngine) -> None:
+    def __init__(self, engine: AsyncEngine, writer: SQLiteWriter | None = None) -> None:
         self._engine = engine
+        self._writer = writer
         self._is_sqlite = engine.dialect.name == "sqlite"
         self._where = _describe(engine.url)
+        self._busy_timeout_ms = 0
         self._lock: AbstractAsyncContextManager[Any] = (
             asyncio.Lock() if self._is_sqlite else contextlib.nullcontext()
         )
         self._commits = 0
+        self._sync_engine: Engine | None = None
+        self._sync_for: sqlite3.Connection | None = None
 
     @classmethod
     def from_url(
@@ -1579,7 +1558,8 @@ class SQLStore:
             busy_timeout_ms: SQLite only: how long to wait for another process's lock.
             synchronous: SQLite only: ``full`` (durable on power loss) or ``normal``
                 (WAL default; a power loss may lose the last commits, never corrupts).
-            echo: Log every statement.
+            echo: Log every statement (of the engine; on SQLite the store's own
+                transactions do not go through it).
 
         Returns:
             The store. Call `migrate` before first use.
@@ -1598,19 +1578,26 @@ class SQLStore:
         options: dict[str, Any] = {}
         _check_directory(parsed)
         if parsed.database not in (None, "", ":memory:"):
-            # Transactions are serialised per process, so one connection is all a
-            # store uses; the overflow serves tools reading beside it.
+            # The store's transactions use the writer's connection; these serve tools.
             options.update(pool_size=1, max_overflow=2)
         engine: AsyncEngine
 
-        async def connect() -> _LeanConnection:
-            return await _open_lean_connection(engine)
+        async def connect() -> aiosqlite.Connection:
+            return await _open_aiosqlite(engine)
 
         engine = create_async_engine(parsed, echo=echo, async_creator=connect, **options)
         _install_sqlite_hooks(
             engine, busy_timeout_ms=int(busy_timeout_ms), synchronous=synchronous.lower()
         )
-        return cls(engine)
+        cargs, cparams = engine.dialect.create_connect_args(engine.url)
+        writer = SQLiteWriter(
+            partial(open_sqlite, cargs, cparams, synchronous=synchronous.lower()),
+            busy_timeout_ms=int(busy_timeout_ms),
+            where=_describe(parsed),
+        )
+        store = cls(engine, writer)
+        store._busy_timeout_ms = int(busy_timeout_ms)
+        return store
 
     @classmethod
     def sqlite(
@@ -1627,7 +1614,7 @@ class SQLStore:
             path: The database file.
             busy_timeout_ms: How long to wait for another process's lock.
             synchronous: ``full`` or ``normal``; see `from_url`.
-            echo: Log every statement.
+            echo: Log every statement of the engine; see `from_url`.
         """
         url = URL.create("sqlite+aiosqlite", database=str(path))
         return cls.from_url(
@@ -1636,27 +1623,58 @@ class SQLStore:
 
     @property
     def engine(self) -> AsyncEngine:
-        """The underlying engine (for tools and tests)."""
+        """The underlying engine (for tools and tests).
+
+        On SQLite the store's own transactions use a connection of their own (see
+        `runtime.store._sqlite`); the engine opens others on the same file. An in-memory
+        SQLite database is private to each connection, so there the engine sees another,
+        empty one.
+        """
         return self._engine
 
     @property
     def commits(self) -> int:
         """How many transactions that wrote something were committed."""
-        return self._commits
+        return self._writer.commits if self._writer is not None else self._commits
+
+    @property
+    def syncs(self) -> int:
+        """How many database commits made writes durable.
+
+        On SQLite transactions that run at the same time share one commit (see
+        `runtime.store._sqlite`), so this can be less than `commits`; on PostgreSQL it
+        is `commits`.
+        """
+        return self._writer.syncs if self._writer is not None else self._commits
+
+    @property
+    def writer(self) -> SQLiteWriter | None:
+        """SQLite: the connection the store's transactions share (benchmarks trace it)."""
+        return self._writer
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[SQLTransaction]:
         """Run a transaction: commit on normal exit, roll back on an exception.
 
+        On SQLite, transactions of this store that queue while one runs share its
+        commit; each leaves this block only once its writes are durable.
+
         Raises:
             StorageError: The database failed to begin or commit. After a failed
                 commit the outcome is unknown.
         """
+        if self._writer is not None:
+            async with self._writer.member() as member:
+                tx = SQLTransaction(member, self._engine.dialect)
+                yield tx
+                await tx.flush()
+                member.wrote = tx.wrote
+            return
         async with self._lock:
             conn = await self._connect()
             try:
                 await self._begin(conn)
-                tx = SQLTransaction(conn)
+                tx = SQLTransaction(conn, conn.dialect)
                 try:
                     yield tx
                     await tx.flush()
@@ -1687,6 +1705,21 @@ class SQLStore:
         except SQLAlchemyError as exc:
             raise StorageError(f"cannot open {self._where}: {_reason(exc)}") from exc
 
+    def _writer_engine(self, conn: sqlite3.Connection) -> Engine:
+        if self._sync_engine is None or self._sync_for is not conn:
+            self._sync_engine, self._sync_for = _writer_engine(conn), conn
+        return self._sync_engine
+
+    async def _on_writer(self, fn: Callable[[Engine], _T]) -> _T:
+        """Run ``fn(engine)`` on the writer's connection, alone, on its worker thread."""
+        writer = self._writer
+        assert writer is not None
+        async with writer.exclusive() as conn:
+            engine = self._writer_engine(conn)
+            return await writer.in_thread(
+                _waiting, conn, self._busy_timeout_ms, partial(fn, engine)
+            )
+
     async def migrate(self) -> None:
         """Upgrade the schema to the newest migration (creating it if needed).
 
@@ -1701,30 +1734,32 @@ class SQLStore:
         # Another process migrating the same SQLite file holds the write lock for longer
         # than the busy timeout meant for short transactions: wait for it, a while.
         deadline = time.monotonic() + _MIGRATION_WAIT_SECONDS
-        async with self._lock:
-            while True:
-                try:
-                    async with self._engine.begin() as conn:
-                        if conn.dialect.name == "postgresql":
-                            await conn.execute(
-                                text("SELECT pg_advisory_xact_lock(:key)"),
-                                {"key": _PG_MIGRATION_LOCK},
-                            )
-                        status = await conn.run_sync(_schema_status)
-                        if status.state == "newer_incompatible":
-                            raise StorageError(f"cannot migrate: {status.describe()}")
-                        if status.state != "newer_compatible":
-                            await conn.run_sync(_upgrade)
+        while True:
+            try:
+                if self._writer is not None:
+                    await self._on_writer(_migrate_sync)
                     return
-                except OperationalError as exc:
-                    locked = self._is_sqlite and "locked" in str(exc.orig)
-                    if not locked or time.monotonic() > deadline:
-                        raise StorageError(
-                            f"migrating {self._where} failed: {_reason(exc)}"
-                        ) from exc
-                    await asyncio.sleep(0.1)
-                except SQLAlchemyError as exc:
+                async with self._lock, self._engine.begin() as conn:
+                    if conn.dialect.name == "postgresql":
+                        await conn.execute(
+                            text("SELECT pg_advisory_xact_lock(:key)"),
+                            {"key": _PG_MIGRATION_LOCK},
+                        )
+                    status = await conn.run_sync(_schema_status)
+                    if status.state == "newer_incompatible":
+                        raise StorageError(f"cannot migrate: {status.describe()}")
+                    if status.state != "newer_compatible":
+                        await conn.run_sync(_upgrade)
+                return
+            except OperationalError as exc:
+                locked = self._is_sqlite and "locked" in str(exc.orig)
+                if not locked or time.monotonic() > deadline:
                     raise StorageError(f"migrating {self._where} failed: {_reason(exc)}") from exc
+                await asyncio.sleep(0.1)
+            except SQLAlchemyError as exc:
+                raise StorageError(f"migrating {self._where} failed: {_reason(exc)}") from exc
+            except OpenFailed as exc:
+                raise StorageError(f"migrating {self._where} failed: {exc.reason}") from exc
 
     async def schema_revision(self) -> str | None:
         """The migration revision the database is at; None for an empty database."""
@@ -1737,15 +1772,19 @@ class SQLStore:
         expected = ScriptDirectory.from_config(alembic_config()).get_heads()
         return bool(heads) and set(heads) == set(expected)
 
+    async def _read_schema(self, fn: Callable[[Connection], _T]) -> _T:
+        if self._writer is not None:
+            return await self._on_writer(partial(_reading, fn=fn))
+        async with self._lock, self._engine.connect() as conn:
+            return await conn.run_sync(fn)
+
     async def _current_heads(self) -> tuple[str, ...]:
-        async with self._lock:
-            try:
-                async with self._engine.connect() as conn:
-                    return await conn.run_sync(_current_heads)
-            except SQLAlchemyError as exc:
-                raise StorageError(
-                    f"could not read the schema revision of {self._where}: {_reason(exc)}"
-                ) from exc
+        try:
+            return await self._read_schema(_current_heads)
+        except SQLAlchemyError as exc:
+            raise StorageError(
+                f"could not read the schema revision of {self._where}: {_reason(exc)}"
+            ) from exc
 
     async def schema_status(self) -> SchemaStatus:
         """Where the database's schema stands against the migrations this code ships.
@@ -1758,12 +1797,10 @@ class SQLStore:
         Raises:
             StorageError: The database cannot be read.
         """
-        async with self._lock:
-            try:
-                async with self._engine.connect() as conn:
-                    return await conn.run_sync(_schema_status)
-            except SQLAlchemyError as exc:
-                raise StorageError(f"could not read the schema revision: {exc}") from exc
+        try:
+            return await self._read_schema(_schema_status)
+        except SQLAlchemyError as exc:
+            raise StorageError(f"could not read the schema revision: {exc}") from exc
 
     async def listen(
         self,
@@ -1804,7 +1841,10 @@ class SQLStore:
                 await asyncio.wait_for(stop.wait(), timeout=retry_seconds)
 
     async def close(self) -> None:
-        """Close every pooled connection."""
+        """Close the writer's connection (SQLite) and every pooled connection."""
+        if self._writer is not None:
+            await self._writer.close()
+        self._sync_engine = self._sync_for = None
         await self._engine.dispose()
 
 

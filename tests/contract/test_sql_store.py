@@ -4,6 +4,7 @@ error translation and exact time conversion."""
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
@@ -18,7 +19,6 @@ from sqlalchemy import text
 
 from runtime.errors import StorageError
 from runtime.states import TicketStatus
-from runtime.store import sql
 from runtime.store.sql import SQLStore, from_micros, to_micros
 from runtime.tickets import Allow, Deny, ToolPermission
 
@@ -224,34 +224,51 @@ async def test_one_process_queues_its_own_transactions(tmp_path: Path, make: Mak
         await store.close()
 
 
-async def test_sqlite_statements_cost_one_thread_round_trip(
+async def test_sqlite_statements_run_without_thread_round_trips(
     tmp_path: Path, make: Make, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = SQLStore.sqlite(tmp_path / "t.db")
     try:
         await store.migrate()
-        async with store.transaction() as tx:
-            await tx.insert_run(make.run())
-        calls: list[str] = []
-        original = sql._LeanConnection.call
+        writer = store.writer
+        assert writer is not None
+        hops: list[str] = []
+        original = writer._submit
 
-        async def counting(self: Any, fn: Any, *args: Any) -> Any:
-            calls.append(fn.__name__)
-            return await original(self, fn, *args)
+        def counting(fn: Any, *args: Any) -> Any:
+            hops.append(getattr(fn, "__name__", "?"))
+            return original(fn, *args)
 
-        monkeypatch.setattr(sql._LeanConnection, "call", counting)
-        async with store.transaction() as tx:
-            await tx.get_run("run_1")
-            await tx.set_run_flags("run_1", pause=True)
-        # BEGIN IMMEDIATE, SELECT, UPDATE, COMMIT; the pool's rollback is skipped.
-        assert calls == ["_run_statement"] * 3 + ["_end_transaction"]
-        calls.clear()
-        with pytest.raises(ValueError):
+        monkeypatch.setattr(writer, "_submit", counting)
+        # Transactions one after another: each commit is made durable before the next
+        # begins; the process is not busy with anything else, so it commits itself.
+        for n in range(3):
             async with store.transaction() as tx:
-                await tx.insert_run(make.run())
-        assert calls == ["_run_statement"] * 2 + ["_end_transaction"]
+                await tx.insert_run(make.run(f"run_{n}"))
+                await tx.get_run(f"run_{n}")
+                await tx.set_run_flags(f"run_{n}", pause=True)
+        assert writer.syncs == 3
+        assert hops == ["_commit"]  # the first; the task's next ones commit here
+        hops.clear()
+
+        # Several tasks at once: the statements still run here, the shared commits go to
+        # the worker thread, one hop each.
+        async def write(n: int) -> None:
+            async with store.transaction() as tx:
+                await tx.insert_run(make.run(f"more_{n}"))
+
+        await asyncio.gather(*(write(n) for n in range(10)))
+        assert hops == ["_commit"] * (writer.syncs - 3)
+        assert 1 <= len(hops) < 10
+        assert writer.commits == 13
+        # Reading, and failing, make nothing durable.
+        before = writer.syncs
         async with store.transaction() as tx:
             stored = await tx.get_run("run_1")
+        with pytest.raises(ValueError):
+            async with store.transaction() as tx:
+                await tx.insert_run(make.run("run_1"))
+        assert writer.syncs == before
         assert stored is not None and stored.pause_requested
     finally:
         await store.close()
@@ -322,7 +339,8 @@ async def test_unopenable_database_raises_storage_error_naming_it(tmp_path: Path
         # aiosqlite's thread of the failed connection has ended before the error
         # surfaced: it must not outlive the event loop it reports to.
         assert set(_aiosqlite_threads()) - earlier == set()
-        with pytest.raises(StorageError, match="unable to open database file"):
+        failed = f"migrating the SQLite database {tmp_path} failed: unable to open database file"
+        with pytest.raises(StorageError, match=re.escape(failed)):
             await store.migrate()
         assert set(_aiosqlite_threads()) - earlier == set()
     finally:

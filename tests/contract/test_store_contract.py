@@ -12,7 +12,7 @@ import pytest
 from runtime.errors import LeaseLost
 from runtime.states import CallState, RunStatus, TicketStatus
 from runtime.store.base import DuplicateKey, Store, Transaction
-from runtime.store.records import IdempotencyRecord
+from runtime.store.records import CALL_CREATED_WITH, RUN_CREATED_WITH, IdempotencyRecord
 from runtime.tickets import (
     Abort,
     Allow,
@@ -136,18 +136,11 @@ async def test_records_in_and_out_are_copies(store: Store, make: Make) -> None:
     assert stored.origin["channel"] == "C1"
 
 
-async def test_update_run_writes_every_column(store: Store, make: Make) -> None:
+async def test_update_run_writes_every_column_that_changes(store: Store, make: Make) -> None:
     await seed_runs(store, make)
     changed = make.run(
-        thread_id="thread_2",
-        agent="deploys",
-        agent_version="v2",
         status=RunStatus.DONE,
-        input="changed input",
-        requester="U2",
-        created_at=make.at(-1),
         updated_at=make.at(5),
-        origin={"platform": "webhook"},
         messages=[{"role": "assistant", "content": "ok"}],
         turns=2,
         prompt_tokens=100,
@@ -165,6 +158,26 @@ async def test_update_run_writes_every_column(store: Store, make: Make) -> None:
     async with store.transaction() as tx:
         await tx.update_run(changed)
     assert await read_run(store) == changed
+
+
+async def test_update_run_keeps_what_the_run_was_created_with(store: Store, make: Make) -> None:
+    await seed_runs(store, make)
+    created = make.run()
+    rewritten = replace(
+        created,
+        thread_id="thread_2",
+        agent="deploys",
+        agent_version="v2",
+        input="changed input",
+        requester="U2",
+        created_at=make.at(-1),
+        origin={"platform": "webhook"},
+        turns=2,
+    )
+    assert {f for f in RUN_CREATED_WITH if getattr(rewritten, f) == getattr(created, f)} == set()
+    async with store.transaction() as tx:
+        await tx.update_run(rewritten)
+    assert await read_run(store) == replace(created, turns=2)
 
 
 async def test_update_run_with_matching_fence(store: Store, make: Make) -> None:
@@ -485,6 +498,31 @@ async def test_update_call(store: Store, make: Make) -> None:
     with pytest.raises(ValueError):
         async with store.transaction() as tx:
             await tx.update_call(make.call("ghost"))
+
+
+async def test_update_call_keeps_what_the_call_was_proposed_with(store: Store, make: Make) -> None:
+    await seed_runs(store, make, "run_1", "run_2")
+    proposed = make.call()
+    async with store.transaction() as tx:
+        await tx.insert_call(proposed)
+    rewritten = replace(
+        proposed,
+        run_id="run_2",
+        batch=9,
+        seq=9,
+        model_call_id="other",
+        tool="other_tool",
+        args={"changed": True},
+        replay_policy="safe",
+        execution_key="xk_other",
+        created_at=make.at(-1),
+        attempts=2,
+    )
+    assert {f for f in CALL_CREATED_WITH if getattr(rewritten, f) == getattr(proposed, f)} == set()
+    async with store.transaction() as tx:
+        await tx.update_call(rewritten)
+    async with store.transaction() as tx:
+        assert await tx.get_call(proposed.call_id) == replace(proposed, attempts=2)
 
 
 async def test_calls_for_run_ordered_by_batch_and_seq(store: Store, make: Make) -> None:

@@ -1,0 +1,771 @@
+"""SQLite without a thread round trip per statement, and with group commit.
+
+A store on a SQLite file keeps one `sqlite3` connection for its transactions, and runs
+them one at a time (`SQLiteWriter`). Statements run right on the event loop's thread:
+with the write lock held and the pages in memory, one takes microseconds, less than a
+hand-over to another thread would. What can take long runs on the store's own worker
+thread instead, so the event loop never waits on the disk or on another process:
+
+- ``BEGIN IMMEDIATE`` when another process holds the write lock (a first try on the
+  loop fails at once; the worker thread then waits up to the busy timeout);
+- ``COMMIT`` of a transaction that wrote something (the ``fsync`` of the WAL);
+- opening the file.
+
+**Group commit.** Transactions that queue while one runs join the same SQLite
+transaction, each inside its own ``SAVEPOINT`` (so a failing one rolls back alone); the
+last of the queue commits them all with one ``COMMIT``, and each caller leaves its
+``async with`` only once that commit is durable. Under concurrency a commit (and its
+``fsync``) is shared by many transactions; one alone pays one. A transaction that only
+read, and saw nothing uncommitted, does not wait for a commit.
+
+Statements are SQLAlchemy Core constructs, compiled once each for SQLite (`Plan`): the
+same statements the store runs on PostgreSQL, with SQLAlchemy's own conversion of each
+column type (JSON, booleans), minus its per-statement execution machinery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import operator
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
+
+from sqlalchemy import Table
+from sqlalchemy.dialects import sqlite
+from sqlalchemy.engine import Dialect
+from sqlalchemy.sql import ClauseElement, Executable
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.dml import UpdateBase
+from sqlalchemy.types import TypeEngine
+
+from runtime.errors import StorageError
+
+_T = TypeVar("_T")
+
+_GROUP_MEMBERS = 128
+"""At most this many transactions share a commit..."""
+_GROUP_SECONDS = 0.02
+"""...and a commit waits at most this long for transactions still queueing."""
+_PLAN_CACHE = 512
+_REQUIRED: Any = object()
+
+
+class OpenFailed(StorageError):
+    """The database file could not be opened.
+
+    Attributes:
+        reason: SQLite's own message.
+    """
+
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(f"cannot open {where}: {reason}")
+        self.reason = reason
+
+
+def sqlite_dialect() -> Dialect:
+    """SQLAlchemy's SQLite dialect, configured for this machine's SQLite library."""
+    dialect = sqlite.dialect()
+    returning = sqlite3.sqlite_version_info >= (3, 35)
+    # An offline dialect does not know the library's version; RETURNING came with 3.35.
+    dialect.insert_returning = returning
+    dialect.update_returning = returning
+    dialect.delete_returning = returning
+    return dialect
+
+
+# --- statements ------------------------------------------------------------------------
+
+
+class Rows:
+    """The rows and row count of one statement (what the store reads of a result)."""
+
+    __slots__ = ("_rows", "rowcount")
+
+    def __init__(self, rows: list[Any], rowcount: int) -> None:
+        self._rows = rows
+        self.rowcount = rowcount
+
+    def first(self) -> Any:
+        """The first row, or None."""
+        return self._rows[0] if self._rows else None
+
+    def one(self) -> Any:
+        """The only row."""
+        if len(self._rows) != 1:
+            raise StorageError(f"expected one row, got {len(self._rows)}")
+        return self._rows[0]
+
+    def all(self) -> list[Any]:
+        """Every row."""
+        return list(self._rows)
+
+    def scalars(self) -> list[Any]:
+        """The first column of every row."""
+        return [row[0] for row in self._rows]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._rows)
+
+
+class Plan:
+    """A statement compiled for SQLite, with how to bind its parameters and read its rows.
+
+    Args:
+        sql: The SQL text, with ``?`` placeholders.
+        binds: Per placeholder: the parameter's name, SQLAlchemy's conversion for its
+            type (or None), and its fixed value (a literal in the statement) or
+            `_REQUIRED`.
+        table: The table an INSERT or UPDATE writes (its RETURNING columns' types).
+        expanding: The parameters that are lists (``IN``), written out per execution.
+    """
+
+    __slots__ = (
+        "_converts",
+        "_fixed",
+        "_get",
+        "binds",
+        "expanding",
+        "results",
+        "row",
+        "sql",
+        "table",
+    )
+
+    def __init__(
+        self,
+        sql: str,
+        binds: Sequence[tuple[str, Callable[[Any], Any] | None, Any]],
+        *,
+        table: Table | None = None,
+        expanding: frozenset[str] = frozenset(),
+    ) -> None:
+        self.sql = sql
+        self.binds = tuple(binds)
+        self.table = table
+        self.expanding = expanding
+        self.row: Callable[[Sequence[Any]], Any] | None = None
+        """Makes a row (named fields, like SQLAlchemy's rows); None without rows, or for
+        RETURNING until the first rows came back."""
+        self.results: tuple[tuple[int, Callable[[Any], Any]], ...] = ()
+        """Per converted column: its index and SQLAlchemy's conversion."""
+        names = [name for name, _convert, _fixed in self.binds]
+        self._fixed = {name: fixed for name, _c, fixed in self.binds if fixed is not _REQUIRED}
+        self._get: Callable[[Mapping[str, Any]], Any] | None = (
+            operator.itemgetter(*names) if len(names) > 1 else None
+        )
+        self._converts = tuple(
+            (index, convert) for index, (_n, convert, _f) in enumerate(self.binds) if convert
+        )
+
+    def learn(self, columns: Sequence[tuple[str, TypeEngine[Any]]], dialect: Dialect) -> None:
+        """Name the result columns and note how to convert each (by its type)."""
+        names = [name for name, _type in columns]
+        self.row = collections.namedtuple("Row", names)._make  # type: ignore[attr-defined]
+        results = []
+        for index, (_name, type_) in enumerate(columns):
+            convert = type_.dialect_impl(dialect).result_processor(dialect, None)
+            if convert is not None:
+                results.append((index, convert))
+        self.results = tuple(results)
+
+    def learn_returning(self, description: Sequence[Any], dialect: Dialect) -> None:
+        """Name a DML statement's RETURNING columns from the cursor's description."""
+        assert self.table is not None
+        columns = self.table.c
+        self.learn([(d[0], columns[d[0]].type) for d in description], dialect)
+
+    def expand(self, params: Mapping[str, Any]) -> tuple[str, list[Any]]:
+        """The SQL and positional parameters for `params`, lists written out.
+
+        An empty list becomes ``IN (NULL)``, which matches nothing.
+        """
+        sql = self.sql
+        values: list[Any] = []
+        for name, value in zip([b[0] for b in self.binds], self.parameters(params), strict=True):
+            if name in self.expanding:
+                items = list(value)
+                marks = ", ".join("?" * len(items)) or "NULL"
+                sql = sql.replace(f"__[POSTCOMPILE_{name}]", marks, 1)
+                values.extend(items)
+            else:
+                values.append(value)
+        return sql, values
+
+    def parameters(self, params: Mapping[str, Any]) -> list[Any]:
+        """The positional parameters for `params`.
+
+        Raises:
+            ValueError: A parameter is missing, or its value cannot be stored (e.g.
+                something JSON cannot encode).
+        """
+        given = {**self._fixed, **params} if self._fixed else params
+        try:
+            if self._get is not None:
+                values = list(self._get(given))
+            else:
+                values = [given[name] for name, _c, _f in self.binds]
+        except KeyError as exc:
+            raise ValueError(f"the statement needs a value for {exc}") from None
+        for index, convert in self._converts:
+            value = values[index]
+            try:
+                if self.expanding and self.binds[index][0] in self.expanding:
+                    values[index] = [convert(item) for item in value]
+                else:
+                    values[index] = convert(value)
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"cannot store value: {exc}") from exc
+        return values
+
+    def read(self, raw: list[Any]) -> list[Any]:
+        """Rows as the store reads them: converted, with named fields."""
+        make = self.row
+        if make is None:
+            return raw
+        if not self.results:
+            return [make(row) for row in raw]
+        rows = []
+        for row in raw:
+            values = list(row)
+            for index, convert in self.results:
+                values[index] = convert(values[index])
+            rows.append(make(values))
+        return rows
+
+
+def compile_plan(statement: ClauseElement, keys: Sequence[str], dialect: Dialect) -> Plan:
+    """Compile `statement` for SQLite; `keys` name the parameters an INSERT or UPDATE sets."""
+    compiled = cast(
+        SQLCompiler,
+        statement.compile(
+            dialect=dialect,
+            column_keys=list(keys) if isinstance(statement, UpdateBase) else None,
+        ),
+    )
+    binds = []
+    for name in compiled.positiontup or ():
+        bind = compiled.binds[name]
+        fixed = _REQUIRED if bind.required else bind.effective_value
+        convert = bind.type.dialect_impl(dialect).bind_processor(dialect)
+        binds.append((name, convert, fixed))
+    expanding = frozenset(
+        name for name in compiled.positiontup or () if compiled.binds[name].expanding
+    )
+    if isinstance(statement, UpdateBase):
+        # RETURNING columns are the table's; the rows say which (SQLAlchemy's own list
+        # of them is memoized and can be stale on statements derived with returning()).
+        return Plan(compiled.string, binds, table=cast(Table, statement.table), expanding=expanding)
+    plan = Plan(compiled.string, binds, expanding=expanding)
+    columns = getattr(statement, "selected_columns", None)
+    if columns is not None:
+        plan.learn([(column.key, column.type) for column in columns], dialect)
+    return plan
+
+
+# --- the connection --------------------------------------------------------------------
+
+
+@dataclass
+class _Group:
+    """One SQLite transaction shared by the transactions that joined it."""
+
+    committed: asyncio.Future[None]
+    opened: float
+    task: asyncio.Task[Any] | None
+    """The task of the first member."""
+    members: int = 0
+    wrote: bool = False
+
+
+@dataclass
+class Member:
+    """One transaction's view of the shared connection.
+
+    Attributes:
+        wrote: Set by the transaction when it changed something: it then waits for the
+            commit.
+    """
+
+    writer: SQLiteWriter
+    conn: sqlite3.Connection
+    wrote: bool = False
+
+    def execute(
+        self, statement: Executable, params: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None
+    ) -> Rows:
+        """Run one statement (or one per parameter set, for a list of them).
+
+        Raises:
+            sqlite3.Error: From the database.
+            ValueError: A value its column type cannot store.
+        """
+        return self.writer.execute(self.conn, statement, params)
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
+async def _outlast(future: asyncio.Future[Any]) -> bool:
+    """Wait until `future` is done, even if this task is cancelled meanwhile.
+
+    What runs on the worker thread uses the connection: nothing else may use it, and the
+    lock must not pass on, until it has finished.
+
+    Returns:
+        Whether this task was cancelled meanwhile (the caller raises `CancelledError`
+        once it has dealt with the outcome).
+    """
+    interrupted = False
+    while not future.done():
+        try:
+            await asyncio.shield(future)
+        except asyncio.CancelledError:
+            interrupted = True
+    return interrupted
+
+
+async def _settle(future: asyncio.Future[_T]) -> _T:
+    """Await `future` to its end even if this task is cancelled meanwhile (then re-raise)."""
+    if await _outlast(future):
+        future.exception()  # retrieved: the cancellation is what the caller sees
+        raise asyncio.CancelledError
+    return future.result()
+
+
+_Job = tuple[Callable[..., Any], tuple[Any, ...], asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
+
+
+def _deliver(future: asyncio.Future[Any], error: BaseException | None, result: Any) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+def _work(jobs: queue.SimpleQueue[_Job | None]) -> None:
+    """The worker thread: run each job, hand its outcome to its event loop."""
+    while (job := jobs.get()) is not None:
+        fn, args, loop, future = job
+        try:
+            result, error = fn(*args), None
+        except BaseException as exc:  # handed over, raised in the caller
+            result, error = None, exc
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(_deliver, future, error, result)
+        del job, fn, args, loop, future, result, error
+
+
+class SQLiteWriter:
+    """The connection a SQLite store's transactions share, and their group commit.
+
+    Args:
+        open_connection: Opens the `sqlite3` connection (called on the worker thread).
+        busy_timeout_ms: How long ``BEGIN IMMEDIATE`` waits for another process's lock.
+        where: Names the database in messages.
+    """
+
+    def __init__(
+        self,
+        open_connection: Callable[[], sqlite3.Connection],
+        *,
+        busy_timeout_ms: int,
+        where: str,
+    ) -> None:
+        self._open = open_connection
+        self._busy_timeout_ms = busy_timeout_ms
+        self._where = where
+        self._dialect = sqlite_dialect()
+        self._lock = asyncio.Lock()
+        self._waiting = 0
+        # The task whose transaction was the last group, alone (see `_quiet`).
+        self._last_alone: asyncio.Task[Any] | None = None
+        self._conn: sqlite3.Connection | None = None
+        self._group: _Group | None = None
+        self._jobs: queue.SimpleQueue[_Job | None] | None = None
+        self._thread: threading.Thread | None = None
+        self._finishers: set[asyncio.Task[None]] = set()
+        self._plans: dict[tuple[int, tuple[str, ...]], tuple[ClauseElement, Plan]] = {}
+        self.commits = 0
+        """Transactions that wrote something and were committed."""
+        self.syncs = 0
+        """SQLite commits that wrote something (one per group)."""
+        self.on_statement: Callable[[str, float], None] | None = None
+        """Observer of every statement: its SQL and seconds (benchmarks trace with it)."""
+
+    # -- statements ----------------------------------------------------------------------
+    def plan(self, statement: ClauseElement, keys: Sequence[str]) -> Plan:
+        """The compiled form of `statement`, cached for statements used again."""
+        key = (id(statement), tuple(keys) if isinstance(statement, UpdateBase) else ())
+        cached = self._plans.get(key)
+        if cached is not None and cached[0] is statement:
+            return cached[1]
+        plan = compile_plan(statement, keys, self._dialect)
+        if len(self._plans) >= _PLAN_CACHE:
+            self._plans.clear()
+        # The statement is kept with its plan: its id is only unique while it lives.
+        self._plans[key] = (statement, plan)
+        return plan
+
+    def execute(
+        self,
+        conn: sqlite3.Connection,
+        statement: Executable,
+        params: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None,
+    ) -> Rows:
+        """Run `statement` on `conn`, on this thread."""
+        assert isinstance(statement, ClauseElement)
+        began = time.perf_counter() if self.on_statement is not None else 0.0
+        if type(params) is list:
+            if not params:
+                return Rows([], 0)
+            plan = self.plan(statement, params[0])
+            cursor = conn.executemany(plan.sql, [plan.parameters(p) for p in params])
+            rows: list[Any] = []
+        else:
+            given = cast(Mapping[str, Any], params or {})
+            plan = self.plan(statement, given)  # type: ignore[arg-type]
+            if plan.expanding:
+                cursor = conn.execute(*plan.expand(given))
+            else:
+                cursor = conn.execute(plan.sql, plan.parameters(given))
+            rows = []
+            if cursor.description:
+                if plan.row is None:
+                    plan.learn_returning(cursor.description, self._dialect)
+                rows = plan.read(cursor.fetchall())
+        result = Rows(rows, cursor.rowcount)
+        cursor.close()
+        if self.on_statement is not None:
+            self.on_statement(plan.sql, time.perf_counter() - began)
+        return result
+
+    # -- transactions ------------------------------------------------------------------
+    @asynccontextmanager
+    async def member(self) -> AsyncIterator[Member]:
+        """Join (or open) the shared SQLite transaction, for one transaction.
+
+        Leaving normally releases this transaction's savepoint and, if it wrote (or read
+        what others wrote and had not committed yet), waits until the shared transaction
+        is committed. Leaving by an exception rolls back this transaction's work only.
+
+        Raises:
+            StorageError: The database could not be opened, a transaction not begun, or
+                the commit failed (its outcome is then unknown).
+        """
+        await self._acquire()
+        group: _Group | None = None
+        wait = False
+        member: Member | None = None
+        try:
+            conn = await self._connection()
+            group = self._group
+            if group is None:
+                await self._begin(conn)
+                group = self._group = _Group(
+                    asyncio.get_running_loop().create_future(),
+                    time.monotonic(),
+                    asyncio.current_task(),
+                )
+            saw_writes = group.wrote
+            # The first member's work is the whole transaction: it needs no savepoint.
+            alone = group.members == 0
+            if not alone:
+                self._sql(conn, "SAVEPOINT member")
+            member = Member(self, conn)
+            try:
+                yield member
+            except BaseException as exc:
+                self._undo(conn, group, exc, alone=alone)
+                raise
+            if not alone:
+                self._sql(conn, "RELEASE member")
+            group.members += 1
+            group.wrote = group.wrote or member.wrote
+            wait = member.wrote or saw_writes
+        except BaseException:
+            self._pass_on(commit_here=False)
+            raise
+        assert group is not None and member is not None
+        if self._pass_on(commit_here=wait):
+            # Nobody else is queued: commit here, without a task in between.
+            await self._finish(group, release=True)
+        if wait:
+            try:
+                await asyncio.shield(group.committed)
+            except sqlite3.Error as exc:
+                raise StorageError(f"commit failed, outcome unknown: {exc}") from exc
+            if member.wrote:
+                self.commits += 1
+
+    @asynccontextmanager
+    async def exclusive(self) -> AsyncIterator[sqlite3.Connection]:
+        """The connection alone, with no transaction open (for migrations).
+
+        Raises:
+            StorageError: The database could not be opened, or an earlier group's commit
+                failed.
+        """
+        await self._acquire()
+        try:
+            if self._group is not None:
+                await self._finish(self._group, release=False)
+            yield await self._connection()
+        finally:
+            self._lock.release()
+
+    async def in_thread(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """Run ``fn(*args)`` on the worker thread, to its end even if cancelled."""
+        return await _settle(self._submit(fn, *args))
+
+    def _submit(self, fn: Callable[..., _T], *args: Any) -> asyncio.Future[_T]:
+        if self._jobs is None or self._thread is None:
+            self._jobs = queue.SimpleQueue()
+            self._thread = threading.Thread(
+                target=_work, args=(self._jobs,), name="signoff-sqlite", daemon=True
+            )
+            self._thread.start()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[_T] = loop.create_future()
+        self._jobs.put((fn, args, loop, future))
+        return future
+
+    async def close(self) -> None:
+        """Commit what is open, close the connection and stop the worker thread."""
+        if self._conn is not None:
+            async with self.exclusive():
+                conn, self._conn = self._conn, None
+                if conn is not None:
+                    conn.close()
+        for task in list(self._finishers):
+            with contextlib.suppress(Exception):
+                await task
+        jobs, thread = self._jobs, self._thread
+        self._jobs = self._thread = None
+        if jobs is not None and thread is not None:
+            jobs.put(None)
+            await asyncio.to_thread(thread.join)
+
+    # -- inside ---------------------------------------------------------------------------
+    async def _acquire(self) -> None:
+        self._waiting += 1
+        try:
+            await self._lock.acquire()
+        except asyncio.CancelledError:
+            self._waiting -= 1
+            if self._group is not None and not self._lock.locked() and self._waiting == 0:
+                # Whoever ran last left the group open for this waiter: commit it.
+                self._spawn_finish(self._group)
+            raise
+        self._waiting -= 1
+
+    def _pass_on(self, *, commit_here: bool) -> bool:
+        """Let the next transaction in, or end the group; True: the caller commits it.
+
+        The lock stays held when this returns True (the caller's `_finish` releases it).
+        """
+        group = self._group
+        if group is None:
+            self._lock.release()
+            return False
+        if (
+            self._waiting > 0
+            and group.members < _GROUP_MEMBERS
+            and time.monotonic() - group.opened < _GROUP_SECONDS
+        ):
+            self._lock.release()  # the next in the queue joins the group
+            return False
+        if commit_here:
+            return True
+        self._spawn_finish(group, locked=True)
+        return False
+
+    def _spawn_finish(self, group: _Group, *, locked: bool = False) -> None:
+        async def finish() -> None:
+            if not locked:
+                await self._lock.acquire()
+            if self._group is group:
+                await self._finish(group, release=True)
+            else:
+                self._lock.release()
+
+        task = asyncio.get_running_loop().create_task(finish())
+        self._finishers.add(task)
+        task.add_done_callback(self._finishers.discard)
+
+    async def _finish(self, group: _Group, *, release: bool) -> None:
+        """Commit (or end) the group; the lock is held, and released if `release`.
+
+        Raises:
+            StorageError: The commit failed (only when not `release`; otherwise the
+                members see it).
+        """
+        interrupted = False
+        try:
+            conn = self._conn
+            assert conn is not None
+            failure: BaseException | None = None
+            if group.wrote and self._quiet(group):
+                try:
+                    self._commit(conn)
+                    self.syncs += 1
+                except sqlite3.Error as exc:
+                    failure = exc
+            elif group.wrote:
+                done = self._submit(self._commit, conn)
+                interrupted = await _outlast(done)
+                failure = done.exception()
+                if failure is None:
+                    self.syncs += 1
+            else:
+                try:
+                    conn.commit()  # nothing written: no sync, just the lock released
+                except sqlite3.Error as exc:
+                    failure = exc
+            self._group = None
+            self._last_alone = group.task if group.members == 1 else None
+            if failure is None:
+                group.committed.set_result(None)
+            else:
+                self._rollback_quietly(conn)
+                group.committed.set_exception(failure)
+                group.committed.exception()  # those who wait see it; nobody else must
+                if not release:
+                    raise StorageError(f"commit failed, outcome unknown: {failure}") from failure
+        finally:
+            if release:
+                self._lock.release()
+        if interrupted:
+            raise asyncio.CancelledError
+
+    def _quiet(self, group: _Group) -> bool:
+        """Whether to commit on the event loop's thread rather than the worker's.
+
+        When one task makes transactions one after another (this group and the one
+        before were each one transaction of the same task, and none is queued), that
+        task waits for this commit and nobody else uses the store: handing the commit to
+        the worker thread and back would only add two thread wake-ups, which on a small
+        virtual machine cost about as much as the commit itself. As soon as another task
+        makes a transaction, commits go to the worker again: the event loop then runs
+        the other tasks while the disk syncs, and their transactions queue up to share
+        the next commit.
+        """
+        return (
+            group.members == 1
+            and self._waiting == 0
+            and group.task is not None
+            and group.task is self._last_alone
+        )
+
+    def _commit(self, conn: sqlite3.Connection) -> None:
+        began = time.perf_counter() if self.on_statement is not None else 0.0
+        conn.commit()
+        if self.on_statement is not None:
+            self.on_statement("COMMIT", time.perf_counter() - began)
+
+    def _undo(
+        self, conn: sqlite3.Connection, group: _Group, error: BaseException, *, alone: bool
+    ) -> None:
+        """Roll back one member's work; if SQLite rolled back everything, fail the group."""
+        if alone:
+            self._rollback_quietly(conn)
+            self._group = None
+            group.committed.set_result(None)  # nothing was done, nobody waits
+            return
+        if conn.in_transaction:
+            try:
+                self._sql(conn, "ROLLBACK TO member")
+                self._sql(conn, "RELEASE member")
+                return
+            except sqlite3.Error:
+                self._rollback_quietly(conn)
+        # Some errors (a full disk, an I/O error) make SQLite roll back the whole
+        # transaction: the members before this one lost their work too.
+        self._group = None
+        reason = (
+            error
+            if isinstance(error, sqlite3.Error)
+            else sqlite3.OperationalError("the transaction was rolled back")
+        )
+        group.committed.set_exception(reason)
+        group.committed.exception()
+
+    @staticmethod
+    def _rollback_quietly(conn: sqlite3.Connection) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            conn.rollback()
+
+    def _sql(self, conn: sqlite3.Connection, sql: str) -> None:
+        conn.execute(sql).close()
+
+    async def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            try:
+                self._conn = await self.in_thread(self._open)
+            except sqlite3.Error as exc:
+                raise OpenFailed(self._where, str(exc)) from exc
+        return self._conn
+
+    async def _begin(self, conn: sqlite3.Connection) -> None:
+        try:
+            try:
+                self._sql(conn, "BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc):
+                    raise
+            # Another process writes: wait for it on the worker thread, not here.
+            try:
+                await self.in_thread(_begin_waiting, conn, self._busy_timeout_ms)
+            except asyncio.CancelledError:
+                if conn.in_transaction:
+                    self._rollback_quietly(conn)
+                raise
+        except sqlite3.Error as exc:
+            raise StorageError(f"{self._where}: could not begin a transaction: {exc}") from exc
+
+
+def _begin_waiting(conn: sqlite3.Connection, busy_timeout_ms: int) -> None:
+    conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}").close()
+    try:
+        conn.execute("BEGIN IMMEDIATE").close()
+    finally:
+        conn.execute("PRAGMA busy_timeout=0").close()
+
+
+def open_sqlite(
+    args: Sequence[Any], options: Mapping[str, Any], *, synchronous: str
+) -> sqlite3.Connection:
+    """Open the transactions' connection: WAL, `synchronous`, foreign keys, no busy wait.
+
+    Args:
+        args: Positional arguments of `sqlite3.connect` (as SQLAlchemy makes them from
+            the URL).
+        options: Its keyword arguments.
+        synchronous: ``full`` or ``normal``.
+
+    The busy timeout is 0 because statements run on the event loop's thread: only
+    ``BEGIN IMMEDIATE`` waits for other processes, and it does on the worker thread.
+    """
+    given = {**options, "isolation_level": None, "check_same_thread": False}
+    conn: sqlite3.Connection = sqlite3.connect(*args, **given)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL").close()
+        conn.execute(f"PRAGMA synchronous={synchronous.upper()}").close()
+        conn.execute("PRAGMA foreign_keys=ON").close()
+        conn.execute("PRAGMA busy_timeout=0").close()
+    except BaseException:
+        conn.close()
+        raise
+    return conn
