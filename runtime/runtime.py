@@ -40,6 +40,7 @@ from runtime.starting import IdempotencyKeys, Starter
 from runtime.states import RunStatus
 from runtime.store.base import Store
 from runtime.store.records import ReceivedRecord
+from runtime.subagents import check_no_cycle
 from runtime.tickets import (
     Actor,
     Allow,
@@ -141,16 +142,20 @@ class Runtime:
     def register(self, agent: Agent) -> Agent:
         """Make `agent` runnable; a model given as a spec is resolved now.
 
+        Its sub-agents are registered too, unless an agent of their name already is (that
+        one then runs the delegated tasks).
+
         Raises:
-            ConfigurationError: If another agent already has its name, or its model is a
-                spec and there is no ``model_resolver`` (or the resolver refuses it: an
-                unknown provider, a missing API key).
+            ConfigurationError: If another agent already has its name, its sub-agents form
+                a cycle, or its model is a spec and there is no ``model_resolver`` (or
+                the resolver refuses it: an unknown provider, a missing API key).
         """
         existing = self._deps.agents.get(agent.name)
         if existing is agent:
             return agent
         if existing is not None:
             raise ConfigurationError(f"an agent named {agent.name!r} is already registered")
+        check_no_cycle(agent.name, agent.subagents)
         if isinstance(agent.model, str):
             if self._model_resolver is None:
                 raise ConfigurationError(
@@ -166,6 +171,9 @@ class Runtime:
             model = agent.model
         self._deps.models[agent.name] = model
         self._deps.agents[agent.name] = agent
+        for sub in agent.subagents.values():
+            if sub.name not in self._deps.agents:
+                self.register(sub)
         return agent
 
     async def aclose(self) -> None:
@@ -269,6 +277,18 @@ class Runtime:
             RunNotFound: No such run, or `viewer` may not see it.
         """
         return await self._queries.get(run_id, viewer)
+
+    async def children(self, run_id: str, *, viewer: Actor | None = None) -> list[RunResult]:
+        """The sub-agent runs `run_id` started (its children), oldest first.
+
+        Args:
+            run_id: The parent run.
+            viewer: Who is looking: whoever may see a run sees its children.
+
+        Raises:
+            RunNotFound: No such run, or `viewer` may not see it.
+        """
+        return await self._queries.children(run_id, viewer)
 
     async def ticket(self, ticket_id: str, *, viewer: Actor | None = None) -> ResumeTicket:
         """A ticket as committed, open or closed.
