@@ -215,8 +215,7 @@ async def start_child(
             task_key=key,
             agent=existing.agent,
         )
-        decided = fit(target, outcome_of(existing))
-        assert isinstance(decided, ChildDecision)
+        decided = ChildDecision(target, outcome_of(existing))
         settle_call(call, decided)
         await _record_settled(tx, parent, target, decided.answer, now)
     else:

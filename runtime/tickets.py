@@ -376,6 +376,16 @@ def describe_deciders(
     return described
 
 
+def describe_chain(chain: Sequence[str], name: Callable[[str], str] = str) -> str | None:
+    """For a sub-agent's request, the agents that delegated to it, for people: ``"ops"``,
+    or ``"ops → billing"`` for a grandchild (each as `name` words); None for a top-level
+    run's own request (`chain` empty or only the asking agent)."""
+    above = list(chain[:-1])
+    if not above:
+        return None
+    return " → ".join(name(agent) for agent in above)
+
+
 class ResumeCommand(_Frozen):
     """A typed decision on one committed ticket.
 

@@ -36,9 +36,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from worker import Killer, append_ledger, wait_for_expired_leases  # noqa: E402
+from worker import Killer, append_ledger, wait_for_expired_leases
 
-from runtime import (  # noqa: E402
+from runtime import (
     Agent,
     ModelRequest,
     Runtime,
@@ -48,7 +48,7 @@ from runtime import (  # noqa: E402
     final_reply,
     tool_call_reply,
 )
-from runtime.store.sql import SQLStore  # noqa: E402
+from runtime.store.sql import SQLStore
 
 REQUESTER = "U1"
 TASK_KEY = "refund-A1"
