@@ -109,13 +109,15 @@ class Agent:
         return self.model if isinstance(self.model, str) else self.model.name
 
     def with_model(self, model: Model | str) -> Agent:
-        """A copy of this agent on another model (same name, version, tools and rules)."""
+        """A copy of this agent (and of its sub-agents) on another model (same names,
+        versions, tools and rules)."""
         if isinstance(model, str) and not model.strip():
             raise ConfigurationError(f"agent {self.name!r}: the model spec is empty")
         other = copy.copy(self)
         other.model = model.strip() if isinstance(model, str) else model
         other.tools = dict(self.tools)
-        other.subagents = dict(self.subagents)
+        # Its sub-agents move to the model too (a cycle is refused when registered).
+        other.subagents = {name: sub.with_model(model) for name, sub in self.subagents.items()}
         other.delegates = dict(self.delegates)
         return other
 

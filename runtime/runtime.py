@@ -115,8 +115,12 @@ class Runtime:
         self._expiry = Expiry(deps)
         self._sessions = Sessions(deps)
         self._grants = Grants(deps)
+        # The listed agents first, then the sub-agents they list but which are not
+        # listed themselves: a listed agent wins over a sub-agent of the same name.
         for agent in agents:
-            self.register(agent)
+            self._register_one(agent)
+        for agent in agents:
+            self._register_subagents(agent)
 
     # -- configuration -------------------------------------------------------------
     @property
@@ -143,16 +147,27 @@ class Runtime:
         """Make `agent` runnable; a model given as a spec is resolved now.
 
         Its sub-agents are registered too, unless an agent of their name already is (that
-        one then runs the delegated tasks).
+        one then runs the delegated tasks; agents given to the constructor are registered
+        before the sub-agents they list).
 
         Raises:
             ConfigurationError: If another agent already has its name, its sub-agents form
                 a cycle, or its model is a spec and there is no ``model_resolver`` (or
                 the resolver refuses it: an unknown provider, a missing API key).
         """
+        self._register_one(agent)
+        self._register_subagents(agent)
+        return agent
+
+    def _register_subagents(self, agent: Agent) -> None:
+        for sub in agent.subagents.values():
+            if sub.name not in self._deps.agents:
+                self.register(sub)
+
+    def _register_one(self, agent: Agent) -> None:
         existing = self._deps.agents.get(agent.name)
         if existing is agent:
-            return agent
+            return
         if existing is not None:
             raise ConfigurationError(f"an agent named {agent.name!r} is already registered")
         check_no_cycle(agent.name, agent.subagents)
@@ -171,10 +186,6 @@ class Runtime:
             model = agent.model
         self._deps.models[agent.name] = model
         self._deps.agents[agent.name] = agent
-        for sub in agent.subagents.values():
-            if sub.name not in self._deps.agents:
-                self.register(sub)
-        return agent
 
     async def aclose(self) -> None:
         """Close what this runtime opened: the models its ``model_resolver`` built (their

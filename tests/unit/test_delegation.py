@@ -395,3 +395,48 @@ async def test_a_fresh_runtime_continues_the_parent_when_the_child_ends(
     assert done.text == "ops saw: refunded A1"
     assert len(await _runs(store)) == 2
     assert fresh.refunds == ["A1"]
+
+
+async def test_the_childs_card_goes_where_the_parents_would_and_names_the_chain(
+    runtime_factory: Any, store: Any
+) -> None:
+    team = Team(runtime_factory)
+    rt = team.runtime
+    origin = {"platform": "slack", "channel": "C1", "callback_url": "https://example.test/cb"}
+    parked = await rt.start("ops", "refund A1", requester="U1", origin=origin)
+    child_id = parked.pending[0].run_id
+    async with store.transaction() as tx:
+        child_outbox = await tx.outbox_for_run(child_id)
+        parent_outbox = await tx.outbox_for_run(parked.run_id)
+    (card,) = [o for o in child_outbox if o.kind == "approval_requested"]
+    assert card.payload["chain"] == ["ops", "billing"]
+    assert card.payload["agent"] == "billing"
+    assert card.destination.get("channel") == "C1"
+    # The parent's wait on its child has no card of its own.
+    assert [o for o in parent_outbox if o.kind == "approval_requested"] == []
+    await rt.approve(parked.pending[0], resume=True)
+    async with store.transaction() as tx:
+        child_kinds = [o.kind for o in await tx.outbox_for_run(child_id)]
+        parent_kinds = [o.kind for o in await tx.outbox_for_run(parked.run_id)]
+    # Only the top-level run announces its end (and calls back).
+    assert "run_finished" not in child_kinds
+    assert "run_callback" not in child_kinds
+    assert parent_kinds.count("run_finished") == 1
+
+
+def test_a_listed_agent_runs_the_tasks_of_a_sub_agent_of_its_name(runtime_factory: Any) -> None:
+    inner = Agent("billing", "Inner.", ScriptedModel([final_reply("inner")]))
+    listed = Agent("billing", "Listed.", ScriptedModel([final_reply("listed")]))
+    ops = Agent("ops", "Operate.", ScriptedModel([final_reply("x")]), subagents=[inner])
+    rt = runtime_factory(ops, listed)
+    assert rt.agents["billing"] is listed
+    alone = runtime_factory(ops)
+    assert alone.agents["billing"] is inner
+
+
+def test_with_model_moves_the_sub_agents_too() -> None:
+    billing = Agent("billing", "B.", ScriptedModel([final_reply("b")]))
+    ops = Agent("ops", "Operate.", ScriptedModel([final_reply("x")]), subagents=[billing])
+    moved = ops.with_model("openai:gpt-4.1-mini")
+    assert moved.subagents["billing"].model == "openai:gpt-4.1-mini"
+    assert billing.model_name == "scripted"
