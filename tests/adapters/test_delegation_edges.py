@@ -89,7 +89,8 @@ async def test_the_parents_child_ticket_is_refused_with_a_clear_error(service: A
     status, body = await service.api(
         "POST", f"/api/tickets/{ticket.ticket_id}/decision", json={"decision": "allow"}
     )
-    assert 400 <= status < 500
+    assert status == 422, body
+    assert body["error"] == "resolution_error"
     assert "sub-agent run" in json.dumps(body)
     assert await service.snapshot(parked.run_id) == before
 
