@@ -374,10 +374,16 @@ class Driver:
                 await inner.drive()
             if not inner.run.status.finished:
                 self.deps.reach("child_parked", run_id=self.run.run_id, child_run_id=child.run_id)
-        if call.state.settled:
-            return call
+        if not started.claimed:
+            return call  # settled at once, or waiting on a child driven elsewhere
+        # The child ran for a while: its end may have settled the call, and a pause or
+        # cancel may have been asked of this run meanwhile (its flags come back from
+        # fenced writes, and there was none).
         async with self.deps.store.transaction() as tx:
             current = await tx.get_call(call.call_id)
+            stored = await tx.get_run(self.run.run_id)
+        if stored is not None:
+            self._flags = RunFlags(stored.pause_requested, stored.cancel_requested)
         return current if current is not None else call
 
     async def _not_delegated(self, call: CallRecord, error: str) -> CallRecord:
@@ -709,12 +715,21 @@ class Driver:
             if not tickets:
                 return False
             cancelling = stored is not None and stored.cancel_requested
+            pausing = stored is not None and stored.pause_requested and not cancelling
             if cancelling:
                 # Asked to cancel while its last step ran: cancel rather than park, so
                 # no ticket stays open to be decided (a cancelled parent's child).
                 self._unmark_model_call()
                 await cancel_in(self.deps, tx, self.run, actor=None, reason="cancel requested")
                 await tx.set_run_flags(self.run.run_id, cancel=False, pause=False)
+            elif pausing and self.agent is not None:
+                # Asked to pause while its last step ran (e.g. while its sub-agent ran):
+                # paused, its tickets stay open; resuming makes it wait on them again.
+                self._unmark_model_call()
+                self._release(RunStatus.PAUSED)
+                await tx.set_run_flags(self.run.run_id, pause=False)
+                await open_ticket(self.deps, tx, self.run, self.agent, Pause(), None, "run_paused")
+                await record(tx, self.run.run_id, now, "run_paused")
             else:
                 self._release(RunStatus.AWAITING)
                 await record(tx, self.run.run_id, now, "run_awaiting")

@@ -7,6 +7,8 @@ continues with billing's answer as the delegating call's result.
 
 from __future__ import annotations
 
+import asyncio
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -440,3 +442,145 @@ def test_with_model_moves_the_sub_agents_too() -> None:
     moved = ops.with_model("openai:gpt-4.1-mini")
     assert moved.subagents["billing"].model == "openai:gpt-4.1-mini"
     assert billing.model_name == "scripted"
+
+
+async def test_a_child_cancelled_by_its_deadline_is_an_error_for_the_parent(
+    runtime_factory: Any, clock: Any
+) -> None:
+    billing = Agent(
+        "billing",
+        "Refund.",
+        ScriptedModel([tool_call_reply(("refund", {"order": "A1"})), final_reply("refunded")]),
+    )
+
+    @billing.tool(permission="ask", deadline=timedelta(minutes=5), on_expiry="cancel")
+    async def refund(order: str) -> str:
+        return f"refunded {order}"
+
+    def ops_reply(request: ModelRequest) -> dict[str, Any]:
+        results = _tool_results(request)
+        if not results:
+            return tool_call_reply((DELEGATE, {"task_key": "k", "task": "refund A1"}))
+        return final_reply("ops saw: " + results[0])
+
+    ops = Agent("ops", "Operate.", ScriptedModel(ops_reply), subagents=[billing])
+    rt = runtime_factory(ops)
+    parked = await rt.start("ops", "refund A1", requester="U1")
+    clock.advance(360)
+    assert await rt.expire_overdue() == [parked.pending[0].ticket_id]
+    await rt.recover()
+    done = await rt.get(parked.run_id)
+    assert done.status is RunStatus.DONE
+    assert done.text is not None
+    assert done.text.startswith("ops saw: Error: sub-agent 'billing' was cancelled")
+    assert done.children[0].status is RunStatus.CANCELLED
+
+
+async def test_cancelling_a_parent_while_its_child_runs_a_tool_stops_both(
+    runtime_factory: Any, store: Any
+) -> None:
+    entered = asyncio.Event()
+    release = asyncio.Event()
+    billing = Agent(
+        "billing",
+        "Drain then refund.",
+        ScriptedModel(
+            [
+                tool_call_reply(("drain", {"node": "n1"})),
+                tool_call_reply(("refund", {"order": "A1"})),
+                final_reply("done"),
+            ]
+        ),
+    )
+    ran: list[str] = []
+
+    @billing.tool
+    async def drain(node: str) -> str:
+        entered.set()
+        await release.wait()
+        ran.append(node)
+        return f"drained {node}"
+
+    @billing.tool(permission="ask")
+    async def refund(order: str) -> str:
+        ran.append(order)
+        return "refunded"
+
+    model = ScriptedModel(
+        [tool_call_reply((DELEGATE, {"task_key": "k", "task": "go"})), final_reply("over")]
+    )
+    ops = Agent("ops", "Operate.", model, subagents=[billing])
+    rt = runtime_factory(ops)
+    task = asyncio.create_task(rt.start("ops", "go", requester="U1"))
+    await asyncio.wait_for(entered.wait(), 5)
+    top = next(r for r in await _runs(store) if r.parent_run_id is None)
+    asked = await rt.cancel(top.run_id, actor="U1", reason="stop")
+    assert asked.status is RunStatus.RUNNING  # cooperative: the drain settles first
+    release.set()
+    await asyncio.wait_for(task, 5)
+    runs = {r.agent: r for r in await _runs(store)}
+    assert runs["ops"].status is RunStatus.CANCELLED
+    assert runs["billing"].status is RunStatus.CANCELLED
+    assert ran == ["n1"]  # the running tool settled; nothing after it ran
+    async with store.transaction() as tx:
+        assert await tx.open_tickets(limit=10) == []
+
+
+async def test_pausing_a_parent_while_its_child_runs_a_tool_pauses_both(
+    runtime_factory: Any, store: Any
+) -> None:
+    entered = asyncio.Event()
+    release = asyncio.Event()
+    billing = Agent(
+        "billing",
+        "Drain then refund.",
+        ScriptedModel(
+            [
+                tool_call_reply(("drain", {"node": "n1"})),
+                tool_call_reply(("refund", {"order": "A1"})),
+                final_reply("refunded A1"),
+            ]
+        ),
+    )
+    ran: list[str] = []
+
+    @billing.tool
+    async def drain(node: str) -> str:
+        entered.set()
+        await release.wait()
+        ran.append(node)
+        return f"drained {node}"
+
+    @billing.tool(permission="ask")
+    async def refund(order: str) -> str:
+        ran.append(order)
+        return "refunded"
+
+    def ops_reply(request: ModelRequest) -> dict[str, Any]:
+        results = _tool_results(request)
+        if not results:
+            return tool_call_reply((DELEGATE, {"task_key": "k", "task": "go"}))
+        return final_reply("ops saw: " + results[0])
+
+    ops = Agent("ops", "Operate.", ScriptedModel(ops_reply), subagents=[billing])
+    rt = runtime_factory(ops)
+    task = asyncio.create_task(rt.start("ops", "go", requester="U1"))
+    await asyncio.wait_for(entered.wait(), 5)
+    top = next(r for r in await _runs(store) if r.parent_run_id is None)
+    assert (await rt.pause(top.run_id, actor="U1")).status is RunStatus.RUNNING
+    release.set()
+    await asyncio.wait_for(task, 5)
+    runs = {r.agent: r for r in await _runs(store)}
+    assert runs["ops"].status is RunStatus.PAUSED
+    assert runs["billing"].status is RunStatus.PAUSED
+    assert ran == ["n1"]
+
+    resumed = await rt.resume(top.run_id, wait=True)
+    assert resumed.status is RunStatus.AWAITING
+    (entry,) = resumed.pending  # billing went on to its refund, which asks
+    assert entry.call.name == "refund"
+    await rt.approve(entry, resume=True)
+    done = await rt.get(top.run_id)
+    assert done.status is RunStatus.DONE
+    assert done.text == "ops saw: refunded A1"
+    assert ran == ["n1", "A1"]
