@@ -118,6 +118,29 @@ _HINTS: dict[type[BaseException], str] = {
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
 
 
+def _delegation_fields(result: RunResult) -> list[tuple[str, str]]:
+    """`runs show` lines for a run's place in a delegation tree (none for a lone run)."""
+    fields: list[tuple[str, str]] = []
+    if result.parent_run_id is not None:
+        chain = " > ".join(link.agent for link in result.chain)
+        fields.append(("parent", f"{result.parent_run_id} (task {result.task_key}; {chain})"))
+    if result.children:
+        listed = ", ".join(
+            f"{c.run_id} {c.agent} {c.task_key} {c.status.value if c.status else '?'}"
+            for c in result.children
+        )
+        totals = result.children_totals
+        fields.append(("sub-agents", listed))
+        fields.append(
+            (
+                "sub-usage",
+                f"{totals.turns} model calls, {totals.total_tokens} tokens in {totals.runs} runs"
+                + ("; incomplete" if totals.usage_incomplete else ""),
+            )
+        )
+    return fields
+
+
 def _one_line(text: str) -> str:
     return " ".join(_CONTROL.sub(" ", text).split())
 
@@ -766,6 +789,7 @@ def runs_show(run_id: str, with_events: bool, jsonl: bool, database_url: str | N
         if result.usage_incomplete:
             usage += "; incomplete: an interrupted model call may have been charged"
         fields.append(("usage", usage))
+        fields.extend(_delegation_fields(result))
         for label, value in fields:
             click.echo(f"{label:<10} {value}")
         if calls:

@@ -55,11 +55,12 @@ from runtime.model import (
     usage_of_events,
 )
 from runtime.refusals import Refusal, RefusalReason, classify
-from runtime.results import PendingEntry, RunResult, ToolCallView
+from runtime.results import PendingEntry, RunLink, RunResult, ToolCallView, Totals
 from runtime.runtime import ReceivedOutcome, Runtime
 from runtime.states import CallState, RunStatus, TicketStatus
 from runtime.store.base import Store, Transaction
 from runtime.store.memory import MemoryStore
+from runtime.subagents import delegate_tool_name
 from runtime.tickets import (
     MAX_GRANT_HOURS,
     Abort,
@@ -68,6 +69,8 @@ from runtime.tickets import (
     Answer,
     AnswerKind,
     AwaitTarget,
+    Child,
+    ChildFinished,
     Continue,
     Deny,
     GrantRequest,
@@ -107,6 +110,8 @@ __all__ = [
     "AnswerKind",
     "AwaitTarget",
     "CallState",
+    "Child",
+    "ChildFinished",
     "Clock",
     "ConfigurationError",
     "Continue",
@@ -155,6 +160,7 @@ __all__ = [
     "ResumeTicket",
     "Retry",
     "RunError",
+    "RunLink",
     "RunNotFound",
     "RunResult",
     "RunStatus",
@@ -174,6 +180,7 @@ __all__ = [
     "ToolContext",
     "ToolOutcomeUnknown",
     "ToolPermission",
+    "Totals",
     "Transaction",
     "Unauthorized",
     "Uncertain",
@@ -183,6 +190,7 @@ __all__ = [
     "Usage",
     "classify",
     "current_tool_context",
+    "delegate_tool_name",
     "final_reply",
     "tool",
     "tool_call_reply",

@@ -13,7 +13,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any, assert_never
 
-from runtime import grants
+from runtime import delegation, grants
 from runtime._support import (
     Deps,
     ResultMiddlewareInput,
@@ -28,12 +28,12 @@ from runtime._support import (
 )
 from runtime.agent import Agent
 from runtime.context import ToolContext, _enter, _leave
-from runtime.errors import ModelError, ToolOutcomeUnknown
+from runtime.errors import LeaseLost, ModelError, ToolOutcomeUnknown
 from runtime.model import ModelRequest, ModelResponse, StopReason
 from runtime.states import CallState, RunStatus, TicketStatus
 from runtime.store.base import Transaction
 from runtime.store.records import CallRecord, RunFlags, RunRecord
-from runtime.tickets import Actor, Pause, RemoteInput, Uncertain
+from runtime.tickets import Actor, Child, Pause, RemoteInput, Uncertain
 from runtime.tools import ArgumentError, InputRequest, Permission, ReplayPolicy
 
 # How many times a safe or idempotent call whose outcome came back unknown is run again
@@ -130,6 +130,9 @@ class Driver:
                         continue
                     if await self._stop_requested(agent):
                         return
+                    if call.tool in agent.delegates:
+                        calls[index] = await self._delegate(agent, call)
+                        continue
                     others = calls[:index] + calls[index + 1 :]
                     last = all(c.state.settled for c in others)
                     calls[index] = await self._dispatch(agent, call, calls if last else None)
@@ -352,6 +355,58 @@ class Driver:
         self.deps.reach("result_committed", call_id=call.call_id, tool=call.tool)
         return call
 
+    async def _delegate(self, agent: Agent, call: CallRecord) -> CallRecord:
+        """Start the sub-agent's run for a delegating call (or join the one its task key
+        names), drive a new one here until it parks or ends, and return the call as it
+        stands then: settled by the child's end, or still waiting on the child."""
+        sub = self.deps.agents.get(agent.delegates[call.tool])
+        if sub is None:
+            return await self._not_delegated(call, f"the sub-agent {call.tool!r} is not loaded")
+        async with self.deps.store.transaction() as tx:
+            started = await delegation.start_child(self.deps, tx, self.run, call, sub)
+            await self._save(tx)
+        child = started.child
+        self.deps.reach("child_created", run_id=self.run.run_id, child_run_id=child.run_id)
+        if started.claimed:
+            inner = Driver(self.deps, child, model_marked=True)
+            # LeaseLost: another worker took the child over; its end settles this call.
+            with contextlib.suppress(LeaseLost):
+                await inner.drive()
+            if not inner.run.status.finished:
+                self.deps.reach("child_parked", run_id=self.run.run_id, child_run_id=child.run_id)
+        if not started.claimed:
+            return call  # settled at once, or waiting on a child driven elsewhere
+        # The child ran for a while: its end may have settled the call, and a pause or
+        # cancel may have been asked of this run meanwhile (its flags come back from
+        # fenced writes, and there was none).
+        async with self.deps.store.transaction() as tx:
+            current = await tx.get_call(call.call_id)
+            stored = await tx.get_run(self.run.run_id)
+        if stored is not None:
+            self._flags = RunFlags(stored.pause_requested, stored.cancel_requested)
+        return current if current is not None else call
+
+    async def _not_delegated(self, call: CallRecord, error: str) -> CallRecord:
+        now = self._now()
+        move(call, CallState.AWAITING_CHILD)
+        move(call, CallState.FAILED)
+        call.error = error
+        call.result = f"Error: {error}"
+        call.updated_at = now
+        async with self.deps.store.transaction() as tx:
+            await tx.update_call(call)
+            await record(
+                tx,
+                self.run.run_id,
+                now,
+                "tool_failed",
+                call_id=call.call_id,
+                tool=call.tool,
+                error=error,
+            )
+            await self._save(tx)
+        return call
+
     def _fold_batch(self, calls: list[CallRecord]) -> None:
         """Append the settled batch's results to the transcript, in call order."""
         for call in calls:
@@ -466,7 +521,10 @@ class Driver:
                 unusable = "the model refused to answer" + (f": {said}" if said else "")
             case _:
                 assert_never(stop)
+        ends = unusable is not None or not response.tool_calls
         async with self.deps.store.transaction() as tx:
+            if ends:
+                await delegation.lock_parent(tx, run)
             await record(
                 tx,
                 run.run_id,
@@ -490,10 +548,12 @@ class Driver:
                 await self._fail_in(tx, unusable)
                 await self._save(tx)
                 self.deps.reach("model_call_committed", run_id=run.run_id)
+                self._reach_child_finished()
                 return False
             if not response.tool_calls:
                 run.final_text = response.text or ""
                 self._release(RunStatus.DONE)
+                await delegation.settle_parent(self.deps, tx, run)
                 await record(tx, run.run_id, now, "run_done", text=run.final_text)
                 await notify(
                     self.deps,
@@ -504,6 +564,7 @@ class Driver:
                 )
                 await self._save(tx)
                 self.deps.reach("model_call_committed", run_id=run.run_id)
+                self._reach_child_finished()
                 return False
             run.batch += 1
             waits = False
@@ -562,6 +623,13 @@ class Driver:
                     raise ArgumentError(f"arguments for {name} must be a JSON object")
                 call.args = tool.parse_arguments(raw)
                 permission = tool.permission_for(call.args)
+                sub_name = agent.delegates.get(name)
+                if sub_name is not None:
+                    problem = delegation.check_delegation(
+                        self.deps, self.run, sub_name
+                    ) or await delegation.check_task_key(
+                        tx, self.run, sub_name, delegation.task_of(call)[0]
+                    )
             except json.JSONDecodeError as exc:
                 problem = f"Error: arguments for {name} are not valid JSON: {exc}"
                 call.args = {"_raw": raw_arguments}
@@ -641,12 +709,35 @@ class Driver:
         """
         now = self._now()
         async with self.deps.store.transaction() as tx:
-            await tx.get_run(self.run.run_id, for_update=True)
-            if not await tx.tickets_for_run(self.run.run_id, status=TicketStatus.OPEN):
+            await delegation.lock_parent(tx, self.run)
+            stored = await tx.get_run(self.run.run_id, for_update=True)
+            tickets = await tx.tickets_for_run(self.run.run_id, status=TicketStatus.OPEN)
+            if not tickets:
                 return False
-            self._release(RunStatus.AWAITING)
-            await record(tx, self.run.run_id, now, "run_awaiting")
+            cancelling = stored is not None and stored.cancel_requested
+            pausing = stored is not None and stored.pause_requested and not cancelling
+            if cancelling:
+                # Asked to cancel while its last step ran: cancel rather than park, so
+                # no ticket stays open to be decided (a cancelled parent's child).
+                self._unmark_model_call()
+                await cancel_in(self.deps, tx, self.run, actor=None, reason="cancel requested")
+                await tx.set_run_flags(self.run.run_id, cancel=False, pause=False)
+            elif pausing and self.agent is not None:
+                # Asked to pause while its last step ran (e.g. while its sub-agent ran):
+                # paused, its tickets stay open; resuming makes it wait on them again.
+                self._unmark_model_call()
+                self._release(RunStatus.PAUSED)
+                await tx.set_run_flags(self.run.run_id, pause=False)
+                await open_ticket(self.deps, tx, self.run, self.agent, Pause(), None, "run_paused")
+                await record(tx, self.run.run_id, now, "run_paused")
+            else:
+                self._release(RunStatus.AWAITING)
+                await record(tx, self.run.run_id, now, "run_awaiting")
             await self._save(tx)
+        if cancelling:
+            self._reach_child_finished()
+        elif any(isinstance(t.target, Child) for t in tickets):
+            self.deps.reach("parent_parked", run_id=self.run.run_id)
         return True
 
     async def _fail(
@@ -654,17 +745,26 @@ class Driver:
     ) -> None:
         """Fail the run; `kind` and `details` add an event before ``run_failed``."""
         async with self.deps.store.transaction() as tx:
+            await delegation.lock_parent(tx, self.run)
             if kind is not None:
                 await record(tx, self.run.run_id, self._now(), kind, **(details or {}))
             await self._fail_in(tx, error)
             await self._save(tx)
+        self._reach_child_finished()
+
+    def _reach_child_finished(self) -> None:
+        if self.run.parent_run_id is not None and self.run.status.finished:
+            self.deps.reach(
+                "child_finished", run_id=self.run.parent_run_id, child_run_id=self.run.run_id
+            )
 
     async def _fail_in(self, tx: Transaction, error: str) -> None:
-        """Fail the run inside `tx`; the caller saves it."""
+        """Fail the run inside `tx`; the caller saves it (having locked the parent)."""
         now = self._now()
         self.run.error = error
         self.run.model_in_flight = False
         self._release(RunStatus.FAILED)
+        await delegation.settle_parent(self.deps, tx, self.run)
         await record(tx, self.run.run_id, now, "run_failed", error=error)
         await notify(
             self.deps,
@@ -684,9 +784,11 @@ class Driver:
             self._unmark_model_call()
         if flags.cancel_requested:
             async with self.deps.store.transaction() as tx:
+                await delegation.lock_parent(tx, self.run)
                 await cancel_in(self.deps, tx, self.run, actor=None, reason="cancel requested")
                 await tx.set_run_flags(self.run.run_id, cancel=False, pause=False)
                 await self._save(tx)
+            self._reach_child_finished()
             return True
         if flags.pause_requested:
             now = self._now()
@@ -703,14 +805,18 @@ class Driver:
 async def cancel_in(
     deps: Deps, tx: Transaction, run: RunRecord, *, actor: str | None, reason: str | None
 ) -> None:
-    """Cancel `run` inside `tx`: void open tickets, cancel calls that have not run.
+    """Cancel `run` inside `tx`: void open tickets, cancel calls that have not run, and
+    cancel its sub-agents' runs (a running one is asked to stop at its next step).
 
-    The caller saves `run` afterwards. Completed effects are not rolled back.
+    The caller has locked `run` (and its ancestors, `runtime.delegation.lock_run`) and
+    saves `run` afterwards. Completed effects are not rolled back.
     """
     now = deps.clock.now()
     for ticket in await tx.tickets_for_run(run.run_id, status=TicketStatus.OPEN):
         await tx.close_ticket(ticket.ticket_id, status=TicketStatus.VOIDED, at=now)
         await record(tx, run.run_id, now, "ticket_voided", by=actor, ticket_id=ticket.ticket_id)
+        if isinstance(ticket.target, Child):
+            continue  # it has no card to withdraw
         await notify(
             deps,
             tx,
@@ -725,6 +831,7 @@ async def cancel_in(
             CallState.AWAITING_DECISION,
             CallState.APPROVED,
             CallState.AWAITING_INPUT,
+            CallState.AWAITING_CHILD,
             CallState.UNCERTAIN,
         ):
             await tx.update_call(
@@ -735,7 +842,25 @@ async def cancel_in(
     run.lease_expires_at = None
     run.model_in_flight = False
     run.error = reason
+    await delegation.settle_parent(deps, tx, run)
     await record(tx, run.run_id, now, "run_cancelled", by=actor, reason=reason)
+    for child in await tx.child_runs(run.run_id):
+        if child.status.finished:
+            continue
+        why = f"its parent run {run.run_id} was cancelled"
+        if child.status is RunStatus.RUNNING and (
+            child.lease_expires_at is not None and child.lease_expires_at > now
+        ):
+            await tx.set_run_flags(child.run_id, cancel=True)
+            await record(tx, child.run_id, now, "cancel_requested", by=actor, reason=why)
+            continue
+        locked = await tx.get_run(child.run_id, for_update=True)
+        if locked is None or locked.status.finished:
+            continue
+        await cancel_in(deps, tx, locked, actor=actor, reason=why)
+        locked.fence += 1
+        locked.updated_at = now
+        await tx.update_run(locked)
     await notify(
         deps,
         tx,

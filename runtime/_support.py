@@ -133,8 +133,11 @@ async def notify(
 
     A finished run whose origin asks for a completion callback gets a second item,
     ``run_callback``, addressed to platform ``callback``: each item is delivered and
-    retried on its own, so a retry never repeats the other delivery.
+    retried on its own, so a retry never repeats the other delivery. A sub-agent's run
+    ending is not announced: its answer goes to its parent, whose end is.
     """
+    if kind == "run_finished" and run.parent_run_id is not None:
+        return
     now = deps.clock.now()
     body = {"run_id": run.run_id, "agent": run.agent, **payload}
     targets = [(kind, dict(run.origin))]
@@ -198,6 +201,7 @@ async def open_ticket(
         four_eyes=agent.four_eyes_for(tool) if tool is not None else False,
         deadline=now + limit if limit is not None else None,
         created_at=now,
+        chain=chain_of(run),
     )
     await tx.insert_ticket(ticket)
     described = ticket_payload(ticket, agent)
@@ -231,7 +235,16 @@ def ticket_payload(ticket: ResumeTicket, agent: Agent | None) -> dict[str, Any]:
         "who_may_decide": ticket.who_may_decide(),
         "deadline": ticket.deadline.isoformat() if ticket.deadline else None,
         "grants": list(grant_scopes(agent, ticket)),
+        "chain": list(ticket.chain),
     }
+
+
+def chain_of(run: RunRecord) -> tuple[str, ...]:
+    """The agents from the top-level run down to `run`'s own, for a sub-agent's run
+    (``("ops", "billing")``); empty for a top-level run."""
+    if not run.lineage:
+        return ()
+    return (*(a["agent"] for a in run.lineage), run.agent)
 
 
 def permission_target(call: CallRecord, reason: str | None) -> ToolPermission:

@@ -11,6 +11,7 @@ from typing import Any, overload
 
 from runtime.errors import ConfigurationError
 from runtime.model import Model
+from runtime.subagents import delegate_tool
 from runtime.tickets import GrantScope
 from runtime.tools import (
     DEFAULT_GRANTS,
@@ -40,7 +41,12 @@ class Agent:
         deadline: Default decision deadline for the agent's tickets.
         on_expiry: Default expiry action: ``deny``, ``cancel`` or `Escalate`.
         max_turns: Model calls allowed per run before it fails.
-        description: One line for humans (console, CLI).
+        description: One line for humans (console, CLI) and for a parent agent's model
+            when this agent is a sub-agent.
+        subagents: Agents this one may hand tasks to: each becomes a tool
+            ``delegate_to_<name>`` taking a ``task_key`` and the ``task`` (see
+            `runtime.subagents`); a call starts the sub-agent's own run, whose final
+            answer is the call's result. Registering this agent registers them too.
     """
 
     def __init__(
@@ -57,6 +63,7 @@ class Agent:
         on_expiry: OnExpiry | str = ExpiryAction.DENY,
         max_turns: int = 20,
         description: str = "",
+        subagents: Sequence[Agent] = (),
     ) -> None:
         if not name:
             raise ConfigurationError("an agent needs a name")
@@ -76,8 +83,25 @@ class Agent:
         self.description = description
         self.tools: dict[str, Tool] = {}
         self._fingerprint: tuple[tuple[tuple[str, int], ...], str] | None = None
+        self.subagents: dict[str, Agent] = {}
+        self.delegates: dict[str, str] = {}
+        """Sub-agent names by the name of the tool that delegates to them."""
         for item in tools:
             self.add_tool(item)
+        for sub in subagents:
+            self._add_subagent(sub)
+
+    def _add_subagent(self, sub: Agent) -> None:
+        if not isinstance(sub, Agent):
+            raise ConfigurationError(f"agent {self.name!r}: sub-agent {sub!r} is not an Agent")
+        if sub.name == self.name or sub.name in self.subagents:
+            raise ConfigurationError(
+                f"agent {self.name!r} lists {sub.name!r} as a sub-agent more than once (or itself)"
+            )
+        summary = sub.description or sub.instructions.strip().split("\n", 1)[0][:200]
+        delegating = self.add_tool(delegate_tool(sub.name, summary))
+        self.subagents[sub.name] = sub
+        self.delegates[delegating.name] = sub.name
 
     @property
     def model_name(self) -> str:
@@ -85,12 +109,16 @@ class Agent:
         return self.model if isinstance(self.model, str) else self.model.name
 
     def with_model(self, model: Model | str) -> Agent:
-        """A copy of this agent on another model (same name, version, tools and rules)."""
+        """A copy of this agent (and of its sub-agents) on another model (same names,
+        versions, tools and rules)."""
         if isinstance(model, str) and not model.strip():
             raise ConfigurationError(f"agent {self.name!r}: the model spec is empty")
         other = copy.copy(self)
         other.model = model.strip() if isinstance(model, str) else model
         other.tools = dict(self.tools)
+        # Its sub-agents move to the model too (a cycle is refused when registered).
+        other.subagents = {name: sub.with_model(model) for name, sub in self.subagents.items()}
+        other.delegates = dict(self.delegates)
         return other
 
     def add_tool(self, item: Tool) -> Tool:

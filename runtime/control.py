@@ -1,9 +1,15 @@
-"""Run control: resume, pause and cancel."""
+"""Run control: resume, pause and cancel, each over a run and its sub-agents' runs.
+
+Pausing or cancelling a run does the same to every run below it (a running one is
+asked to, and stops at its next step); resuming a run resumes those it paused.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import datetime
 
+from runtime import delegation
 from runtime._engine import cancel_in
 from runtime._support import Deps, move_run, open_ticket, record
 from runtime.driving import Driving
@@ -11,6 +17,7 @@ from runtime.errors import NotAwaiting, RunNotFound
 from runtime.queries import Queries
 from runtime.results import RunResult
 from runtime.states import RunStatus, TicketStatus
+from runtime.store.base import Transaction
 from runtime.store.records import RunRecord
 from runtime.tickets import Actor, Continue, Pause, ResumeCommand
 
@@ -33,13 +40,29 @@ class RunControl:
     async def resume(
         self, run_or_thread_id: str, actor: Actor | str | None, wait: bool
     ) -> RunResult:
-        """Continue a run whose decisions are all in, or a paused run."""
+        """Continue a run whose decisions are all in, or a paused run (and the runs of
+        its sub-agents that were paused with it)."""
         run = await self._queries.find_run(run_or_thread_id)
         if run.status is RunStatus.PAUSED:
             run = await self._unpause(run, actor)
-        if wait and run.status in (RunStatus.QUEUED, RunStatus.RUNNING):
-            await self._driving.drive(run.run_id)
+        below = await self._below(run.run_id)
+        for child in below:
+            if child.status is RunStatus.PAUSED:
+                await self._unpause(child, actor)
+        if wait:
+            if run.status in (RunStatus.QUEUED, RunStatus.RUNNING):
+                await self._driving.drive(run.run_id)
+            else:
+                # Waiting on a sub-agent whose decisions are in: continue the deepest
+                # first; each hands over to its parent when it ends.
+                for child in reversed(await self._below(run.run_id)):
+                    if child.status is RunStatus.QUEUED:
+                        await self._driving.drive(child.run_id)
         return await self._queries.get(run.run_id)
+
+    async def _below(self, run_id: str) -> list[RunRecord]:
+        async with self._deps.store.transaction() as tx:
+            return await delegation.descendants(tx, run_id)
 
     async def _unpause(self, run: RunRecord, actor: Actor | str | None) -> RunRecord:
         deps = self._deps
@@ -67,7 +90,8 @@ class RunControl:
             return current
 
     async def pause(self, run_id: str, actor: Actor | str | None) -> RunResult:
-        """Ask a run to pause: no new steps; a running tool settles first."""
+        """Ask a run to pause: no new steps; a running tool settles first. Its
+        sub-agents' runs pause too."""
         deps = self._deps
         now = deps.clock.now()
         who = _who(actor)
@@ -77,29 +101,42 @@ class RunControl:
                 raise RunNotFound(f"no run {run_id!r}")
             if run.status.finished or run.status is RunStatus.PAUSED:
                 raise NotAwaiting(f"run {run_id} is {run.status}; it cannot be paused")
-            if run.status is RunStatus.RUNNING and not self._driving.lease_expired(run):
-                await tx.set_run_flags(run_id, pause=True)
-                await record(tx, run_id, now, "pause_requested", by=who)
-            else:
-                move_run(run, RunStatus.PAUSED)
-                run.lease_owner = None
-                run.lease_expires_at = None
-                run.fence += 1
-                run.updated_at = now
-                agent = deps.agents.get(run.agent)
-                if agent is not None:
-                    await open_ticket(deps, tx, run, agent, Pause(), None, "run_paused")
-                await record(tx, run_id, now, "run_paused", by=who)
-                await tx.update_run(run)
+            await self._pause_in(tx, run, who, now)
+            for child in await delegation.descendants(tx, run_id):
+                if child.status.finished or child.status is RunStatus.PAUSED:
+                    continue
+                locked = await tx.get_run(child.run_id, for_update=True)
+                if locked is not None:
+                    await self._pause_in(tx, locked, who, now)
         return await self._queries.get(run_id)
 
+    async def _pause_in(
+        self, tx: Transaction, run: RunRecord, who: str | None, now: datetime
+    ) -> None:
+        deps = self._deps
+        if run.status is RunStatus.RUNNING and not self._driving.lease_expired(run):
+            await tx.set_run_flags(run.run_id, pause=True)
+            await record(tx, run.run_id, now, "pause_requested", by=who)
+            return
+        move_run(run, RunStatus.PAUSED)
+        run.lease_owner = None
+        run.lease_expires_at = None
+        run.fence += 1
+        run.updated_at = now
+        agent = deps.agents.get(run.agent)
+        if agent is not None:
+            await open_ticket(deps, tx, run, agent, Pause(), None, "run_paused")
+        await record(tx, run.run_id, now, "run_paused", by=who)
+        await tx.update_run(run)
+
     async def cancel(self, run_id: str, actor: Actor | str | None, reason: str | None) -> RunResult:
-        """Cancel a run. Cooperative: a running tool finishes; open tickets are voided."""
+        """Cancel a run. Cooperative: a running tool finishes; open tickets are voided.
+        Its sub-agents' runs are cancelled too."""
         deps = self._deps
         now = deps.clock.now()
         who = _who(actor)
         async with deps.store.transaction() as tx:
-            run = await tx.get_run(run_id, for_update=True)
+            run = await delegation.lock_run(tx, run_id)
             if run is None:
                 raise RunNotFound(f"no run {run_id!r}")
             if run.status.finished:
@@ -107,9 +144,27 @@ class RunControl:
             if run.status is RunStatus.RUNNING and not self._driving.lease_expired(run):
                 await tx.set_run_flags(run_id, cancel=True)
                 await record(tx, run_id, now, "cancel_requested", by=who, reason=reason)
+                # Its children need not wait for its next step (it may be waiting on
+                # one of them): they are cancelled, or asked to, now.
+                why = f"its parent run {run_id} was cancelled"
+                for child in await tx.child_runs(run_id):
+                    if child.status.finished:
+                        continue
+                    if child.status is RunStatus.RUNNING and not self._driving.lease_expired(child):
+                        await tx.set_run_flags(child.run_id, cancel=True)
+                        await record(tx, child.run_id, now, "cancel_requested", by=who, reason=why)
+                        continue
+                    locked = await tx.get_run(child.run_id, for_update=True)
+                    if locked is not None and not locked.status.finished:
+                        await self._cancel_now(tx, locked, who, why, now)
             else:
-                await cancel_in(deps, tx, run, actor=who, reason=reason or "cancelled")
-                run.fence += 1
-                run.updated_at = now
-                await tx.update_run(run)
+                await self._cancel_now(tx, run, who, reason or "cancelled", now)
         return await self._queries.get(run_id)
+
+    async def _cancel_now(
+        self, tx: Transaction, run: RunRecord, who: str | None, reason: str, now: datetime
+    ) -> None:
+        await cancel_in(self._deps, tx, run, actor=who, reason=reason)
+        run.fence += 1
+        run.updated_at = now
+        await tx.update_run(run)

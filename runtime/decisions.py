@@ -20,6 +20,7 @@ from runtime.tickets import (
     Actor,
     Allow,
     Answer,
+    ChildDecision,
     Deny,
     Fitted,
     InputData,
@@ -101,6 +102,9 @@ def apply_to_call(call: CallRecord, fitted: Fitted, ticket: ResumeTicket) -> Non
                     assert_never(answer)
         case PauseDecision():
             raise ResolutionError(f"ticket {ticket.ticket_id} is a pause, not about a call")
+        case ChildDecision():
+            # Settled by the child run's end (`runtime.delegation.settle_call`).
+            raise ResolutionError(f"ticket {ticket.ticket_id} is settled by its child run")
         case _:
             assert_never(fitted)
 
@@ -201,6 +205,10 @@ class Decisions:
             ticket = await tx.get_ticket(command.ticket_id)
             self.validate(command, ticket)
             assert ticket is not None and run is not None
+            if run.cancel_requested:
+                # E.g. a sub-agent's run whose parent was cancelled while it ran: it
+                # stops at its next step and voids this ticket then.
+                raise NotAwaiting(f"run {run.run_id} is being cancelled")
             if not await tx.close_ticket(
                 ticket.ticket_id,
                 status=TicketStatus.DECIDED,
@@ -287,6 +295,8 @@ class Decisions:
                     described["grant"] = grants.summary(grant, agent)
             case PauseDecision():
                 pass
+            case ChildDecision():
+                raise ResolutionError(f"ticket {ticket.ticket_id} is settled by its child run")
             case _:
                 assert_never(fitted)
         await record(tx, run.run_id, command.at, "ticket_decided", by=actor.id, **described)

@@ -54,6 +54,13 @@ class Driving:
 
     async def drive(self, run_id: str) -> bool:
         """Claim `run_id` and drive it; False if it could not be claimed."""
+        claim = await self._claim(run_id)
+        if claim is None:
+            return False
+        await self.drive_claimed(claim[0], calls=claim[1])
+        return True
+
+    async def _claim(self, run_id: str) -> tuple[RunRecord, list[CallRecord]] | None:
         deps = self._deps
         now = deps.clock.now()
         async with deps.store.transaction() as tx:
@@ -69,9 +76,8 @@ class Driving:
                 )
                 calls = await tx.calls_for_run(run_id, batch=claimed.batch)
         if claimed is None:
-            return False
-        await self.drive_claimed(claimed, calls=calls)
-        return True
+            return None
+        return claimed, calls
 
     async def drive_claimed(
         self,
@@ -80,7 +86,12 @@ class Driving:
         calls: list[CallRecord] | None = None,
         model_marked: bool = False,
     ) -> RunResult:
-        """Drive a run this worker has claimed; the run as it stands afterwards."""
+        """Drive a run this worker has claimed; the run as it stands afterwards.
+
+        A sub-agent's run that ends hands over: its parent, made ready by that end, is
+        claimed and driven next (its ancestors likewise), so one call carries a decision
+        on a child through to the top-level run's next stop.
+        """
         driver = Driver(self._deps, run, calls=calls, model_marked=model_marked)
         try:
             await driver.drive()
@@ -88,5 +99,16 @@ class Driving:
             # Another worker took the run over; it owns the outcome now.
             return await self._queries.get(run.run_id)
         if driver.run.status.finished:
-            return run_result(driver.run, ())
+            if driver.run.parent_run_id is not None:
+                await self._continue_parent(driver.run.parent_run_id)
+            agent = self._deps.agents.get(driver.run.agent)
+            if agent is None or not agent.subagents:
+                return run_result(driver.run, ())
         return await self._queries.get(run.run_id)
+
+    async def _continue_parent(self, parent_run_id: str) -> None:
+        claim = await self._claim(parent_run_id)
+        if claim is None:
+            return  # still waiting on other tickets, paused, or driven elsewhere
+        self._deps.reach("parent_resuming", run_id=parent_run_id)
+        await self.drive_claimed(claim[0], calls=claim[1])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from runtime import delegation
 from runtime._engine import blocked_text, cancel_in
 from runtime._support import Deps, move, move_run, notify, open_ticket, record
 from runtime.agent import Agent
@@ -27,7 +28,8 @@ class Expiry:
         expired = []
         for ticket in overdue:
             async with deps.store.transaction() as tx:
-                run = await tx.get_run(ticket.run_id, for_update=True)
+                # Its ancestors first: a "cancel" expiry ends the run, settling its parent.
+                run = await delegation.lock_run(tx, ticket.run_id)
                 if run is None or not await tx.close_ticket(
                     ticket.ticket_id, status=TicketStatus.EXPIRED, at=now
                 ):

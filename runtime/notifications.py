@@ -50,6 +50,8 @@ class _TicketNote(_Note):
     deadline: str | None = None
     grants: list[str] = []
     """The standing grants an allow may also give (``run``, ``thread``)."""
+    chain: list[str] = []
+    """For a sub-agent's request: the agents from the top-level run down to the asking one."""
 
     @model_validator(mode="before")
     @classmethod

@@ -7,13 +7,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from runtime import delegation
 from runtime._support import Deps, display_args, grant_scopes
 from runtime.errors import RunNotFound, UnknownTicket
 from runtime.results import PendingEntry, RunResult, pending_entry, run_result
 from runtime.states import RunStatus, TicketStatus
 from runtime.store.base import Transaction
 from runtime.store.records import CallRecord, RunRecord
-from runtime.tickets import Actor, ResumeTicket
+from runtime.tickets import Actor, Child, ResumeTicket
 from runtime.visibility import sees_run
 
 # Open tickets scanned for the ones a user may decide (who may decide is not a column).
@@ -59,13 +60,37 @@ class Queries:
         run = await tx.get_run(run_id)
         if run is None or not await self.sees(tx, viewer, run):
             raise RunNotFound(f"no run {run_id!r}")
-        return run_result(run, await self.pending(tx, run))
+        below = await delegation.descendants(tx, run.run_id)
+        return run_result(
+            run,
+            await self.pending(tx, run),
+            children=[r for r in below if r.parent_run_id == run.run_id],
+            children_totals=delegation.totals(below),
+        )
+
+    async def children(self, run_id: str, viewer: Actor | None = None) -> list[RunResult]:
+        """The sub-agent runs `run_id` started, oldest first (`RunNotFound` as `get`)."""
+        async with self._deps.store.transaction() as tx:
+            run = await tx.get_run(run_id)
+            if run is None or not await self.sees(tx, viewer, run):
+                raise RunNotFound(f"no run {run_id!r}")
+            found = await tx.child_runs(run_id)
+            return [run_result(child, await self.pending(tx, child)) for child in found]
 
     async def sees(self, tx: Transaction, viewer: Actor | None, run: RunRecord) -> bool:
-        """Whether `viewer` may see `run` (None: trusted host code)."""
+        """Whether `viewer` may see `run` (None: trusted host code): whoever may see a
+        parent run sees its sub-agents' runs too."""
         if viewer is None or viewer.operator or viewer.id == run.requester:
             return True
-        return sees_run(viewer, run.requester, await tx.tickets_for_run(run.run_id))
+        if sees_run(viewer, run.requester, await tx.tickets_for_run(run.run_id)):
+            return True
+        for ancestor in reversed(run.lineage):
+            parent = await tx.get_run(ancestor["run_id"])
+            if parent is not None and sees_run(
+                viewer, parent.requester, await tx.tickets_for_run(parent.run_id)
+            ):
+                return True
+        return False
 
     async def ticket(self, ticket_id: str, viewer: Actor | None = None) -> ResumeTicket:
         """A ticket the viewer may see or decide (`UnknownTicket` otherwise)."""
@@ -90,15 +115,21 @@ class Queries:
             return await self._sees_run_id(tx, viewer, run_id)
 
     async def pending(self, tx: Transaction, run: RunRecord) -> tuple[PendingEntry, ...]:
-        """The run's open tool-call tickets, in the order their calls were proposed."""
+        """The run's open tool-call tickets, in the order their calls were proposed; a
+        call waiting on a sub-agent's run stands for that run's own pending entries."""
         if run.status.finished:
             return ()
         tickets = await tx.tickets_for_run(run.run_id, status=TicketStatus.OPEN)
         if not any(t.call_id for t in tickets):
             return ()
         calls = {c.call_id: c for c in await tx.calls_for_run(run.run_id, batch=run.batch)}
-        entries = []
+        entries: list[PendingEntry] = []
         for ticket in tickets:
+            if isinstance(ticket.target, Child):
+                child = await tx.get_run(ticket.target.child_run_id)
+                if child is not None:
+                    entries.extend(await self.pending(tx, child))
+                continue
             call = calls.get(ticket.call_id or "")
             if call is None and ticket.call_id is not None:
                 call = await tx.get_call(ticket.call_id)
@@ -131,8 +162,12 @@ class Queries:
                 deciding = {
                     t.run_id
                     for t in await tx.open_tickets(limit=TICKET_SCAN)
-                    if t.may_decide(viewer)
+                    if t.may_decide(viewer) and not isinstance(t.target, Child)
                 }
+                # Whoever sees a run sees its sub-agents' runs (those of runs they
+                # requested share their requester).
+                for run_id in list(deciding):
+                    deciding.update(r.run_id for r in await delegation.descendants(tx, run_id))
                 found = await tx.list_runs(
                     statuses=wanted,
                     thread_id=thread_id,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, assert_never
@@ -9,6 +10,7 @@ from typing import Any, Literal, assert_never
 from runtime.states import RunStatus
 from runtime.store.records import CallRecord, RunRecord
 from runtime.tickets import (
+    Child,
     GrantScope,
     Pause,
     RemoteInput,
@@ -68,9 +70,62 @@ class PendingEntry:
         return self.call.execution_key
 
     @property
+    def run_id(self) -> str:
+        """The run the ticket belongs to (a sub-agent's, for a parent's entries)."""
+        return self.ticket.run_id
+
+    @property
+    def chain(self) -> tuple[str, ...]:
+        """For a sub-agent's request: the agents from the top-level run down to the one
+        asking (``("ops", "billing")``); empty for a top-level run's own."""
+        return self.ticket.chain
+
+    @property
     def ticket_id(self) -> str:
         """The ticket's id."""
         return self.ticket.ticket_id
+
+
+@dataclass(frozen=True, slots=True)
+class RunLink:
+    """One run of a delegation tree, as a parent or a child sees it.
+
+    Attributes:
+        run_id: The run.
+        agent: Its agent.
+        task_key: The task it was started for (None for a top-level run).
+        status: Where it is now (None where only the lineage was read).
+    """
+
+    run_id: str
+    agent: str
+    task_key: str | None = None
+    status: RunStatus | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Totals:
+    """Counters added up over a run's sub-agent runs (children, their children ...).
+
+    Attributes:
+        runs: How many sub-agent runs there are.
+        turns: Their model calls.
+        prompt_tokens: Their prompt tokens.
+        completion_tokens: Their completion tokens.
+        usage_incomplete: Whether any of them may have been charged for an interrupted
+            model call.
+    """
+
+    runs: int = 0
+    turns: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    usage_incomplete: bool = False
+
+    @property
+    def total_tokens(self) -> int:
+        """Prompt plus completion tokens."""
+        return self.prompt_tokens + self.completion_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +139,8 @@ class RunResult:
         status: ``done``, ``awaiting``, ``paused``, ``failed``, ``cancelled``, or
             ``queued`` / ``running`` while not finished.
         text: The final answer when done.
-        pending: What an ``awaiting`` run waits on.
+        pending: What an ``awaiting`` run waits on: its own requests, and for a call
+            waiting on a sub-agent, that sub-agent's (the deepest ones).
         turns: Model calls over the run's whole life.
         prompt_tokens: Lifetime prompt tokens.
         completion_tokens: Lifetime completion tokens.
@@ -96,6 +152,15 @@ class RunResult:
         updated_at: When it last changed.
         origin: Where it was started and where its notifications go (``platform``,
             channel ...), as the edge that started it recorded it.
+        parent_run_id: For a sub-agent's run: the run that started it.
+        task_key: For a sub-agent's run: the task it was started for.
+        depth: 0 for a top-level run, 1 for its children ...
+        chain: For a sub-agent's run: the runs from the top-level one down to this one.
+        children: The sub-agent runs this run started, oldest first (filled by
+            `Runtime.get`, empty in run lists).
+        children_totals: The counters of every sub-agent run below this one, added up
+            (`turns` and the token fields are this run's own); filled by `Runtime.get`
+            and by the calls that drive a run, zero in run lists.
     """
 
     run_id: str
@@ -114,6 +179,12 @@ class RunResult:
     created_at: datetime | None = None
     updated_at: datetime | None = None
     origin: dict[str, Any] = field(default_factory=dict)
+    parent_run_id: str | None = None
+    task_key: str | None = None
+    depth: int = 0
+    chain: tuple[RunLink, ...] = ()
+    children: tuple[RunLink, ...] = ()
+    children_totals: Totals = field(default_factory=Totals)
 
     @property
     def total_tokens(self) -> int:
@@ -145,14 +216,26 @@ def pending_entry(
             return PendingEntry("uncertain", view, ticket)
         case ToolPermission():
             return PendingEntry("approval", view, ticket, prompt=target.reason, grants=grants)
-        case Pause():
+        case Pause() | Child():
+            # A child's own pending entries stand for it (`runtime.queries`).
             return None
         case _:
             assert_never(target)
 
 
-def run_result(run: RunRecord, pending: tuple[PendingEntry, ...]) -> RunResult:
-    """Build a `RunResult` from a stored run and its pending entries."""
+def run_result(
+    run: RunRecord,
+    pending: tuple[PendingEntry, ...],
+    *,
+    children: Sequence[RunRecord] = (),
+    children_totals: Totals | None = None,
+) -> RunResult:
+    """Build a `RunResult` from a stored run, its pending entries and, for `Runtime.get`,
+    its direct children and the totals of every run below it."""
+    chain: tuple[RunLink, ...] = ()
+    if run.lineage:
+        ancestors = (RunLink(a["run_id"], a["agent"]) for a in run.lineage)
+        chain = (*ancestors, RunLink(run.run_id, run.agent, run.task_key, run.status))
     return RunResult(
         run_id=run.run_id,
         thread_id=run.thread_id,
@@ -170,4 +253,10 @@ def run_result(run: RunRecord, pending: tuple[PendingEntry, ...]) -> RunResult:
         created_at=run.created_at,
         updated_at=run.updated_at,
         origin=dict(run.origin),
+        parent_run_id=run.parent_run_id,
+        task_key=run.task_key,
+        depth=run.depth,
+        chain=chain,
+        children=tuple(RunLink(c.run_id, c.agent, c.task_key, c.status) for c in children),
+        children_totals=children_totals if children_totals is not None else Totals(),
     )

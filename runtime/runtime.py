@@ -40,6 +40,7 @@ from runtime.starting import IdempotencyKeys, Starter
 from runtime.states import RunStatus
 from runtime.store.base import Store
 from runtime.store.records import ReceivedRecord
+from runtime.subagents import check_no_cycle
 from runtime.tickets import (
     Actor,
     Allow,
@@ -114,8 +115,12 @@ class Runtime:
         self._expiry = Expiry(deps)
         self._sessions = Sessions(deps)
         self._grants = Grants(deps)
+        # The listed agents first, then the sub-agents they list but which are not
+        # listed themselves: a listed agent wins over a sub-agent of the same name.
         for agent in agents:
-            self.register(agent)
+            self._register_one(agent)
+        for agent in agents:
+            self._register_subagents(agent)
 
     # -- configuration -------------------------------------------------------------
     @property
@@ -141,16 +146,31 @@ class Runtime:
     def register(self, agent: Agent) -> Agent:
         """Make `agent` runnable; a model given as a spec is resolved now.
 
+        Its sub-agents are registered too, unless an agent of their name already is (that
+        one then runs the delegated tasks; agents given to the constructor are registered
+        before the sub-agents they list).
+
         Raises:
-            ConfigurationError: If another agent already has its name, or its model is a
-                spec and there is no ``model_resolver`` (or the resolver refuses it: an
-                unknown provider, a missing API key).
+            ConfigurationError: If another agent already has its name, its sub-agents form
+                a cycle, or its model is a spec and there is no ``model_resolver`` (or
+                the resolver refuses it: an unknown provider, a missing API key).
         """
+        self._register_one(agent)
+        self._register_subagents(agent)
+        return agent
+
+    def _register_subagents(self, agent: Agent) -> None:
+        for sub in agent.subagents.values():
+            if sub.name not in self._deps.agents:
+                self.register(sub)
+
+    def _register_one(self, agent: Agent) -> None:
         existing = self._deps.agents.get(agent.name)
         if existing is agent:
-            return agent
+            return
         if existing is not None:
             raise ConfigurationError(f"an agent named {agent.name!r} is already registered")
+        check_no_cycle(agent.name, agent.subagents)
         if isinstance(agent.model, str):
             if self._model_resolver is None:
                 raise ConfigurationError(
@@ -166,7 +186,6 @@ class Runtime:
             model = agent.model
         self._deps.models[agent.name] = model
         self._deps.agents[agent.name] = agent
-        return agent
 
     async def aclose(self) -> None:
         """Close what this runtime opened: the models its ``model_resolver`` built (their
@@ -269,6 +288,18 @@ class Runtime:
             RunNotFound: No such run, or `viewer` may not see it.
         """
         return await self._queries.get(run_id, viewer)
+
+    async def children(self, run_id: str, *, viewer: Actor | None = None) -> list[RunResult]:
+        """The sub-agent runs `run_id` started (its children), oldest first.
+
+        Args:
+            run_id: The parent run.
+            viewer: Who is looking: whoever may see a run sees its children.
+
+        Raises:
+            RunNotFound: No such run, or `viewer` may not see it.
+        """
+        return await self._queries.children(run_id, viewer)
 
     async def ticket(self, ticket_id: str, *, viewer: Actor | None = None) -> ResumeTicket:
         """A ticket as committed, open or closed.

@@ -59,6 +59,7 @@ class CallState(StrEnum):
     DENIED = "denied"
     DISPATCHED = "dispatched"
     AWAITING_INPUT = "awaiting_input"
+    AWAITING_CHILD = "awaiting_child"
     COMPLETED = "completed"
     FAILED = "failed"
     UNCERTAIN = "uncertain"
@@ -84,6 +85,8 @@ _SETTLED_CALL = frozenset(
 # `dispatched -> approved` is a replay of a `safe` or `idempotent` call after a crash;
 # `uncertain -> approved` is a person accepting a retry; `awaiting_input -> approved`
 # is typed input arriving, after which the tool is called again with the answer.
+# `approved -> awaiting_child` starts (or joins) a sub-agent's run in the same commit,
+# so a delegating call never needs a replay policy; the child's end settles it.
 CALL_TRANSITIONS: dict[CallState, frozenset[CallState]] = {
     CallState.PROPOSED: frozenset(
         {
@@ -97,7 +100,9 @@ CALL_TRANSITIONS: dict[CallState, frozenset[CallState]] = {
     CallState.AWAITING_DECISION: frozenset(
         {CallState.APPROVED, CallState.DENIED, CallState.CANCELLED}
     ),
-    CallState.APPROVED: frozenset({CallState.DISPATCHED, CallState.CANCELLED}),
+    CallState.APPROVED: frozenset(
+        {CallState.DISPATCHED, CallState.AWAITING_CHILD, CallState.CANCELLED}
+    ),
     CallState.DENIED: frozenset(),
     CallState.DISPATCHED: frozenset(
         {
@@ -110,6 +115,9 @@ CALL_TRANSITIONS: dict[CallState, frozenset[CallState]] = {
     ),
     CallState.AWAITING_INPUT: frozenset(
         {CallState.APPROVED, CallState.DENIED, CallState.CANCELLED}
+    ),
+    CallState.AWAITING_CHILD: frozenset(
+        {CallState.COMPLETED, CallState.FAILED, CallState.CANCELLED}
     ),
     CallState.COMPLETED: frozenset(),
     CallState.FAILED: frozenset(),

@@ -88,7 +88,23 @@ class Pause(_Frozen):
     kind: Literal["pause"] = "pause"
 
 
-AwaitTarget = Annotated[ToolPermission | RemoteInput | Uncertain | Pause, Discriminator("kind")]
+class Child(_Frozen):
+    """A sub-agent's run that a delegating call waits on.
+
+    No person answers it: it is settled by the runtime when the child run ends, with a
+    `ChildFinished` answer. People decide the child run's own tickets instead.
+    """
+
+    kind: Literal["child"] = "child"
+    call_id: str
+    child_run_id: str
+    task_key: str
+    agent: str
+
+
+AwaitTarget = Annotated[
+    ToolPermission | RemoteInput | Uncertain | Pause | Child, Discriminator("kind")
+]
 AWAIT_TARGET: TypeAdapter[AwaitTarget] = TypeAdapter(AwaitTarget)
 
 
@@ -176,8 +192,22 @@ class Continue(_Frozen):
     kind: Literal["continue"] = "continue"
 
 
+class ChildFinished(_Frozen):
+    """How a sub-agent's run ended; settles the `Child` ticket of its parent.
+
+    ``done`` carries the child's final answer (the delegating call's result); ``failed``
+    and ``cancelled`` carry why (the delegating call fails with it).
+    """
+
+    kind: Literal["child_finished"] = "child_finished"
+    status: Literal["done", "failed", "cancelled"]
+    text: str | None = None
+    error: str | None = None
+
+
 Answer = Annotated[
-    Allow | Deny | InputData | Resolve | Retry | Abort | Continue, Discriminator("kind")
+    Allow | Deny | InputData | Resolve | Retry | Abort | Continue | ChildFinished,
+    Discriminator("kind"),
 ]
 ANSWER: TypeAdapter[Answer] = TypeAdapter(Answer)
 
@@ -210,6 +240,7 @@ class ResumeTicket(_Frozen):
         correlation: Random one-use token a resume command must echo.
         run_id: The parked run.
         thread_id: The run's conversation.
+        agent: The agent of the parked run.
         agent_version: Version of the agent definition that parked.
         catalog_fingerprint: Fingerprint of the tool catalog that parked.
         target: Exactly what is awaited.
@@ -223,6 +254,8 @@ class ResumeTicket(_Frozen):
         decision: The accepted answer, once decided.
         decided_by: The actor id that decided it.
         decided_at: When it was decided or expired.
+        chain: For a sub-agent's run: the agents from the top-level run down to this
+            run's own (``("ops", "billing")``); empty for a top-level run.
     """
 
     ticket_id: str
@@ -242,6 +275,7 @@ class ResumeTicket(_Frozen):
     decision: Answer | None = None
     decided_by: str | None = None
     decided_at: datetime | None = None
+    chain: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _consistent(self) -> ResumeTicket:
@@ -253,13 +287,15 @@ class ResumeTicket(_Frozen):
             raise ValueError("a ticket's deadline cannot precede its creation")
         if isinstance(self.target, Pause) and (self.approvers or self.four_eyes):
             raise ValueError("a pause ticket is decided by operators, not approvers")
+        if isinstance(self.target, Child) and (self.approvers or self.four_eyes or self.deadline):
+            raise ValueError("a child ticket is settled by its child run, not by approvers")
         return self
 
     @property
     def call_id(self) -> str | None:
         """The tool call this ticket waits on, if any."""
         match self.target:
-            case ToolPermission() | RemoteInput() | Uncertain():
+            case ToolPermission() | RemoteInput() | Uncertain() | Child():
                 return self.target.call_id
             case Pause():
                 return None
@@ -340,6 +376,16 @@ def describe_deciders(
     return described
 
 
+def describe_chain(chain: Sequence[str], name: Callable[[str], str] = str) -> str | None:
+    """For a sub-agent's request, the agents that delegated to it, for people: ``"ops"``,
+    or ``"ops → billing"`` for a grandchild (each as `name` words); None for a top-level
+    run's own request (`chain` empty or only the asking agent)."""
+    above = list(chain[:-1])
+    if not above:
+        return None
+    return " → ".join(name(agent) for agent in above)
+
+
 class ResumeCommand(_Frozen):
     """A typed decision on one committed ticket.
 
@@ -371,7 +417,9 @@ class ResumeCommand(_Frozen):
         )
 
 
-AnswerKind = Literal["allow", "deny", "input", "resolve", "retry", "abort", "continue"]
+AnswerKind = Literal[
+    "allow", "deny", "input", "resolve", "retry", "abort", "continue", "child_finished"
+]
 """The ``kind`` of an `Answer`: what a button or form will send, before it is filled in."""
 
 
@@ -383,6 +431,8 @@ UncertainAnswer = Resolve | Retry | Abort
 """The answers an `Uncertain` call accepts."""
 PauseAnswer = Continue
 """The answer a `Pause` accepts."""
+ChildAnswer = ChildFinished
+"""The answer a `Child` accepts (given by the runtime, never by a person)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -417,7 +467,15 @@ class PauseDecision:
     answer: PauseAnswer
 
 
-Fitted = PermissionDecision | InputDecision | UncertainDecision | PauseDecision
+@dataclass(frozen=True, slots=True)
+class ChildDecision:
+    """A child run's outcome, fitted to the `Child` ticket of its parent."""
+
+    target: Child
+    answer: ChildAnswer
+
+
+Fitted = PermissionDecision | InputDecision | UncertainDecision | PauseDecision | ChildDecision
 """A target paired with an answer of its own answer type: what applying a decision
 matches on, so an answer that does not fit its target cannot reach that code."""
 
@@ -449,12 +507,19 @@ def fit(target: AwaitTarget, answer: Answer) -> Fitted | None:
                     return PauseDecision(target, answer)
                 case _:
                     return None
+        case Child():
+            match answer:
+                case ChildFinished():
+                    return ChildDecision(target, answer)
+                case _:
+                    return None
         case _:
             assert_never(target)
 
 
 def kinds_accepted(target: AwaitTarget) -> frozenset[AnswerKind]:
-    """The kinds of answer `target` accepts."""
+    """The kinds of answer a person may give `target` (none for a `Child`: its run's end
+    settles it)."""
     match target:
         case ToolPermission():
             return frozenset({"allow", "deny"})
@@ -464,6 +529,23 @@ def kinds_accepted(target: AwaitTarget) -> frozenset[AnswerKind]:
             return frozenset({"resolve", "retry", "abort"})
         case Pause():
             return frozenset({"continue"})
+        case Child():
+            return frozenset()
+        case _:
+            assert_never(target)
+
+
+def _misfit(kind: AnswerKind, ticket: ResumeTicket) -> str:
+    target = ticket.target
+    match target:
+        case Child():
+            return (
+                f"ticket {ticket.ticket_id} waits on sub-agent run {target.child_run_id} "
+                f"({target.agent}); it continues when that run ends: decide that run's "
+                "tickets instead"
+            )
+        case ToolPermission() | RemoteInput() | Uncertain() | Pause():
+            return f"a {kind!r} answer does not fit a {target.kind!r} ticket"
         case _:
             assert_never(target)
 
@@ -535,7 +617,7 @@ def check_decidable(
             f"who may: {ticket.who_may_decide()}"
         )
     if kind not in kinds_accepted(ticket.target):
-        raise ResolutionError(f"a {kind!r} answer does not fit a {ticket.target.kind!r} ticket")
+        raise ResolutionError(_misfit(kind, ticket))
     if ticket.deadline is not None and at >= ticket.deadline:
         raise Expired(
             f"ticket {ticket.ticket_id} passed its deadline {ticket.deadline.isoformat()}"
@@ -591,6 +673,10 @@ def validate_resume(
             check_input(target.schema_, data)
         case PermissionDecision() | InputDecision() | UncertainDecision() | PauseDecision():
             pass
+        case ChildDecision():
+            # `check_decidable` refuses every answer to a child ticket; only the runtime
+            # settles it, outside this path.
+            raise ResolutionError(_misfit(command.answer.kind, checked))
         case None:
             raise ResolutionError(
                 f"a {command.answer.kind!r} answer does not fit a {checked.target.kind!r} ticket"

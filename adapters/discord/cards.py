@@ -27,7 +27,7 @@ from typing import Any
 from adapters.discord.custom_ids import Action, TicketClick
 from adapters.discord.forms import clip, fits_modal, form_fields
 from runtime import PendingEntry, RunResult
-from runtime.tickets import describe_deciders
+from runtime.tickets import describe_chain, describe_deciders
 
 CONTENT_LENGTH = 2000
 TITLE_LENGTH = 256
@@ -101,6 +101,12 @@ def approver(entry: str, role_groups: Mapping[str, Sequence[str]]) -> str:
             return " / ".join(f"<@&{role}>" for role in roles)
         return f"group {code(group)}"
     return user(entry)
+
+
+def agent_label(agent: str, payload: Mapping[str, Any]) -> str:
+    """The asking agent; for a sub-agent's request, with the agents that delegated to it."""
+    above = describe_chain([str(a) for a in payload.get("chain") or ()], escape)
+    return f"{escape(agent)}, sub-agent of {above}" if above else escape(agent)
 
 
 def who_may_decide(
@@ -250,7 +256,7 @@ def card(
     tool = str(target.get("tool", ""))
     requester = payload.get("requester")
     fields = [
-        _field("Agent", escape(agent)),
+        _field("Agent", agent_label(agent, payload)),
         _field("Tool", code(tool)),
         _field("Requested by", user(requester)),
     ]

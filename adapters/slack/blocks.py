@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from runtime.tickets import describe_deciders
+from runtime.tickets import describe_chain, describe_deciders
 
 Block = dict[str, Any]
 
@@ -249,11 +249,18 @@ def _details(payload: Mapping[str, Any], groups: Groups | None) -> Block:
     deciders = [str(entry) for entry in payload.get("deciders") or ()]
     who = who_may_decide(deciders, bool(payload.get("four_eyes")), groups)
     return _fields(
-        ("Agent", f"`{escape(str(payload.get('agent') or '?'))}`"),
+        ("Agent", agent_label(payload)),
         ("Requested by", user(payload.get("requester"))),
         ("Who may decide", who),
         ("Deadline", when(deadline) if deadline else "none"),
     )
+
+
+def agent_label(payload: Mapping[str, Any]) -> str:
+    """The asking agent; for a sub-agent's request, with the agents that delegated to it."""
+    agent = f"`{escape(str(payload.get('agent') or '?'))}`"
+    above = describe_chain([str(a) for a in payload.get("chain") or ()], lambda a: f"`{escape(a)}`")
+    return f"{agent}, sub-agent of {above}" if above else agent
 
 
 def _actions(ticket_id: str, buttons: Sequence[dict[str, Any]]) -> Block:

@@ -105,6 +105,7 @@ def pending_json(entry: PendingEntry) -> dict[str, Any]:
         "deadline": ticket.deadline.isoformat() if ticket.deadline else None,
         "created_at": ticket.created_at.isoformat(),
         "grants": list(entry.grants),
+        "chain": list(ticket.chain),
     }
 
 
@@ -126,6 +127,36 @@ def run_json(result: RunResult) -> dict[str, Any]:
             "usage_incomplete": result.usage_incomplete,
         },
         "pending": [pending_json(entry) for entry in result.pending],
+        **delegation_json(result),
+    }
+
+
+def delegation_json(result: RunResult) -> dict[str, Any]:
+    """A run's place in a delegation tree: its parent and task, its sub-agents' runs and
+    their counters added up (the run's own are under ``counters``)."""
+    totals = result.children_totals
+    return {
+        "parent_run_id": result.parent_run_id,
+        "task_key": result.task_key,
+        "depth": result.depth,
+        "chain": [{"run_id": link.run_id, "agent": link.agent} for link in result.chain],
+        "children": [
+            {
+                "run_id": link.run_id,
+                "agent": link.agent,
+                "task_key": link.task_key,
+                "status": link.status.value if link.status else None,
+            }
+            for link in result.children
+        ],
+        "children_counters": {
+            "runs": totals.runs,
+            "turns": totals.turns,
+            "prompt_tokens": totals.prompt_tokens,
+            "completion_tokens": totals.completion_tokens,
+            "total_tokens": totals.total_tokens,
+            "usage_incomplete": totals.usage_incomplete,
+        },
     }
 
 

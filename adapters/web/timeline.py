@@ -72,6 +72,9 @@ def _model_call(d: dict[str, Any], actor: str | None) -> Described:
 
 def _ticket_opened(d: dict[str, Any], actor: str | None) -> Described:
     target = d.get("target") or {}
+    if target.get("kind") == "child":
+        title = f"Waiting on the sub-agent {_d(target, 'agent')} (run {_d(target, 'child_run_id')})"
+        return title, [("task", _d(target, "task_key")), ("ticket", _d(d, "ticket_id"))], "warn"
     what = target.get("tool") or target.get("kind", "a decision")
     title = f"Waiting for a decision on {what}; who may decide: {_d(d, 'who_may_decide')}"
     if d.get("deadline"):
@@ -207,6 +210,23 @@ _SIMPLE: dict[str, Callable[[dict[str, Any], str | None], Described]] = {
     "run_cancelled": lambda d, a: (f"Cancelled: {_d(d, 'reason', '')}", [], "bad"),
     "pause_requested": lambda d, a: ("Pause requested", [], "warn"),
     "cancel_requested": lambda d, a: ("Cancel requested", [], "warn"),
+    "child_started": lambda d, a: (
+        f"Handed task {_d(d, 'task_key')} to the sub-agent {_d(d, 'agent')} "
+        f"(run {_d(d, 'child_run_id')})",
+        [],
+        "info",
+    ),
+    "child_reattached": lambda d, a: (
+        f"Task {_d(d, 'task_key')} is the sub-agent run {_d(d, 'child_run_id')} "
+        f"({_d(d, 'status')}); no new run started",
+        [],
+        "muted",
+    ),
+    "child_finished": lambda d, a: (
+        f"Sub-agent {_d(d, 'agent')} {_d(d, 'status')} (task {_d(d, 'task_key')})",
+        [("error", d.get("error", ""))],
+        "ok" if d.get("status") == "done" else "bad",
+    ),
 }
 
 

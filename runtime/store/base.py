@@ -31,7 +31,11 @@ class Transaction(Protocol):
 
     # runs ------------------------------------------------------------------------
     async def insert_run(self, run: RunRecord) -> None:
-        """Add a new run."""
+        """Add a new run.
+
+        Raises:
+            DuplicateKey: A child run with the same parent and task key exists.
+        """
         ...
 
     async def get_run(self, run_id: str, *, for_update: bool = False) -> RunRecord | None:
@@ -101,6 +105,14 @@ class Transaction(Protocol):
 
     async def count_runs(self) -> dict[str, int]:
         """How many runs there are in each status."""
+        ...
+
+    async def child_run(self, parent_run_id: str, task_key: str) -> RunRecord | None:
+        """The sub-agent run `parent_run_id` started for `task_key`, if any."""
+        ...
+
+    async def child_runs(self, parent_run_id: str) -> list[RunRecord]:
+        """The sub-agent runs `parent_run_id` started, oldest first."""
         ...
 
     # tool calls ---------------------------------------------------------------------

@@ -80,6 +80,11 @@ class MemoryTransaction:
     async def insert_run(self, run: RunRecord) -> None:
         if run.run_id in self._t.runs:
             raise ValueError(f"run {run.run_id} exists")
+        if run.parent_run_id is not None and any(
+            r.parent_run_id == run.parent_run_id and r.task_key == run.task_key
+            for r in self._t.runs.values()
+        ):
+            raise DuplicateKey(f"run {run.parent_run_id} already has a task {run.task_key!r}")
         self.wrote = True
         self._t.runs[run.run_id] = _copy(run)
 
@@ -170,6 +175,17 @@ class MemoryTransaction:
         found.reverse()  # newest first; ties keep insertion order (reversed)
         found.sort(key=lambda r: r.created_at, reverse=True)
         return [_copy(r) for r in found[:limit]]
+
+    async def child_run(self, parent_run_id: str, task_key: str) -> RunRecord | None:
+        for run in self._t.runs.values():
+            if run.parent_run_id == parent_run_id and run.task_key == task_key:
+                return _copy(run)
+        return None
+
+    async def child_runs(self, parent_run_id: str) -> list[RunRecord]:
+        found = [r for r in self._t.runs.values() if r.parent_run_id == parent_run_id]
+        found.sort(key=lambda r: r.created_at)
+        return [_copy(r) for r in found]
 
     async def count_runs(self) -> dict[str, int]:
         counts: dict[str, int] = {}

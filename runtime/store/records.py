@@ -17,6 +17,11 @@ class RunRecord:
     ``pause_requested`` and ``cancel_requested`` are written only with
     `Transaction.set_run_flags`, so a worker saving the row never clobbers a request made
     while it held the lease.
+
+    A sub-agent's run (a child) names its parent run, the parent's delegating call and
+    the task key it was started for (unique per parent), its depth (1 for a child of a
+    top-level run) and its `lineage`: ``{"run_id", "agent"}`` of every ancestor, the
+    top-level run first.
     """
 
     run_id: str
@@ -44,6 +49,11 @@ class RunRecord:
     lease_owner: str | None = None
     lease_expires_at: datetime | None = None
     fence: int = 0
+    parent_run_id: str | None = None
+    parent_call_id: str | None = None
+    task_key: str | None = None
+    depth: int = 0
+    lineage: list[dict[str, str]] = field(default_factory=list)
 
 
 RUN_CREATED_WITH = (

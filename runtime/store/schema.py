@@ -72,6 +72,14 @@ runs = Table(
     Column("lease_owner", String(_NAME), nullable=True),
     Column("lease_expires_at", BigInteger, nullable=True),
     Column("fence", BigInteger, nullable=False),
+    # A sub-agent's run: its parent (not a foreign key, like a ticket's call), the
+    # parent's delegating call, the task key (unique per parent), its depth and the
+    # ancestors' ids and agents, top-level first.
+    Column("parent_run_id", String(_ID), nullable=True),
+    Column("parent_call_id", String(_ID), nullable=True),
+    Column("task_key", String(_NAME), nullable=True),
+    Column("depth", Integer, nullable=False, server_default="0"),
+    Column("lineage", JSON(none_as_null=True), nullable=True),
     # claimable_runs: status filter, oldest update first.
     Index(None, "status", "updated_at"),
     # list_runs(thread_id=...), newest first.
@@ -80,6 +88,8 @@ runs = Table(
     Index(None, "created_at"),
     # what a user may see: the runs they requested
     Index(None, "requester", "created_at"),
+    # child_run / child_runs, and one child per task key of a parent
+    Index(None, "parent_run_id", "task_key", unique=True),
 )
 
 tool_calls = Table(
@@ -131,6 +141,8 @@ tickets = Table(
     Column("decision", JSON(none_as_null=True), nullable=True),
     Column("decided_by", String(_NAME), nullable=True),
     Column("decided_at", BigInteger, nullable=True),
+    # The agents from the top-level run down to a sub-agent's (empty: a top-level run).
+    Column("chain", JSON(none_as_null=True), nullable=True),
     Index(None, "run_id", "created_at"),
     # overdue_tickets
     Index(None, "status", "deadline"),

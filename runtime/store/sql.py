@@ -182,6 +182,11 @@ def _run_values(run: RunRecord) -> dict[str, Any]:
         "lease_owner": run.lease_owner,
         "lease_expires_at": _opt_micros(run.lease_expires_at),
         "fence": run.fence,
+        "parent_run_id": run.parent_run_id,
+        "parent_call_id": run.parent_call_id,
+        "task_key": run.task_key,
+        "depth": run.depth,
+        "lineage": run.lineage or None,
     }
 
 
@@ -212,6 +217,11 @@ def _run_record(row: Row[Any]) -> RunRecord:
         lease_owner=row.lease_owner,
         lease_expires_at=_opt_datetime(row.lease_expires_at),
         fence=row.fence,
+        parent_run_id=row.parent_run_id,
+        parent_call_id=row.parent_call_id,
+        task_key=row.task_key,
+        depth=row.depth,
+        lineage=list(row.lineage or ()),
     )
 
 
@@ -282,6 +292,7 @@ def _ticket_values(ticket: ResumeTicket) -> dict[str, Any]:
         "decision": _dump_answer(ticket.decision),
         "decided_by": ticket.decided_by,
         "decided_at": _opt_micros(ticket.decided_at),
+        "chain": list(ticket.chain) or None,
     }
 
 
@@ -312,6 +323,7 @@ def _ticket(row: Row[Any]) -> ResumeTicket:
             "decision": row.decision,
             "decided_by": row.decided_by,
             "decided_at": _opt_datetime(row.decided_at),
+            "chain": tuple(row.chain or ()),
         }
     )
 
@@ -538,6 +550,12 @@ _RENEW = (
     .values(lease_expires_at=bindparam("until"))
 )
 _COUNT_RUNS = select(runs.c.status, func.count().label("n")).group_by(runs.c.status)
+_CHILD_RUNS = (
+    select(runs)
+    .where(runs.c.parent_run_id == bindparam("parent"))
+    .order_by(runs.c.created_at, runs.c.run_id)
+)
+_CHILD_RUN = _CHILD_RUNS.where(runs.c.task_key == bindparam("task_key"))
 _INSERT_CALL = insert(tool_calls)
 _UPDATE_CALL = update(tool_calls).where(tool_calls.c.call_id == bindparam("b_call_id"))
 _CALLS_FOR_RUN = (
@@ -867,11 +885,13 @@ class SQLTransaction:
 
     # runs ---------------------------------------------------------------------------
     async def insert_run(self, run: RunRecord) -> None:
-        """Add a new run; `ValueError` if its id exists."""
+        """Add a new run; `ValueError` if its id exists, `DuplicateKey` if its parent has
+        a child for its task key already."""
         values = _run_values(run)
         values["pause_requested"] = run.pause_requested
         values["cancel_requested"] = run.cancel_requested
-        await self._execute(_INSERT_RUN, values)
+        child = run.parent_run_id is not None
+        await self._execute(_INSERT_RUN, values, violation=DuplicateKey if child else ValueError)
         self.wrote = True
         if run.status is RunStatus.QUEUED:
             self._wake.add(WAKE_RUNS)
@@ -993,6 +1013,17 @@ class SQLTransaction:
     async def count_runs(self) -> dict[str, int]:
         """How many runs there are in each status (statuses without runs are absent)."""
         return {row.status: row.n for row in await self._execute(_COUNT_RUNS)}
+
+    async def child_run(self, parent_run_id: str, task_key: str) -> RunRecord | None:
+        """The sub-agent run `parent_run_id` started for `task_key`, if any."""
+        params = {"parent": parent_run_id, "task_key": task_key}
+        row = (await self._execute(_CHILD_RUN, params)).first()
+        return None if row is None else _run_record(row)
+
+    async def child_runs(self, parent_run_id: str) -> list[RunRecord]:
+        """The sub-agent runs `parent_run_id` started, oldest first."""
+        rows = await self._execute(_CHILD_RUNS, {"parent": parent_run_id})
+        return [_run_record(row) for row in rows]
 
     # tool calls ---------------------------------------------------------------------
     async def insert_call(self, call: CallRecord) -> None:

@@ -18,6 +18,8 @@ from runtime.tickets import (
     Allow,
     Answer,
     AwaitTarget,
+    Child,
+    ChildFinished,
     Continue,
     Deny,
     InputData,
@@ -562,6 +564,7 @@ TARGETS: list[AwaitTarget] = [
     ),
     Uncertain(call_id="call_1", tool="refund", args={"order": 42}, execution_key="key_call_1"),
     Pause(),
+    Child(call_id="call_1", child_run_id="run_2", task_key="refund-42", agent="billing"),
 ]
 
 
@@ -571,9 +574,12 @@ async def test_ticket_round_trips_every_target_kind(
 ) -> None:
     await seed_runs(store, make)
     people: dict[str, Any] = (
-        {} if isinstance(target, Pause) else {"approvers": ("U2", "group:ops"), "four_eyes": True}
+        {}
+        if isinstance(target, Pause | Child)
+        else {"approvers": ("U2", "group:ops"), "four_eyes": True}
     )
-    ticket = make.ticket(target=target, deadline=make.at(3600), **people)
+    deadline = None if isinstance(target, Child) else make.at(3600)
+    ticket = make.ticket(target=target, deadline=deadline, **people)
     async with store.transaction() as tx:
         await tx.insert_ticket(ticket)
     async with store.transaction() as tx:
@@ -592,6 +598,8 @@ ANSWERS: list[Answer] = [
     Retry(),
     Abort(reason="gave up"),
     Continue(),
+    ChildFinished(status="done", text="refunded"),
+    ChildFinished(status="cancelled", error="its parent run was cancelled"),
 ]
 
 

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from pgtest import close_databases
 
 from runtime import (
     Agent,
@@ -22,6 +23,13 @@ from runtime import (
 )
 
 RuntimeFactory = Callable[..., Runtime]
+
+
+def pytest_sessionfinish() -> None:
+    """Drop the PostgreSQL databases the SQL variants of these tests made."""
+    close_databases()
+
+
 Snapshot = Callable[[str], Awaitable[dict[str, Any]]]
 
 
