@@ -156,6 +156,7 @@ class RuleSpec(_Strict):
     four_eyes: bool | None = None
     deadline: timedelta | None = None
     secret: list[str] | None = None
+    editable: bool | list[str] | None = None
     on_expiry: Any = None
     grants: list[Literal["run", "thread"]] | None = None
 
@@ -422,6 +423,11 @@ class _Builder:
             four_eyes=rule.four_eyes,
             deadline=rule.deadline,
             secret=tuple(rule.secret) if rule.secret is not None else None,
+            editable=(
+                rule.editable
+                if isinstance(rule.editable, bool) or rule.editable is None
+                else tuple(rule.editable)
+            ),
             on_expiry=_on_expiry(rule.on_expiry),
             grants=tuple(rule.grants) if rule.grants is not None else None,
         )

@@ -37,7 +37,12 @@ from runtime import (
     MAX_GRANT_HOURS,
     Actor,
     Agent,
+    Allow,
+    Answer,
+    BatchItem,
+    BatchOutcome,
     ConfigurationError,
+    Deny,
     Expired,
     Grant,
     GrantNotActive,
@@ -46,6 +51,7 @@ from runtime import (
     NotAwaiting,
     PendingEntry,
     Permission,
+    RefusalReason,
     ResolutionError,
     RunNotFound,
     RunResult,
@@ -864,6 +870,7 @@ def tickets(limit: int, as_json: bool, database_url: str | None) -> None:
                         "execution_key": e.execution_key,
                         "prompt": e.prompt,
                         "schema": e.schema,
+                        "editable": list(e.editable),
                         "requester": e.ticket.requester,
                         "who_may_decide": e.ticket.who_may_decide(),
                         "four_eyes": e.ticket.four_eyes,
@@ -908,6 +915,14 @@ def _decided(verb: str, ref: str, actor: Actor, result: RunResult) -> None:
 @cli.command()
 @click.argument("ticket")
 @grant_options
+@click.option(
+    "--args",
+    "args_json",
+    metavar="JSON",
+    help="Change these arguments before allowing, as a JSON object merged over the call's "
+    "own ('-' reads it from standard input); checked against the tool's schema, its "
+    "editable arguments and its permission rule.",
+)
 @actor_options
 @resume_option
 @database_option
@@ -915,6 +930,7 @@ def approve(
     ticket: str,
     grant: str | None,
     hours: float | None,
+    args_json: str | None,
     as_user: str | None,
     operator: bool,
     resume: bool,
@@ -924,7 +940,8 @@ def approve(
 
     TICKET is a ticket id or the call's execution key, as `signoff tickets` shows them.
     The run continues right here when this was its last open decision. With --grant,
-    later calls of the tool run without asking too (see `signoff grants`).
+    later calls of the tool run without asking too (see `signoff grants`). With --args
+    the call runs with the changed arguments, and the model is told what changed.
 
     \b
     Examples:
@@ -933,14 +950,23 @@ def approve(
       signoff approve tk_3f9a... --no-resume
       signoff approve tk_3f9a... --grant run
       signoff approve tk_3f9a... --grant thread --hours 4
+      signoff approve tk_3f9a... --args '{"amount": 200}'
     """
+    args = None
+    if args_json is not None:
+        args = _parse_json(args_json, "--args")
+        if not isinstance(args, dict):
+            raise click.BadParameter(
+                f"must be a JSON object like '{{\"amount\": 200}}', not {type(args).__name__}",
+                param_hint="'--args'",
+            )
     actor = _actor(as_user, operator)
     request = _grant_request(grant, hours)
 
     async def body() -> RunResult:
         async with _runtime(database_url) as runtime:
             done: RunResult = await runtime.approve(
-                ticket, actor=actor, resume=resume, grant=request
+                ticket, actor=actor, resume=resume, grant=request, args=args
             )
             return done
 
@@ -1485,6 +1511,91 @@ def grants_revoke(
 
     revoked: Grant = _run(body())
     click.echo(f"revoked {revoked.grant_id} ({_one_line(revoked.covers)}) as {actor.id}")
+
+
+# --- batch decisions ------------------------------------------------------------------------
+
+_REFUSAL_EXITS: dict[RefusalReason, int] = {
+    RefusalReason.UNKNOWN_TICKET: EXIT_NOT_FOUND,
+    RefusalReason.UNKNOWN_RUN: EXIT_NOT_FOUND,
+    RefusalReason.ALREADY_DECIDED: EXIT_NOT_AWAITING,
+    RefusalReason.VOIDED: EXIT_NOT_AWAITING,
+    RefusalReason.NOT_AWAITING: EXIT_NOT_AWAITING,
+    RefusalReason.MISMATCH: EXIT_NOT_AWAITING,
+    RefusalReason.EXPIRED: EXIT_EXPIRED,
+    RefusalReason.UNAUTHORIZED: EXIT_UNAUTHORIZED,
+    RefusalReason.FORBIDDEN: EXIT_UNAUTHORIZED,
+    RefusalReason.STALE: EXIT_STALE,
+    RefusalReason.STORAGE: EXIT_STORAGE,
+}
+"""Exit code of a refused batch item; any other reason is a bad answer (9)."""
+
+
+@cli.command(short_help="Allow or deny several calls at once.")
+@click.argument("decision", type=click.Choice(["allow", "deny"]))
+@click.argument("ticket_ids", metavar="[TICKET]...", nargs=-1)
+@click.option("--run", "run_id", metavar="RUN", help="Also every open approval of this run.")
+@click.option("--reason", metavar="TEXT", help="With deny: why; the model sees it.")
+@actor_options
+@resume_option
+@database_option
+def batch(
+    decision: str,
+    ticket_ids: tuple[str, ...],
+    run_id: str | None,
+    reason: str | None,
+    as_user: str | None,
+    operator: bool,
+    resume: bool,
+    database_url: str | None,
+) -> int:
+    """Allow or deny several pending calls in one go, each checked and applied on its own.
+
+    TICKET is a ticket id as `signoff tickets` shows them; --run adds every open approval
+    of a run. One line per ticket says whether it was decided; a ticket that cannot be
+    (already decided, not yours to decide) does not stop the others. Exits 0 when every
+    one was decided, else with the code of the first refusal.
+
+    \b
+    Examples:
+      signoff batch allow tk_3f9a... tk_77b0...
+      signoff batch deny --run run_5e21... --reason "not during the freeze"
+    """
+    if reason is not None and decision != "deny":
+        raise click.BadParameter("goes with deny", param_hint="'--reason'")
+    actor = _actor(as_user, operator)
+    answer: Answer = Allow() if decision == "allow" else Deny(reason=reason)
+
+    async def body() -> list[BatchOutcome]:
+        async with _runtime(database_url) as runtime:
+            chosen = list(ticket_ids)
+            if run_id is not None:
+                found = await runtime.get(run_id, viewer=actor)
+                chosen += [p.ticket_id for p in found.pending if p.status == "approval"]
+            chosen = list(dict.fromkeys(chosen))
+            if not chosen:
+                raise click.UsageError("name at least one TICKET, or a --run with open approvals")
+            items = [BatchItem(ticket_id, answer) for ticket_id in chosen]
+            done: list[BatchOutcome] = await runtime.decide_batch(items, actor, resume=resume)
+            return done
+
+    outcomes = _run(body())
+    verb = "allowed" if decision == "allow" else "denied"
+    code = EXIT_OK
+    for outcome in outcomes:
+        if outcome.refusal is None:
+            result = outcome.result
+            where = f" (run {result.run_id} is {result.status.value})" if result else ""
+            click.echo(f"{verb} {outcome.ticket_id}{where}")
+        else:
+            click.echo(f"not decided {outcome.ticket_id}: {_one_line(outcome.refusal.message)}")
+            if code == EXIT_OK:
+                code = _REFUSAL_EXITS.get(outcome.refusal.reason, EXIT_BAD_ANSWER)
+    applied = sum(1 for o in outcomes if o.applied)
+    click.echo(f"{verb} {applied} of {len(outcomes)} as {actor.id}")
+    if code != EXIT_OK:
+        _fail("batch", f"{len(outcomes) - applied} of {len(outcomes)} not decided", code)
+    return code
 
 
 # --- entry point ----------------------------------------------------------------------------

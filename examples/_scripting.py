@@ -42,9 +42,16 @@ def last_result(request: ModelRequest) -> str:
 
 
 def last_json(request: ModelRequest) -> dict[str, Any] | None:
-    """The most recent tool result parsed as a JSON object, or None if it is not one."""
+    """The most recent tool result parsed as a JSON object, or None if it is not one.
+
+    A call an approver changed before allowing it starts with a one-line note saying so
+    (`runtime.edits.model_note`); the result follows it.
+    """
+    text = last_result(request)
+    if text.startswith("[Note:") and "\n" in text:
+        text = text.split("\n", 1)[1]
     try:
-        value = json.loads(last_result(request))
+        value = json.loads(text)
     except ValueError:
         return None
     return value if isinstance(value, dict) else None

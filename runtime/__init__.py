@@ -12,11 +12,15 @@ from runtime.accepting import (
     Refused,
 )
 from runtime.agent import Agent
+from runtime.batches import BatchAccepted, BatchItem, BatchOutcome
 from runtime.clock import Clock, IdSource, ManualClock, RandomIds, SequentialIds, SystemClock
 from runtime.context import ToolContext, current_tool_context
+from runtime.edits import EditForm, args_digest
 from runtime.errors import (
     AccessDenied,
     ConfigurationError,
+    EditDenied,
+    EditRefused,
     Expired,
     GrantError,
     GrantNotActive,
@@ -24,10 +28,12 @@ from runtime.errors import (
     IdempotencyConflict,
     IllegalTransition,
     InvalidAnswer,
+    InvalidEdit,
     LeaseLost,
     ModelError,
     ModelErrorKind,
     NotAwaiting,
+    NotEditable,
     ResolutionError,
     ResumeError,
     RunError,
@@ -109,6 +115,9 @@ __all__ = [
     "Answer",
     "AnswerKind",
     "AwaitTarget",
+    "BatchAccepted",
+    "BatchItem",
+    "BatchOutcome",
     "CallState",
     "Child",
     "ChildFinished",
@@ -117,6 +126,9 @@ __all__ = [
     "Continue",
     "Decidable",
     "Deny",
+    "EditDenied",
+    "EditForm",
+    "EditRefused",
     "Escalate",
     "Expired",
     "ExpiryAction",
@@ -134,6 +146,7 @@ __all__ = [
     "InputData",
     "InputRequest",
     "InvalidAnswer",
+    "InvalidEdit",
     "LeaseLost",
     "ManualClock",
     "MemoryStore",
@@ -143,6 +156,7 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "NotAwaiting",
+    "NotEditable",
     "Pause",
     "PendingEntry",
     "Permission",
@@ -188,6 +202,7 @@ __all__ = [
     "UnknownGrant",
     "UnknownTicket",
     "Usage",
+    "args_digest",
     "classify",
     "current_tool_context",
     "delegate_tool_name",

@@ -27,7 +27,9 @@ from runtime._support import (
     to_jsonable,
 )
 from runtime.agent import Agent
+from runtime.batches import offer_batch
 from runtime.context import ToolContext, _enter, _leave
+from runtime.edits import model_note
 from runtime.errors import LeaseLost, ModelError, ToolOutcomeUnknown
 from runtime.model import ModelRequest, ModelResponse, StopReason
 from runtime.states import CallState, RunStatus, TicketStatus
@@ -413,6 +415,8 @@ class Driver:
             content = content_of(call.result)
             for middleware in self.deps.result_middleware:
                 content = str(middleware(ResultMiddlewareInput(call=call, content=content)))
+            if call.edit is not None:
+                content = f"{model_note(call.edit)}\n{content}"
             self.run.messages.append(
                 {"role": "tool", "tool_call_id": call.model_call_id, "content": content}
             )
@@ -578,6 +582,8 @@ class Driver:
                 proposed.append(call)
                 waits = waits or (not call.state.settled and call.state is not CallState.APPROVED)
                 runnable = runnable or call.state is CallState.APPROVED
+            # Two or more approvals in one turn: chat offers "Allow all N" once all are shown.
+            await offer_batch(self.deps, tx, run, proposed)
             if waits and not runnable:
                 self._release(RunStatus.AWAITING)
                 await record(tx, run.run_id, now, "run_awaiting")

@@ -225,7 +225,7 @@ def ticket_payload(ticket: ResumeTicket, agent: Agent | None) -> dict[str, Any]:
     target = ticket.target.model_dump(mode="json", by_alias=True)
     if "args" in target:
         target["args"] = display_args(agent, target.get("tool", ""), target["args"])
-    return {
+    described: dict[str, Any] = {
         "ticket_id": ticket.ticket_id,
         "target": target,
         "requester": ticket.requester,
@@ -237,6 +237,11 @@ def ticket_payload(ticket: ResumeTicket, agent: Agent | None) -> dict[str, Any]:
         "grants": list(grant_scopes(agent, ticket)),
         "chain": list(ticket.chain),
     }
+    if isinstance(ticket.target, ToolPermission) and agent is not None:
+        # The arguments an approver may change (runtime.edits): cards offer an edit form.
+        tool = agent.tools.get(ticket.target.tool)
+        described["editable"] = list(tool.editable_arguments()) if tool is not None else []
+    return described
 
 
 def chain_of(run: RunRecord) -> tuple[str, ...]:

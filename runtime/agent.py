@@ -152,6 +152,7 @@ class Agent:
         secret: Sequence[str] = (),
         on_expiry: OnExpiry | str | None = None,
         grants: Sequence[str] | None = None,
+        editable: bool | Sequence[str] = True,
     ) -> Callable[[Callable[..., Any]], Tool]: ...
 
     def tool(
@@ -168,6 +169,7 @@ class Agent:
         secret: Sequence[str] = (),
         on_expiry: OnExpiry | str | None = None,
         grants: Sequence[str] | None = None,
+        editable: bool | Sequence[str] = True,
     ) -> Tool | Callable[[Callable[..., Any]], Tool]:
         """Register a tool on this agent; the same options as `runtime.tool`."""
 
@@ -183,6 +185,7 @@ class Agent:
                 secret=secret,
                 on_expiry=on_expiry,
                 grants=grants,
+                editable=editable,
             )(func)
             return self.add_tool(built)
 

@@ -9,6 +9,7 @@ from runtime import grants
 from runtime._engine import blocked_text
 from runtime._support import Deps, display_args, move, move_run, notify, record, to_jsonable
 from runtime.driving import Driving
+from runtime.edits import Edit, args_digest, check_edit
 from runtime.errors import NotAwaiting, ResolutionError, UnknownExecutionKey, UnknownTicket
 from runtime.queries import Queries
 from runtime.results import PendingEntry, RunResult
@@ -31,6 +32,7 @@ from runtime.tickets import (
     ResumeCommand,
     ResumeTicket,
     Retry,
+    ToolPermission,
     UncertainDecision,
     fit,
     validate_resume,
@@ -177,9 +179,13 @@ class Decisions:
             command = command.model_copy(update={"correlation": correlation})
         return ticket, command
 
-    def validate(self, command: ResumeCommand, ticket: ResumeTicket | None) -> None:
-        """`validate_resume` against the agent as loaded now, and the standing grant an
-        allow asks for against what its tool allows (`GrantNotAllowed`)."""
+    def validate(self, command: ResumeCommand, ticket: ResumeTicket | None) -> Edit | None:
+        """`validate_resume` against the agent as loaded now, the standing grant an allow
+        asks for against what its tool allows (`GrantNotAllowed`), then an allow's edit.
+
+        Returns:
+            The checked edit of an ``Allow(args=...)`` (see `runtime.edits`), else None.
+        """
         agent = self._deps.agents.get(ticket.agent) if ticket is not None else None
         validate_resume(
             command,
@@ -190,6 +196,13 @@ class Decisions:
         answer = command.answer
         if isinstance(answer, Allow) and answer.grant is not None and ticket is not None:
             grants.check_request(ticket, answer.grant, agent)
+        if ticket is None or not isinstance(answer, Allow) or answer.args is None:
+            return None
+        target = ticket.target
+        if not isinstance(target, ToolPermission):
+            return None  # an allow fits only a permission request: validate_resume said so
+        tool = agent.tools.get(target.tool) if agent is not None else None
+        return check_edit(tool, target, answer.args)
 
     async def submit(
         self,
@@ -203,7 +216,7 @@ class Decisions:
         async with deps.store.transaction() as tx:
             run = await tx.get_run(command.run_id, for_update=True)
             ticket = await tx.get_ticket(command.ticket_id)
-            self.validate(command, ticket)
+            edit = self.validate(command, ticket)
             assert ticket is not None and run is not None
             if run.cancel_requested:
                 # E.g. a sub-agent's run whose parent was cancelled while it ran: it
@@ -217,7 +230,7 @@ class Decisions:
                 decided_by=command.actor.id,
             ):
                 raise NotAwaiting(f"ticket {ticket.ticket_id} was decided concurrently")
-            await self._apply(tx, run, ticket, command)
+            await self._apply(tx, run, ticket, command, edit)
             if received is not None:
                 received.state = "applied"
                 received.applied_at = deps.clock.now()
@@ -256,7 +269,12 @@ class Decisions:
         return await self._queries.get(command.run_id)
 
     async def _apply(
-        self, tx: Transaction, run: RunRecord, ticket: ResumeTicket, command: ResumeCommand
+        self,
+        tx: Transaction,
+        run: RunRecord,
+        ticket: ResumeTicket,
+        command: ResumeCommand,
+        edit: Edit | None,
     ) -> None:
         answer = command.answer
         actor = command.actor
@@ -282,7 +300,16 @@ class Decisions:
                     raise ResolutionError(f"ticket {ticket.ticket_id} names an unknown call")
                 agent = self._deps.agents.get(ticket.agent)
                 described["tool"] = call.tool
+                if edit is not None and edit.changes:
+                    # Re-bound to the changed arguments: the tool runs with these.
+                    call.args = edit.args
+                    call.edit = edit.record(
+                        actor.name or actor.id, display_args(agent, call.tool, edit.args)
+                    )
+                    described["edit"] = call.edit
                 described["args"] = display_args(agent, call.tool, call.args)
+                if isinstance(answer, Allow):
+                    described["args_digest"] = args_digest(call.args)
                 call.decided_by = actor.model_dump(mode="json")
                 call.updated_at = command.at
                 call.reason = reason

@@ -13,7 +13,11 @@ One root, split by who must act::
     │   ├── UnknownExecutionKey     no pending call with that execution key or ticket id
     │   └── ResolutionError         the answer does not fit what the ticket waits for
     │       ├── InvalidAnswer       typed input that fails the requested schema
-    │       └── GrantNotAllowed     a standing grant the tool does not allow
+    │       ├── GrantNotAllowed     a standing grant the tool does not allow
+    │       └── EditRefused         an approver's change of the arguments was refused
+    │           ├── InvalidEdit     the changed arguments fail the tool's schema
+    │           ├── NotEditable     the tool (or that argument) may not be changed
+    │           └── EditDenied      the tool's permission rule denies the changed call
     ├── GrantError                  the caller: a standing grant that cannot be acted on
     │   ├── UnknownGrant            no such grant (or none the caller may see)
     │   └── GrantNotActive          it was revoked or has expired already
@@ -129,6 +133,39 @@ class GrantNotActive(GrantError):
     """The grant was already revoked, or it expired."""
 
     code = "grant_not_active"
+
+
+class EditRefused(ResolutionError):
+    """An approver's change of a call's arguments cannot be accepted (see `runtime.edits`).
+
+    Attributes:
+        errors: One entry per problem, each with a JSON ``path`` and a ``message``.
+    """
+
+    code = "edit_refused"
+
+    def __init__(self, message: str, errors: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.errors: list[dict[str, Any]] = errors or []
+
+
+class InvalidEdit(EditRefused):
+    """The changed arguments do not fit the tool's argument schema."""
+
+    code = "invalid_edit"
+
+
+class NotEditable(EditRefused):
+    """The tool forbids edits, or one of the changed arguments may not be changed
+    (not among its ``editable`` ones, or secret)."""
+
+    code = "not_editable"
+
+
+class EditDenied(EditRefused):
+    """The tool's permission rule answers ``deny`` for the changed arguments."""
+
+    code = "edit_denied"
 
 
 class IdempotencyConflict(SignoffError):

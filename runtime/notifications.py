@@ -52,6 +52,8 @@ class _TicketNote(_Note):
     """The standing grants an allow may also give (``run``, ``thread``)."""
     chain: list[str] = []
     """For a sub-agent's request: the agents from the top-level run down to the asking one."""
+    editable: list[str] = []
+    """For an approval: the arguments an approver may change before allowing."""
 
     @model_validator(mode="before")
     @classmethod
@@ -99,6 +101,10 @@ class Decided(_Note):
     """The standing grant given with the allow (or that allowed it, with `by_grant`):
     ``grant_id``, ``scope``, ``expires_at``, ``constraint``."""
     by_grant: bool = False
+    args_digest: str | None = None
+    """For an allow: the digest of the arguments the call runs with."""
+    edit: dict[str, Any] | None = None
+    """For an allow with edits: what changed (``summary``, ``changes``), by whom."""
 
 
 class TicketExpired(_Note):
@@ -148,6 +154,23 @@ class DecisionRefused(_Note):
     actor: str | None = None
 
 
+class BatchOffered(_Note):
+    """Several calls of one model turn wait for approval: once every one of their cards
+    is posted, a message offers to decide them all at once ("Allow all N").
+
+    Attributes:
+        ticket_ids: The permission tickets of the turn, in the order of their calls; the
+            first one names the batch (`runtime.batches`).
+        token: Proves a click came from this message (`runtime.batches.batch_token`).
+        calls: Each call as shown on its card: ``tool`` and masked ``args``.
+    """
+
+    kind: Literal["batch_offered"] = "batch_offered"
+    ticket_ids: list[str]
+    token: str
+    calls: list[dict[str, Any]] = []
+
+
 class RunCallback(_Note):
     """A webhook's run ended: its completion callback."""
 
@@ -168,6 +191,7 @@ Notification = Annotated[
     | RunFinished
     | RunPaused
     | DecisionRefused
+    | BatchOffered
     | RunCallback,
     Discriminator("kind"),
 ]
@@ -222,6 +246,19 @@ class PostedCard:
 
 
 @dataclass(frozen=True, slots=True)
+class BatchMember:
+    """One call of a `BatchOffered` batch, as the outbox knows it.
+
+    Attributes:
+        ticket: Its ticket as it stands now (None: it no longer exists).
+        card: Its card on the batch message's platform (None: none was queued there).
+    """
+
+    ticket: ResumeTicket | None
+    card: PostedCard | None
+
+
+@dataclass(frozen=True, slots=True)
 class Delivery:
     """Where a notification goes and what its notifier needs to know about the world.
 
@@ -235,6 +272,7 @@ class Delivery:
         card: For outcomes: the card they edit, if one was queued.
         first_message: The platform reference of the run's first message delivered to
             this destination's channel (to keep a run's messages in one thread).
+        members: For `BatchOffered`: each call's ticket and card, in the batch's order.
     """
 
     outbox_id: str
@@ -243,6 +281,7 @@ class Delivery:
     ticket: ResumeTicket | None = None
     card: PostedCard | None = None
     first_message: Mapping[str, Any] | None = None
+    members: tuple[BatchMember, ...] = ()
 
     @property
     def platform(self) -> str | None:
@@ -254,6 +293,8 @@ class Delivery:
 __all__ = [
     "NOTIFICATION",
     "ApprovalRequested",
+    "BatchMember",
+    "BatchOffered",
     "Decided",
     "DecisionRefused",
     "Delivery",

@@ -31,6 +31,8 @@ from runtime.clock import Clock
 from runtime.errors import SignoffError
 from runtime.notifications import (
     ApprovalRequested,
+    BatchMember,
+    BatchOffered,
     Decided,
     Delivery,
     InputRequested,
@@ -43,6 +45,7 @@ from runtime.notifications import (
     UnreadableNotification,
     read_notification,
 )
+from runtime.states import TicketStatus
 from runtime.store.base import Store, Transaction
 from runtime.store.records import OutboxRecord, channel_key
 
@@ -238,6 +241,9 @@ async def delivery_of(tx: Transaction, item: OutboxRecord, note: Notification) -
             if isinstance(posted, ApprovalRequested | InputRequested | UncertainCall | RunPaused):
                 card = PostedCard(posted, found.state, dict(found.platform_ref or {}))
             break
+    members: tuple[BatchMember, ...] = ()
+    if isinstance(note, BatchOffered):
+        members = tuple([await _member(tx, item, ticket_id) for ticket_id in note.ticket_ids])
     first = None
     channel = channel_key(item.destination)
     if channel is not None:
@@ -257,7 +263,43 @@ async def delivery_of(tx: Transaction, item: OutboxRecord, note: Notification) -
         ticket=ticket,
         card=card,
         first_message=first,
+        members=members,
     )
+
+
+async def _member(tx: Transaction, item: OutboxRecord, ticket_id: str) -> BatchMember:
+    """One call of a batch: its ticket now, and its card on `item`'s platform."""
+    ticket = await tx.get_ticket(ticket_id)
+    found = await tx.find_outbox(ticket_id=ticket_id, kind="approval_requested")
+    card = None
+    if found is not None and found.destination.get("platform") == item.destination.get("platform"):
+        posted = read_notification(found.kind, found.payload)
+        if isinstance(posted, ApprovalRequested):
+            card = PostedCard(posted, found.state, dict(found.platform_ref or {}))
+    return BatchMember(ticket, card)
+
+
+def batch_open_ids(note: BatchOffered, delivery: Delivery) -> list[str]:
+    """For a notifier of `note`: the batch's tickets still open, once every card of it
+    is posted (the batch is offered only after each of its calls was shown).
+
+    Raises:
+        DeliveryError: A card is not posted yet (retried), or could not be posted at all
+            (given up: the calls are decided one by one).
+    """
+    for member in delivery.members:
+        if member.card is not None and member.card.state == "pending":
+            raise DeliveryError("the batch's cards are not all posted yet", retry_after=1.0)
+        if member.card is None or member.card.state != "delivered":
+            raise DeliveryError(
+                "a card of the batch could not be posted, so its calls are decided one by one",
+                permanent=True,
+            )
+    return [
+        m.ticket.ticket_id
+        for m in delivery.members
+        if m.ticket is not None and m.ticket.status is TicketStatus.OPEN
+    ]
 
 
 def _release(item: OutboxRecord) -> None:

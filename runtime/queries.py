@@ -144,7 +144,9 @@ class Queries:
             return None
         agent = self._deps.agents.get(ticket.agent)
         masked = display_args(agent, call.tool, call.args)
-        return pending_entry(ticket, call, masked, grant_scopes(agent, ticket))
+        tool = agent.tools.get(call.tool) if agent is not None else None
+        editable = tool.editable_arguments() if tool is not None else ()
+        return pending_entry(ticket, call, masked, grant_scopes(agent, ticket), editable=editable)
 
     async def list_runs(
         self,

@@ -14,10 +14,13 @@ from typing import Any
 
 from runtime.errors import (
     AccessDenied,
+    EditDenied,
     Expired,
     GrantNotAllowed,
     InvalidAnswer,
+    InvalidEdit,
     NotAwaiting,
+    NotEditable,
     ResolutionError,
     RunNotFound,
     SignoffError,
@@ -54,6 +57,12 @@ class RefusalReason(StrEnum):
     GRANT_NOT_ALLOWED = "grant_not_allowed"
     """The allow asks for a standing grant its tool does not allow (a wider scope, a
     four-eyes tool)."""
+    INVALID_EDIT = "invalid_edit"
+    """Changed arguments that fail the tool's schema (see `Refusal.errors`)."""
+    NOT_EDITABLE = "not_editable"
+    """The tool, or one of the changed arguments, may not be changed."""
+    EDIT_DENIED = "edit_denied"
+    """The tool's permission rule denies the call with the changed arguments."""
     UNKNOWN_RUN = "unknown_run"
     FORBIDDEN = "forbidden"
     """Not the caller's to do (e.g. joining another's thread)."""
@@ -71,7 +80,8 @@ class Refusal:
         reason: The classification.
         message: The runtime's own description (for logs and API bodies).
         ticket: The ticket as committed when the refusal was decided, if it exists.
-        errors: For `RefusalReason.INVALID_ANSWER`: one ``{"path", "message"}`` per field.
+        errors: For `RefusalReason.INVALID_ANSWER` and ``INVALID_EDIT``: one
+            ``{"path", "message"}`` per field.
     """
 
     reason: RefusalReason
@@ -103,6 +113,12 @@ def classify(exc: SignoffError, ticket: ResumeTicket | None) -> Refusal:
             return Refusal(RefusalReason.INVALID_ANSWER, message, ticket, tuple(exc.errors))
         case GrantNotAllowed():
             return Refusal(RefusalReason.GRANT_NOT_ALLOWED, message, ticket)
+        case InvalidEdit():
+            return Refusal(RefusalReason.INVALID_EDIT, message, ticket, tuple(exc.errors))
+        case NotEditable():
+            return Refusal(RefusalReason.NOT_EDITABLE, message, ticket, tuple(exc.errors))
+        case EditDenied():
+            return Refusal(RefusalReason.EDIT_DENIED, message, ticket)
         case ResolutionError():
             return Refusal(RefusalReason.DOES_NOT_FIT, message, ticket)
         case Unauthorized():

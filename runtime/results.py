@@ -51,10 +51,12 @@ class PendingEntry:
         status: ``approval``, ``input`` or ``uncertain``.
         call: The tool call.
         ticket: The committed resume ticket.
-        prompt: For ``input``: what is asked.
+        prompt: For ``input``: what is asked; for ``approval``: the model's stated reason.
         schema: For ``input``: the JSON schema of the answer.
         grants: For ``approval``: the standing grants an allow may also give (``run``,
             ``thread``; see `runtime.grants`).
+        editable: For ``approval``: the arguments an approver may change before allowing
+            (see `runtime.edits`); empty when none may.
     """
 
     status: PendingStatus
@@ -63,6 +65,7 @@ class PendingEntry:
     prompt: str | None = None
     schema: dict[str, Any] | None = None
     grants: tuple[GrantScope, ...] = ()
+    editable: tuple[str, ...] = ()
 
     @property
     def execution_key(self) -> str:
@@ -197,9 +200,11 @@ def pending_entry(
     call: CallRecord,
     masked: dict[str, Any],
     grants: tuple[GrantScope, ...] = (),
+    editable: tuple[str, ...] = (),
 ) -> PendingEntry | None:
     """Describe an open ticket on `call` as a pending entry (None: not about a call);
-    `grants` are the standing grants an allow of it may give."""
+    `grants` are the standing grants an allow of it may give, `editable` the arguments
+    an approver may change (both kept for approvals only)."""
     view = ToolCallView(
         call_id=call.call_id,
         name=call.tool,
@@ -215,7 +220,9 @@ def pending_entry(
         case Uncertain():
             return PendingEntry("uncertain", view, ticket)
         case ToolPermission():
-            return PendingEntry("approval", view, ticket, prompt=target.reason, grants=grants)
+            return PendingEntry(
+                "approval", view, ticket, prompt=target.reason, grants=grants, editable=editable
+            )
         case Pause() | Child():
             # A child's own pending entries stand for it (`runtime.queries`).
             return None

@@ -11,6 +11,8 @@ shares one `Deps` (store, clock, ids, agents):
 - `runtime.driving` — claiming runs and driving them with the engine, recovery;
 - `runtime.expiry` — decision deadlines;
 - `runtime.grants` — standing grants: listing and revoking them.
+- `runtime.edits` — an approver's change of a call's arguments before allowing it;
+- `runtime.batches` — several tickets decided in one action, each on its own.
 """
 
 from __future__ import annotations
@@ -22,12 +24,14 @@ from datetime import datetime
 from typing import Any
 
 from runtime._support import Checkpoint, Deps, ResultMiddlewareInput
-from runtime.accepting import AcceptOutcome, ActorSource, FormOutcome
+from runtime.accepting import AcceptOutcome, ActorSource, FormOutcome, Refused
 from runtime.agent import Agent
+from runtime.batches import BatchAccepted, Batches, BatchItem, BatchOutcome
 from runtime.clock import Clock, IdSource, RandomIds, SystemClock
 from runtime.control import RunControl
 from runtime.decisions import MISSING, Decisions, TicketRef
 from runtime.driving import Driving
+from runtime.edits import EditForm, ticket_edit_form
 from runtime.errors import ConfigurationError
 from runtime.expiry import Expiry
 from runtime.grants import Grant, Grants
@@ -53,7 +57,17 @@ from runtime.tickets import (
     ResumeTicket,
 )
 
-__all__ = ["CARD_KINDS", "CardRef", "ReceivedOutcome", "Runtime", "TicketRef"]
+__all__ = [
+    "CARD_KINDS",
+    "BatchAccepted",
+    "BatchItem",
+    "BatchOutcome",
+    "CardRef",
+    "EditForm",
+    "ReceivedOutcome",
+    "Runtime",
+    "TicketRef",
+]
 
 
 class Runtime:
@@ -115,6 +129,7 @@ class Runtime:
         self._expiry = Expiry(deps)
         self._sessions = Sessions(deps)
         self._grants = Grants(deps)
+        self._batches = Batches(deps, self._queries, self._decisions, self._inbox)
         # The listed agents first, then the sub-agents they list but which are not
         # listed themselves: a listed agent wins over a sub-agent of the same name.
         for agent in agents:
@@ -372,6 +387,7 @@ class Runtime:
         actor: Actor | str | None = None,
         resume: bool = False,
         grant: GrantRequest | None = None,
+        args: dict[str, Any] | None = None,
     ) -> RunResult:
         """Allow a pending tool call.
 
@@ -382,8 +398,12 @@ class Runtime:
             grant: Also allow later calls of the tool (for the rest of the run, or in
                 the thread for some hours), within what the tool allows
                 (`GrantNotAllowed` otherwise). See `runtime.grants`.
+            args: Change these arguments before allowing (merged over the call's own;
+                see `runtime.edits`): checked against the tool's schema, ``editable``
+                and permission rule, or refused with an `EditRefused` error.
         """
-        return await self._decisions.by_ref(pending, Allow(grant=grant), actor, resume)
+        answer = Allow(grant=grant, args=args)
+        return await self._decisions.by_ref(pending, answer, actor, resume)
 
     async def decline(
         self,
@@ -627,6 +647,64 @@ class Runtime:
         """
         who = actor if isinstance(actor, Actor) else Actor(id=actor)
         return await self._grants.revoke(grant_id, who)
+
+    # -- edits and batches -----------------------------------------------------------
+    def edit_form(self, ticket: ResumeTicket) -> EditForm | None:
+        """What an approver may change of the call `ticket` waits on, for an edge's form:
+        the editable arguments as fields and their current values (never secret ones).
+        None when the tool allows no edits or the ticket is no permission request."""
+        return ticket_edit_form(self._deps.agents, ticket)
+
+    async def decide_batch(
+        self, items: Sequence[BatchItem], actor: Actor, *, resume: bool = False
+    ) -> list[BatchOutcome]:
+        """Decide several tickets in one action, each on its own.
+
+        Each item is checked like a single decision by `decide` (who may see the ticket
+        first: one the actor may not see is refused as unknown), validated and applied
+        in its own transaction; a refusal changes nothing for its ticket and does not
+        stop the others.
+
+        Args:
+            items: The tickets and their answers, in the order to apply them.
+            actor: The authenticated user.
+            resume: Continue a run here once its last open decision is in.
+
+        Returns:
+            One outcome per item, in order.
+        """
+        return await self._batches.decide(items, actor, resume=resume)
+
+    async def accept_batch(
+        self,
+        ticket_id: str,
+        token: str,
+        answer: Answer,
+        actor: ActorSource,
+        *,
+        source: str,
+        delivery_id: str,
+        reply: dict[str, Any] | None = None,
+    ) -> BatchAccepted | Refused:
+        """Check and store a chat click on "Allow all N" / "Deny all N" (`runtime.batches`).
+
+        The click names the batch's first ticket and the batch's token; each ticket of
+        the batch is then checked and stored on its own exactly as `accept` does for a
+        single click (a worker applies them), so one refusal does not stop the others.
+
+        Returns:
+            `BatchAccepted` with each ticket's outcome, or `Refused` when the click names
+            no batch (nothing was stored).
+        """
+        return await self._batches.accept(
+            ticket_id,
+            token,
+            answer,
+            actor,
+            source=source,
+            delivery_id=delivery_id,
+            reply=reply,
+        )
 
     # -- continuing ------------------------------------------------------------------
     async def resume(

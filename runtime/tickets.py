@@ -145,11 +145,18 @@ class GrantRequest(_Frozen):
 
 
 class Allow(_Frozen):
-    """Let the tool run (and, with `grant`, later calls of it too)."""
+    """Let the tool run (and, with `grant`, later calls of it too).
+
+    Attributes:
+        grant: Also allow later calls of the tool (see `runtime.grants`).
+        args: Arguments an approver changed before allowing, merged over the call's own
+            (see `runtime.edits`); None allows the call as the model asked for it.
+    """
 
     kind: Literal["allow"] = "allow"
-    # Left out when absent, so a plain allow is stored as it always was.
+    # Both left out when absent, so a plain allow is stored as it always was.
     grant: GrantRequest | None = Field(default=None, exclude_if=lambda value: value is None)
+    args: dict[str, Any] | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
 class Deny(_Frozen):

@@ -78,6 +78,9 @@ def coerce_expiry(value: OnExpiry | str | None) -> OnExpiry | None:
         ) from exc
 
 
+MASK = "••••••"
+"""What a secret argument's value is replaced by wherever a person or a log sees it."""
+
 PermissionRule = Callable[[dict[str, Any]], "Permission | str"]
 """A callable deciding the permission from the call's validated arguments."""
 
@@ -130,6 +133,9 @@ class Tool:
         grants: How far an approver may allow beyond one call: ``("run",)`` (the
             default, None), ``("run", "thread")``, or ``()`` for never. Four-eyes tools
             never take grants.
+        editable: Whether an approver may change the arguments before allowing a call:
+            True (any argument but secret ones), False (none), or the names of the
+            arguments that may change (see `runtime.edits`).
     """
 
     name: str
@@ -143,6 +149,7 @@ class Tool:
     secret: frozenset[str] = frozenset()
     on_expiry: OnExpiry | None = None
     grants: tuple[GrantScope, ...] | None = None
+    editable: bool | frozenset[str] = True
     _args_model: type[BaseModel] = field(default=BaseModel, repr=False, compare=False)
     # Set by `from_schema`: the arguments' JSON schema as given, and its validator.
     _schema: dict[str, Any] | None = field(default=None, repr=False, compare=False)
@@ -163,6 +170,7 @@ class Tool:
         secret: Sequence[str] = (),
         on_expiry: OnExpiry | str | None = None,
         grants: Sequence[str] | None = None,
+        editable: bool | Sequence[str] = True,
     ) -> Tool:
         """A tool whose arguments are described by a JSON schema instead of type hints.
 
@@ -184,6 +192,7 @@ class Tool:
             secret: As for `tool`; names of the schema's properties.
             on_expiry: As for `tool`.
             grants: As for `tool`.
+            editable: As for `tool`; names of the schema's properties.
 
         Raises:
             ConfigurationError: The schema is not a valid JSON schema, or an option is bad.
@@ -201,6 +210,8 @@ class Tool:
         unknown = set(secret) - set(properties) if isinstance(properties, dict) else set()
         if unknown:
             raise ConfigurationError(f"tool {name!r}: secret names unknown arguments {unknown}")
+        names = set(properties) if isinstance(properties, dict) else None
+        allowed = _editable(name, editable, names, frozenset(secret))
         return cls(
             name=name,
             description=description,
@@ -213,6 +224,7 @@ class Tool:
             secret=frozenset(secret),
             on_expiry=coerce_expiry(on_expiry),
             grants=coerce_grants(name, grants, four_eyes),
+            editable=allowed,
             _schema=schema,
         )
 
@@ -251,24 +263,42 @@ class Tool:
         Raises:
             ArgumentError: With a message the model can act on.
         """
+        parsed, errors = self.check_arguments(raw)
+        if parsed is None:
+            problems = "; ".join(f"{e['path'] or 'arguments'}: {e['message']}" for e in errors)
+            raise ArgumentError(f"invalid arguments for {self.name}: {problems}")
+        return parsed
+
+    def check_arguments(
+        self, raw: dict[str, Any]
+    ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        """Validate arguments; the parsed ones, or None and one ``{"path", "message"}``
+        per problem (``path`` is the dotted argument name, empty for the whole call)."""
         if self._schema is not None:
-            errors = sorted(self._validator.iter_errors(raw), key=lambda e: list(e.absolute_path))
-            if errors:
-                problems = "; ".join(
-                    f"{'.'.join(str(p) for p in e.absolute_path) or 'arguments'}: {e.message}"
-                    for e in errors
-                )
-                raise ArgumentError(f"invalid arguments for {self.name}: {problems}")
-            return dict(raw)
+            found = sorted(self._validator.iter_errors(raw), key=lambda e: list(e.absolute_path))
+            if found:
+                return None, [
+                    {"path": ".".join(str(p) for p in e.absolute_path), "message": e.message}
+                    for e in found
+                ]
+            return dict(raw), []
         try:
             parsed = self._args_model.model_validate(raw)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}"
+            return None, [
+                {"path": ".".join(str(p) for p in e["loc"]), "message": e["msg"]}
                 for e in exc.errors()
-            )
-            raise ArgumentError(f"invalid arguments for {self.name}: {problems}") from exc
-        return {name: getattr(parsed, name) for name in type(parsed).model_fields}
+            ]
+        return {name: getattr(parsed, name) for name in type(parsed).model_fields}, []
+
+    def editable_arguments(self) -> tuple[str, ...]:
+        """The arguments an approver may change, in the schema's order (never secret ones)."""
+        if self.editable is False:
+            return ()
+        properties = self.parameters.get("properties")
+        names = [str(n) for n in properties] if isinstance(properties, dict) else []
+        chosen = names if self.editable is True else [n for n in names if n in self.editable]
+        return tuple(n for n in chosen if n not in self.secret)
 
     def permission_for(self, args: dict[str, Any]) -> Permission:
         """The permission for a call with these (validated) arguments."""
@@ -286,7 +316,7 @@ class Tool:
         """`args` with secret parameters replaced by a mask."""
         if not self.secret:
             return args
-        return {k: ("••••••" if k in self.secret else v) for k, v in args.items()}
+        return {k: (MASK if k in self.secret else v) for k, v in args.items()}
 
     async def invoke(self, args: dict[str, Any]) -> Any:
         """Call the function (or a `from_schema` invoker) with validated arguments."""
@@ -371,6 +401,34 @@ def _validator_class(schema: dict[str, Any]) -> Any:
     return jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
 
 
+def _editable(
+    name: str,
+    editable: bool | Sequence[str],
+    arguments: set[str] | None,
+    secret: frozenset[str],
+) -> bool | frozenset[str]:
+    """Check an ``editable`` option: a flag, or names of (non-secret) arguments."""
+    if isinstance(editable, bool):
+        return editable
+    if isinstance(editable, str):
+        raise ConfigurationError(
+            f"tool {name!r}: editable must be True, False or a list of argument names "
+            f"(write editable=({editable!r},) for one)"
+        )
+    chosen = frozenset(editable)
+    unknown = chosen - arguments if arguments is not None else set()
+    if unknown:
+        raise ConfigurationError(
+            f"tool {name!r}: editable names unknown arguments {', '.join(sorted(unknown))}"
+        )
+    hidden = chosen & secret
+    if hidden:
+        raise ConfigurationError(
+            f"tool {name!r}: secret arguments cannot be editable: {', '.join(sorted(hidden))}"
+        )
+    return chosen
+
+
 def _deadline(name: str, deadline: timedelta | float | None) -> timedelta | None:
     limit = timedelta(seconds=deadline) if isinstance(deadline, int | float) else deadline
     if limit is not None and limit <= timedelta(0):
@@ -412,6 +470,7 @@ def tool(
     secret: Sequence[str] = (),
     on_expiry: OnExpiry | str | None = None,
     grants: Sequence[str] | None = None,
+    editable: bool | Sequence[str] = True,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -428,6 +487,7 @@ def tool(
     secret: Sequence[str] = (),
     on_expiry: OnExpiry | str | None = None,
     grants: Sequence[str] | None = None,
+    editable: bool | Sequence[str] = True,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a tool. Use bare (``@tool``) or with options (``@tool(permission="ask")``).
 
@@ -447,6 +507,9 @@ def tool(
             default) lets them allow the tool for the rest of the run, ``("run",
             "thread")`` also in the thread for some hours, ``()`` never. Not with
             ``four_eyes``.
+        editable: Whether an approver may change the arguments before allowing: True
+            (the default: any argument but secret ones), False, or the names of the
+            arguments that may change, e.g. ``("amount",)``.
 
     Returns:
         A `Tool`, or a decorator producing one.
@@ -462,6 +525,7 @@ def tool(
             raise ConfigurationError(
                 f"tool {tool_name!r}: secret names unknown arguments {unknown}"
             )
+        allowed = _editable(tool_name, editable, set(args_model.model_fields), frozenset(secret))
         return Tool(
             name=tool_name,
             description=description or doc.split("\n\n")[0],
@@ -474,6 +538,7 @@ def tool(
             secret=frozenset(secret),
             on_expiry=coerce_expiry(on_expiry),
             grants=coerce_grants(tool_name, grants, four_eyes),
+            editable=allowed,
             _args_model=args_model,
         )
 

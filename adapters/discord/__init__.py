@@ -2,9 +2,11 @@
 
 - `config`: `DiscordConfig`, `SyncMode`, `configure_endpoints` (REST and gateway URLs)
   and `actor_of` (a Discord user as a runtime `Actor`, roles as groups);
-- `custom_ids`: what a button's or modal's ``custom_id`` carries (ticket id and token);
+- `custom_ids`: what a button's or modal's ``custom_id`` carries (ticket id and token,
+  or a batch's first ticket and token);
 - `cards`, `forms`, `refusals`: pure builders of messages, modal fields and refusals;
-- `modals`: the deny-with-reason, typed-input and record-result modals;
+- `modals`: the deny-with-reason, typed-input, record-result and allow-with-changes
+  modals;
 - `handlers`: check -> store -> acknowledge, for every click, form and slash command;
 - `bot`: `DiscordBot`, the gateway client with ``/agent`` and the persistent buttons;
 - `notifier`: `DiscordNotifier`, the outbox's notifications as Discord messages.
@@ -13,7 +15,13 @@ Depends on the runtime and discord.py only.
 """
 
 from adapters.discord import _quiet  # noqa: F401  (imports discord.py quietly, first)
-from adapters.discord.bot import AgentCommands, DiscordBot, TicketButton, sync_commands
+from adapters.discord.bot import (
+    AgentCommands,
+    BatchButton,
+    DiscordBot,
+    TicketButton,
+    sync_commands,
+)
 from adapters.discord.config import (
     DEFAULT_API_BASE_URL,
     DEFAULT_GATEWAY_URL,
@@ -23,7 +31,14 @@ from adapters.discord.config import (
     actor_of,
     configure_endpoints,
 )
-from adapters.discord.custom_ids import Action, TicketClick, parse_button, parse_modal
+from adapters.discord.custom_ids import (
+    Action,
+    BatchClick,
+    TicketClick,
+    parse_batch,
+    parse_button,
+    parse_modal,
+)
 from adapters.discord.handlers import Handlers, Reply
 from adapters.discord.notifier import DiscordNotifier
 
@@ -32,6 +47,8 @@ __all__ = [
     "DEFAULT_GATEWAY_URL",
     "Action",
     "AgentCommands",
+    "BatchButton",
+    "BatchClick",
     "DiscordBot",
     "DiscordConfig",
     "DiscordNotifier",
@@ -43,6 +60,7 @@ __all__ = [
     "TicketClick",
     "actor_of",
     "configure_endpoints",
+    "parse_batch",
     "parse_button",
     "parse_modal",
     "sync_commands",

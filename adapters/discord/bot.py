@@ -5,7 +5,7 @@
 - Every card button is a `TicketButton`, a `discord.ui.DynamicItem` whose template
   matches any signoff ``custom_id``; it is registered once with ``add_dynamic_items``,
   so a click on a message posted before a restart (or by another process) is handled
-  with no view in memory.
+  with no view in memory. A batch message's buttons are `BatchButton`s, alike.
 - Modal submissions are handled in ``on_interaction`` from their ``custom_id`` alone.
 """
 
@@ -19,7 +19,13 @@ import discord
 from discord import app_commands
 
 from adapters.discord.config import DiscordConfig, SyncMode
-from adapters.discord.custom_ids import BUTTON_TEMPLATE, Action, TicketClick
+from adapters.discord.custom_ids import (
+    BATCH_TEMPLATE,
+    BUTTON_TEMPLATE,
+    Action,
+    BatchClick,
+    TicketClick,
+)
 from adapters.discord.handlers import Handlers, Interaction
 from runtime import ConfigurationError
 
@@ -51,6 +57,34 @@ class TicketButton(
         client = interaction.client
         if isinstance(client, DiscordBot):
             await client.handlers.clicked(interaction, self.click)
+
+
+class BatchButton(
+    discord.ui.DynamicItem[discord.ui.Button[discord.ui.View]], template=BATCH_TEMPLATE
+):
+    """ "Allow all N" / "Deny all N" of a batch message: the batch's first ticket and its
+    token live in its custom_id."""
+
+    def __init__(self, click: BatchClick) -> None:
+        super().__init__(discord.ui.Button(custom_id=click.button_id, label=click.decision))
+        self.click = click
+
+    @classmethod
+    async def from_custom_id(
+        cls,
+        interaction: Interaction,
+        item: discord.ui.Item[Any],
+        match: re.Match[str],
+        /,
+    ) -> BatchButton:
+        """Rebuild the button from a clicked custom_id."""
+        return cls(BatchClick(match["decision"], match["ticket"], match["token"]))
+
+    async def callback(self, interaction: Interaction) -> None:
+        """Hand the click to the bot's handlers."""
+        client = interaction.client
+        if isinstance(client, DiscordBot):
+            await client.handlers.batch_clicked(interaction, self.click)
 
 
 class AgentCommands(app_commands.Group):
@@ -118,7 +152,7 @@ class DiscordBot(discord.Client):
 
     async def setup_hook(self) -> None:
         """Register the persistent buttons and sync the commands (during login)."""
-        self.add_dynamic_items(TicketButton)
+        self.add_dynamic_items(TicketButton, BatchButton)
         await sync_commands(self.tree, self.config)
 
     async def on_interaction(self, interaction: Interaction) -> None:
@@ -135,6 +169,7 @@ class DiscordBot(discord.Client):
         elif (
             interaction.type is discord.InteractionType.component
             and not TicketButton.__discord_ui_compiled_template__.fullmatch(custom_id)
+            and not BatchButton.__discord_ui_compiled_template__.fullmatch(custom_id)
         ):
             await self.handlers.unrecognised(interaction)
 

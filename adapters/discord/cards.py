@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from adapters.discord.custom_ids import Action, TicketClick
+from adapters.discord.custom_ids import Action, BatchClick, TicketClick
 from adapters.discord.forms import clip, fits_modal, form_fields
 from runtime import PendingEntry, RunResult
 from runtime.tickets import describe_chain, describe_deciders
@@ -63,6 +63,7 @@ BUTTONS: dict[Action, tuple[int, str]] = {
     Action.ABORT: (4, "Abort"),
     Action.GRANT_RUN: (3, "Allow for the rest of this run"),
     Action.GRANT_THREAD: (3, "Allow in this thread…"),
+    Action.EDIT: (2, "Allow with changes"),
 }
 NO_MENTIONS: dict[str, Any] = {"parse": []}
 
@@ -322,6 +323,8 @@ def card(
             _button(click(Action.REASON), disabled=disabled),
         ]
         granting = [_button(click(a), disabled=disabled) for a in grant_actions(payload)]
+        if payload.get("editable"):
+            buttons.append(_button(click(Action.EDIT), disabled=disabled))
         color = COLOR_PENDING
     fields.append(
         _field(
@@ -419,9 +422,15 @@ def outcome(
             "retry": ("🔁 Retry accepted by", COLOR_ALLOWED),
             "abort": ("🛑 Aborted by", COLOR_DENIED),
         }.get(str(decision), (f"Decided ({escape(str(decision))}) by", COLOR_NEUTRAL))
-        text = f"{shown[0]} {_by(payload)}{granted_text(payload)}"
+        edit = payload.get("edit")
+        head = shown[0]
+        if decision == "allow" and isinstance(edit, Mapping):
+            head = "✅ Allowed with changes by"
+        text = f"{head} {_by(payload)}{granted_text(payload)}"
         if reason:
             text += f"\nReason: {escape(str(reason))}"
+        if isinstance(edit, Mapping) and edit.get("summary"):
+            text += f"\nChanged: {escape(str(edit['summary']))}"
         return Outcome(clip(text, FIELD_VALUE_LENGTH), shown[1])
     if kind == "expired":
         action = payload.get("action")
@@ -434,6 +443,57 @@ def outcome(
     reason = payload.get("reason")
     text = "✖️ Withdrawn" + (f": {escape(str(reason))}" if reason else "")
     return Outcome(clip(text, FIELD_VALUE_LENGTH), COLOR_NEUTRAL)
+
+
+def batch_message(
+    payload: Mapping[str, Any], open_ids: Sequence[str], *, settled: str | None = None
+) -> dict[str, Any]:
+    """The message of a ``batch_offered`` notification: the turn's open calls with "Allow
+    all N" and "Deny all N" (N = the open ones), or, `settled`, what was done with it
+    (buttons disabled)."""
+    calls = [c for c in payload.get("calls") or () if c.get("ticket_id") in open_ids]
+    count = len(calls)
+    ticket_id = str((payload.get("ticket_ids") or [""])[0])
+    token = str(payload.get("token", ""))
+    lines = [
+        f"• {code(str(c.get('tool', '')))} "
+        + code(clip(json.dumps(c.get("args") or {}, ensure_ascii=False, default=str), 200))
+        for c in calls
+    ]
+    description = (
+        f"**{escape(str(payload.get('agent', '')))}** asked for these in one turn; each has "
+        "its card above.\n" + "\n".join(lines) + "\n\nDeciding all of them decides each on "
+        "its own: one that cannot be decided (already decided, not yours) stays as it is."
+    )
+    fields = []
+    if settled is not None:
+        fields.append(_field("Outcome", settled, inline=False))
+    embed = fit_embed(
+        {
+            "title": f"{count} calls wait for a decision",
+            "description": description,
+            "color": COLOR_NEUTRAL if settled is not None else COLOR_PENDING,
+            "fields": fields,
+            "footer": {"text": f"run {payload.get('run_id', '')} · batch {ticket_id}"},
+        }
+    )
+    disabled = settled is not None
+    buttons = [
+        {
+            "type": 2,
+            "style": style,
+            "label": f"{label} all {count}",
+            "custom_id": BatchClick(decision, ticket_id, token).button_id,
+            "disabled": disabled,
+        }
+        for decision, style, label in (("allow", 3, "Allow"), ("deny", 4, "Deny"))
+    ]
+    return {
+        "content": "",
+        "embeds": [embed],
+        "components": [{"type": 1, "components": buttons}],
+        "allowed_mentions": NO_MENTIONS,
+    }
 
 
 def outcome_message(payload: Mapping[str, Any], result: Outcome) -> dict[str, Any]:

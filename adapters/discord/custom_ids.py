@@ -1,7 +1,9 @@
 """The ``custom_id`` of every button and modal: which ticket, which token, what to do.
 
 A button says ``so:<action>:<ticket id>:<correlation token>``; a modal it opens says
-``so:m:<action>:<ticket id>:<correlation token>``. Everything else about the ticket is
+``so:m:<action>:<ticket id>:<correlation token>``; a batch message's "Allow all N" and
+"Deny all N" say ``so:b:<allow|deny>:<first ticket id>:<batch token>``
+(`runtime.batches`). Everything else about the ticket is
 read from the database when the click arrives, so no view has to live in memory and the
 buttons keep working after a restart. Discord caps a ``custom_id`` at 100 characters.
 """
@@ -30,9 +32,12 @@ class Action(StrEnum):
     ABORT = "abort"
     GRANT_RUN = "grun"  # allow, and for the rest of the run
     GRANT_THREAD = "gthread"  # opens the allow-in-this-thread modal (hours)
+    EDIT = "edit"  # opens the allow-with-changes modal
 
 
-MODAL_ACTIONS = frozenset({Action.REASON, Action.INPUT, Action.RESULT, Action.GRANT_THREAD})
+MODAL_ACTIONS = frozenset(
+    {Action.REASON, Action.INPUT, Action.RESULT, Action.GRANT_THREAD, Action.EDIT}
+)
 
 BUTTON_TEMPLATE = (
     rf"so:(?P<action>{'|'.join(a.value for a in Action)}):(?P<ticket>{_ID}):(?P<token>{_TOKEN})"
@@ -42,8 +47,11 @@ MODAL_TEMPLATE = (
     rf"so:m:(?P<action>{'|'.join(a.value for a in sorted(MODAL_ACTIONS))})"
     rf":(?P<ticket>{_ID}):(?P<token>{_TOKEN})"
 )
+BATCH_TEMPLATE = rf"so:b:(?P<decision>allow|deny):(?P<ticket>{_ID}):(?P<token>{_TOKEN})"
+"""The `discord.ui.DynamicItem` template of a batch message's buttons."""
 _BUTTON = re.compile(BUTTON_TEMPLATE)
 _MODAL = re.compile(MODAL_TEMPLATE)
+_BATCH = re.compile(BATCH_TEMPLATE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,9 +73,32 @@ class TicketClick:
         return _checked(f"{PREFIX}m:{self.action.value}:{self.ticket_id}:{self.correlation}")
 
 
+@dataclass(frozen=True, slots=True)
+class BatchClick:
+    """What a batch button names: allow or deny every call of a batch, by its first
+    ticket and the batch's token."""
+
+    decision: str
+    ticket_id: str
+    token: str
+
+    @property
+    def button_id(self) -> str:
+        """The button's ``custom_id``."""
+        return _checked(f"{PREFIX}b:{self.decision}:{self.ticket_id}:{self.token}")
+
+
+def parse_batch(custom_id: str) -> BatchClick | None:
+    """The batch a button's ``custom_id`` names, or None if it is no batch button."""
+    found = _BATCH.fullmatch(custom_id)
+    if found is None:
+        return None
+    return BatchClick(found["decision"], found["ticket"], found["token"])
+
+
 def _checked(custom_id: str) -> str:
     if len(custom_id) > MAX_LENGTH or not (
-        _BUTTON.fullmatch(custom_id) or _MODAL.fullmatch(custom_id)
+        _BUTTON.fullmatch(custom_id) or _MODAL.fullmatch(custom_id) or _BATCH.fullmatch(custom_id)
     ):
         raise ValueError(f"ticket id or token does not fit a Discord custom_id: {custom_id!r}")
     return custom_id

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from runtime import EditForm
 from runtime.forms import FieldType, FieldView, read_typed, schema_fields
 
 MAX_FIELDS = 5
@@ -85,6 +86,18 @@ def form_fields(schema: Mapping[str, Any] | None) -> list[FormField]:
     return [
         FormField(replace(item, label=clip(item.label, LABEL_LENGTH)), _KINDS[item.type])
         for item in schema_fields(schema)
+    ]
+
+
+def edit_fields(form: EditForm) -> list[FormField]:
+    """The inputs of an edit modal: the first `MAX_FIELDS` editable arguments (schema
+    order), pre-filled with their current values; the others keep theirs."""
+    return [
+        FormField(
+            replace(item, label=clip(item.label, LABEL_LENGTH), default=form.values.get(item.name)),
+            _KINDS[item.type],
+        )
+        for item in form.fields[:MAX_FIELDS]
     ]
 
 

@@ -27,7 +27,7 @@ import discord
 
 from adapters.discord import cards, forms, modals, refusals
 from adapters.discord.config import DiscordConfig, actor_of
-from adapters.discord.custom_ids import Action, TicketClick, parse_modal
+from adapters.discord.custom_ids import Action, BatchClick, TicketClick, parse_modal
 from runtime import (
     MAX_GRANT_HOURS,
     Abort,
@@ -36,6 +36,7 @@ from runtime import (
     Allow,
     Answer,
     AnswerKind,
+    BatchAccepted,
     Decidable,
     Deny,
     GrantRequest,
@@ -64,6 +65,7 @@ _FORM_KINDS: dict[Action, AnswerKind] = {
     Action.INPUT: "input",
     Action.RESULT: "resolve",
     Action.GRANT_THREAD: "allow",
+    Action.EDIT: "allow",
 }
 
 FORM_BUDGET_SECONDS = 2.5
@@ -240,7 +242,7 @@ class Handlers:
                 await self._decide(interaction, click, Abort())
             case Action.GRANT_RUN:
                 await self._decide(interaction, click, Allow(grant=GrantRequest(scope="run")))
-            case Action.REASON | Action.INPUT | Action.RESULT | Action.GRANT_THREAD:
+            case Action.REASON | Action.INPUT | Action.RESULT | Action.GRANT_THREAD | Action.EDIT:
                 await self._open_form(interaction, click)
             case _:
                 assert_never(click.action)
@@ -269,6 +271,8 @@ class Handlers:
             case Refused(refusal):
                 await self._send(interaction, Reply(self._wording(refusal)))
                 return
+            case Decidable(ticket) if click.action is Action.EDIT:
+                modal = self._edit_form_for(click, ticket)
             case Decidable(ticket):
                 modal = _form_for(click, ticket, self._config)
             case _:
@@ -283,6 +287,61 @@ class Handlers:
         # The submission is handled from its custom_id, not by this object: forget it, so
         # a submission after a restart and one before it take the same path.
         modal.stop()
+
+    def _edit_form_for(self, click: TicketClick, ticket: ResumeTicket) -> discord.ui.Modal | Reply:
+        form = self._runtime.edit_form(ticket)
+        if form is None:
+            return Reply(refusals.NOT_EDITABLE)
+        fields = forms.edit_fields(form)
+        return modals.edit_modal(click, form.tool, fields, len(form.fields))
+
+    # -- batches -----------------------------------------------------------------------
+    async def batch_clicked(self, interaction: Interaction, click: BatchClick) -> None:
+        """ "Allow all N" / "Deny all N": one stored decision per call of the batch, each
+        checked on its own; the clicker reads each outcome, and the batch message loses
+        its buttons once something was recorded."""
+        actor = self._actor(interaction)
+        answer: Answer = Allow() if click.decision == "allow" else Deny()
+
+        async def work() -> Reply:
+            outcome = await self._runtime.accept_batch(
+                click.ticket_id,
+                click.token,
+                answer,
+                actor,
+                source="discord",
+                delivery_id=str(interaction.id),
+                reply=_where(interaction),
+            )
+            match outcome:
+                case Refused(refusal):
+                    return Reply(self._wording(refusal))
+                case BatchAccepted():
+                    pass
+                case _:
+                    assert_never(outcome)
+            if outcome.stored:
+                self._wake()
+                await self._settle_batch(interaction, answer.kind, actor)
+            return Reply(refusals.batch_text(answer.kind, outcome, self._config.role_groups))
+
+        await self._respond(interaction, work)
+
+    async def _settle_batch(self, interaction: Interaction, kind: str, actor: Actor) -> None:
+        """Take the buttons off the clicked batch message and say who decided it."""
+        message = interaction.message
+        if message is None:
+            return
+        verb = "Allow" if kind == "allow" else "Deny"
+        embeds = [embed.copy() for embed in message.embeds]
+        if embeds:
+            embeds[0].add_field(
+                name="Outcome", value=f"{verb} all recorded by {cards.user(actor.id)}", inline=False
+            )
+        try:
+            await message.edit(embeds=embeds, view=None)
+        except discord.HTTPException as exc:
+            log.warning("could not update the batch message %s: %s", message.id, exc)
 
     # -- modal submissions -------------------------------------------------------------
     async def submitted(self, interaction: Interaction) -> None:
@@ -307,6 +366,8 @@ class Handlers:
                     return await self._typed_input(click, values)
                 case Action.GRANT_THREAD:
                     return _thread_grant(values.get(modals.HOURS_FIELD, ""))
+                case Action.EDIT:
+                    return await self._edited(click, values)
                 case _:
                     return Reply(refusals.UNRECOGNISED)
 
@@ -325,6 +386,21 @@ class Handlers:
             labels = {f.name: f.label for f in fields}
             return Reply(refusals.form_errors_text(errors, labels))
         return InputData(data=data)
+
+    async def _edited(self, click: TicketClick, values: dict[str, str]) -> Answer | Reply:
+        try:
+            ticket = await self._runtime.ticket(click.ticket_id)
+        except UnknownTicket:
+            return Reply(refusals.UNRECOGNISED)
+        form = self._runtime.edit_form(ticket)
+        if form is None:
+            return Reply(refusals.NOT_EDITABLE)
+        fields = forms.edit_fields(form)
+        data, errors = forms.read_values(fields, values)
+        if errors:
+            labels = {f.name: f.label for f in fields}
+            return Reply(refusals.form_errors_text(errors, labels))
+        return Allow(args=data)
 
     # -- the decision path ---------------------------------------------------------------
     async def _decide(
@@ -472,6 +548,8 @@ def _received_text(answer: Answer) -> str:
     match answer:
         case Allow(grant=GrantRequest()):
             what = "✅ Allow and standing grant recorded"
+        case Allow(args=args) if args:
+            what = "✅ Allow with changes recorded"
         case Allow():
             what = "✅ Allow recorded"
         case Deny():

@@ -1,4 +1,5 @@
-"""The modals a card's buttons open: deny with reason, typed input, record a result.
+"""The modals a card's buttons open: deny with reason, typed input, record a result,
+allow with changes.
 
 Each modal's ``custom_id`` names its ticket and token (`custom_ids.TicketClick.modal_id`),
 so a submission is handled from the id alone, even by a bot that restarted while the
@@ -12,7 +13,7 @@ from collections.abc import Sequence
 import discord
 
 from adapters.discord.custom_ids import TicketClick
-from adapters.discord.forms import LABEL_LENGTH, VALUE_LENGTH, FormField, clip
+from adapters.discord.forms import LABEL_LENGTH, MAX_FIELDS, VALUE_LENGTH, FormField, clip
 
 TITLE_LENGTH = 45
 REASON_FIELD = "reason"
@@ -90,4 +91,32 @@ def grant_modal(click: TicketClick, tool: str) -> discord.ui.Modal:
             placeholder="e.g. 8 or 0.5; later calls by the requester in this thread go ahead",
         )
     )
+    return modal
+
+
+def edit_modal(
+    click: TicketClick, tool: str, fields: Sequence[FormField], total: int
+) -> discord.ui.Modal:
+    """The call's editable arguments (at most five), pre-filled with their values.
+
+    Every input is optional: one left empty keeps its value. With more than five
+    editable arguments the title says how many are shown; the others keep their values.
+    """
+    title = f"Change {tool}" if total <= MAX_FIELDS else f"Change {tool} ({MAX_FIELDS} of {total})"
+    modal = _modal(title, click)
+    for field in fields[:MAX_FIELDS]:
+        initial = field.initial
+        modal.add_item(
+            discord.ui.TextInput(
+                label=clip(field.label, LABEL_LENGTH),
+                custom_id=field.name,
+                style=(
+                    discord.TextStyle.paragraph if field.kind == "json" else discord.TextStyle.short
+                ),
+                required=False,
+                default=initial if initial is not None and len(initial) <= VALUE_LENGTH else None,
+                placeholder=field.placeholder or None,
+                max_length=VALUE_LENGTH,
+            )
+        )
     return modal

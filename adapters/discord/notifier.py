@@ -11,6 +11,9 @@
   ``run_paused``: a short note.
 - ``decision_refused``: a stored click that was refused when applied (the loser of two
   clicks): a follow-up to that click only its clicker sees.
+- ``batch_offered``: once every card of the batch is posted (the item waits for them), a
+  message listing the turn's open calls with "Allow all N" and "Deny all N"; nothing when
+  fewer than two are still open.
 
 The destination is the run's ``origin``: ``{"platform": "discord", "channel_id": "..."}``
 (``"channel"`` is accepted too, as webhook approvals name it). The notifier needs no
@@ -34,6 +37,7 @@ from adapters.discord import cards, refusals
 from adapters.discord.config import DiscordConfig
 from runtime.notifications import (
     ApprovalRequested,
+    BatchOffered,
     Decided,
     DecisionRefused,
     Delivery,
@@ -49,7 +53,7 @@ from runtime.notifications import (
     UncertainCall,
     refusal_of,
 )
-from runtime.outbox import DeliveryError
+from runtime.outbox import DeliveryError, batch_open_ids
 
 log = logging.getLogger("signoff.discord")
 
@@ -119,6 +123,15 @@ class DiscordNotifier:
                 return await self._post(channel, cards.finished_message(note.payload()))
             case RunPaused():
                 return await self._post(channel, cards.paused_message(note.payload()))
+            case BatchOffered():
+                open_ids = batch_open_ids(note, delivery)
+                if len(open_ids) < 2:
+                    return None  # decided one by one meanwhile: nothing to decide at once
+                try:
+                    body = cards.batch_message(note.payload(), open_ids)
+                except ValueError as exc:  # ids too long for a custom_id
+                    raise DeliveryError(str(exc), permanent=True) from exc
+                return await self._post(channel, body)
             case _:
                 assert_never(note)
 

@@ -9,9 +9,10 @@ from collections.abc import Mapping, Sequence
 from typing import assert_never
 
 from adapters.discord import cards
-from runtime import Refusal, RefusalReason, TicketStatus
+from runtime import BatchAccepted, Refusal, RefusalReason, Refused, TicketStatus, ToolPermission
 
 UNRECOGNISED = "⚠️ This button does not belong to any request I know; nothing was changed."
+NOT_EDITABLE = "⚠️ This call's arguments cannot be changed; allow or deny it as it is."
 
 
 def refusal_text(refusal: Refusal, role_groups: Mapping[str, Sequence[str]] | None = None) -> str:
@@ -43,6 +44,20 @@ def refusal_text(refusal: Refusal, role_groups: Mapping[str, Sequence[str]] | No
             ] or [cards.escape(refusal.message)]
             return cards.clip_content(
                 "⚠️ That answer does not fit the form; nothing was recorded:\n" + "\n".join(lines)
+            )
+        case RefusalReason.INVALID_EDIT | RefusalReason.NOT_EDITABLE:
+            lines = [
+                f"• {cards.code(e.get('path') or '(arguments)')}: "
+                f"{cards.escape(str(e.get('message')))}"
+                for e in refusal.errors
+            ] or [cards.escape(refusal.message)]
+            return cards.clip_content(
+                "⚠️ Those changes cannot be made; nothing was changed:\n" + "\n".join(lines)
+            )
+        case RefusalReason.EDIT_DENIED:
+            return (
+                "⛔ The tool's rules deny the call with those changes; nothing was changed. "
+                "Allow or deny it as it is, or change it differently."
             )
         case RefusalReason.DOES_NOT_FIT:
             return f"⚠️ This answer does not fit the request: {cards.escape(refusal.message)}"
@@ -89,3 +104,25 @@ def form_errors_text(errors: Mapping[str, str], labels: Mapping[str, str]) -> st
     return cards.clip_content(
         "⚠️ Some fields need another look; nothing was recorded:\n" + "\n".join(lines)
     )
+
+
+def batch_text(
+    decision: str,
+    accepted: BatchAccepted,
+    role_groups: Mapping[str, Sequence[str]] | None = None,
+) -> str:
+    """What the clicker of "Allow all N" / "Deny all N" reads: each call's outcome."""
+    verb = "Allow" if decision == "allow" else "Deny"
+    total = len(accepted.outcomes)
+    lines = []
+    if accepted.stored:
+        lines.append(
+            f"✅ {verb} recorded for {accepted.stored} of {total} calls; each card updates "
+            "once its decision is applied."
+        )
+    for ticket, outcome in accepted.outcomes:
+        if isinstance(outcome, Refused):
+            target = ticket.target
+            tool = target.tool if isinstance(target, ToolPermission) else ticket.ticket_id
+            lines.append(f"• {cards.code(tool)}: {refusal_text(outcome.refusal, role_groups)}")
+    return cards.clip_content("\n".join(lines))

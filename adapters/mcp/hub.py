@@ -182,6 +182,18 @@ class McpHub:
             secret=secret,
             on_expiry=settled.on_expiry,
             grants=settled_grants(connection.config.prefix + item.name, settled),
+            # Names a glob entry gave that this tool lacks are left out, as for secret.
+            editable=(
+                True
+                if settled.editable is None
+                else settled.editable
+                if isinstance(settled.editable, bool)
+                else [
+                    name
+                    for name in settled.editable
+                    if not isinstance(properties, dict) or name in properties
+                ]
+            ),
         )
 
     def _placeholders(self, connection: ServerConnection) -> None:

@@ -277,6 +277,8 @@ class ToolKnobs:
         four_eyes: Forbid the requester from deciding.
         deadline: Decision deadline.
         secret: Argument names masked wherever a person or a log sees them.
+        editable: Whether an approver may change arguments before allowing (True, False,
+            or the names of those that may change; see `runtime.edits`).
         on_expiry: What happens when the deadline passes.
         grants: The standing grants an approver may give (``("run",)``, ``("run",
             "thread")``, ``()``).
@@ -293,6 +295,7 @@ class ToolKnobs:
     four_eyes: bool | None = None
     deadline: timedelta | None = None
     secret: tuple[str, ...] | None = None
+    editable: bool | tuple[str, ...] | None = None
     on_expiry: OnExpiry | None = None
     grants: tuple[GrantScope, ...] | None = None
 
@@ -319,6 +322,7 @@ class Settled:
     four_eyes: bool | None = None
     deadline: timedelta | None = None
     secret: tuple[str, ...] | None = None
+    editable: bool | tuple[str, ...] | None = None
     on_expiry: OnExpiry | None = None
     grants: tuple[GrantScope, ...] | None = None
     sources: tuple[ToolKnobs, ...] = field(default=())
@@ -352,6 +356,7 @@ def settle(name: str, knobs: Iterable[ToolKnobs]) -> Settled:
                 "four_eyes",
                 "deadline",
                 "secret",
+                "editable",
                 "on_expiry",
                 "grants",
             )
@@ -368,8 +373,8 @@ def apply_to_tool(item: Tool, settled: Settled) -> Tool:
     """`item` with the settled options applied (a Python tool named in an agents file).
 
     Raises:
-        ConfigurationError: A secret name is not one of the tool's arguments, or grants
-            on a four-eyes tool.
+        ConfigurationError: A secret or editable name is not one of the tool's arguments,
+            an editable one is secret, or grants on a four-eyes tool.
     """
     if not settled.sources:
         return item
@@ -379,6 +384,15 @@ def apply_to_tool(item: Tool, settled: Settled) -> Tool:
         where = settled.sources[-1].where
         raise ConfigurationError(
             f"{where}: tool {item.name!r} has no arguments named {', '.join(sorted(unknown))}"
+        )
+    editable = item.editable
+    if settled.editable is not None:
+        properties = item.parameters.get("properties")
+        editable = settled_editable(
+            settled.editable,
+            set(properties) if isinstance(properties, dict) else None,
+            secret,
+            settled.sources[-1].where + f": tool {item.name!r}",
         )
     return replace(
         item,
@@ -392,6 +406,7 @@ def apply_to_tool(item: Tool, settled: Settled) -> Tool:
         secret=secret,
         on_expiry=settled.on_expiry if settled.on_expiry is not None else item.on_expiry,
         grants=settled_grants(item.name, settled, item),
+        editable=editable,
     )
 
 
@@ -414,6 +429,33 @@ def settled_grants(
         raise ConfigurationError(f"{where}: {exc}" if where else str(exc)) from None
 
 
+def settled_editable(
+    editable: bool | tuple[str, ...],
+    arguments: set[str] | None,
+    secret: frozenset[str],
+    where: str,
+) -> bool | frozenset[str]:
+    """An agents file's ``editable`` for one tool: a flag, or names of its arguments.
+
+    Raises:
+        ConfigurationError: A name is not one of the arguments, or is a secret one.
+    """
+    if isinstance(editable, bool):
+        return editable
+    chosen = frozenset(editable)
+    unknown = chosen - arguments if arguments is not None else frozenset()
+    if unknown:
+        raise ConfigurationError(
+            f"{where}: editable names no argument {', '.join(sorted(unknown))}"
+        )
+    hidden = chosen & secret
+    if hidden:
+        raise ConfigurationError(
+            f"{where}: secret arguments cannot be editable: {', '.join(sorted(hidden))}"
+        )
+    return chosen
+
+
 def check_arguments(settled: Settled, tool_name: str, schema: Mapping[str, Any]) -> list[str]:
     """Problems of conditions and secret names that name no argument of the tool.
 
@@ -428,6 +470,8 @@ def check_arguments(settled: Settled, tool_name: str, schema: Mapping[str, Any])
             continue
         named = set().union(*(c.arguments for c in entry.conditions)) if entry.conditions else set()
         named |= set(entry.secret or ())
+        if isinstance(entry.editable, tuple):
+            named |= set(entry.editable)
         for missing in sorted(named - set(properties)):
             known = ", ".join(sorted(properties)) or "none"
             problems.append(

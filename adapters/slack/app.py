@@ -61,7 +61,7 @@ from adapters.slack import blocks, ingress, modals
 from adapters.slack.blocks import TicketRef
 from adapters.slack.config import SlackConfig
 from adapters.slack.directory import Directory
-from adapters.slack.refusals import refusal_text
+from adapters.slack.refusals import batch_text, refusal_text
 from runtime import (
     MAX_GRANT_HOURS,
     Abort,
@@ -71,8 +71,10 @@ from runtime import (
     Allow,
     Answer,
     AnswerKind,
+    BatchAccepted,
     Decidable,
     Deny,
+    EditForm,
     GrantRequest,
     IdempotencyConflict,
     InputData,
@@ -111,6 +113,7 @@ _FORM_KINDS: dict[str, AnswerKind] = {
     blocks.ACTION_ANSWER: "input",
     blocks.ACTION_RESOLVE: "resolve",
     blocks.ACTION_ALLOW_THREAD: "allow",
+    blocks.ACTION_EDIT: "allow",
 }
 
 OnChange = Callable[[], None]
@@ -546,6 +549,9 @@ class _SlackEdge:
             await self._refuse(client, respond, body, INVALID_BUTTON)
             return
         actor = self._actor_for(user, name)
+        if action_id in blocks.BATCH_ACTIONS:
+            await self._store_batch(ack, body, ref, action_id, actor, client, respond)
+            return
         form = _FORM_KINDS.get(action_id)
         if form is None:
             await self._store(ack, body, ref, _BUTTON_ANSWERS[action_id], actor, client, respond)
@@ -563,7 +569,15 @@ class _SlackEdge:
             case _:
                 assert_never(checked)
         channel, thread_ts = _where_clicked(body)
-        view = _modal_for(action_id, ticket, replace(ref, channel=channel, thread_ts=thread_ts))
+        where = replace(ref, channel=channel, thread_ts=thread_ts)
+        if action_id == blocks.ACTION_EDIT:
+            form_of = self._runtime.edit_form(ticket)
+            if form_of is None:
+                await self._refuse(client, respond, body, NOT_EDITABLE)
+                return
+            view: dict[str, Any] | None = modals.edit_modal(where, form_of)
+        else:
+            view = _modal_for(action_id, ticket, where)
         if view is None:
             await self._refuse(client, respond, body, INVALID_BUTTON)
             return
@@ -633,6 +647,79 @@ class _SlackEdge:
                 assert_never(outcome)
         return None
 
+    async def _store_batch(
+        self,
+        ack: AsyncAck,
+        body: Mapping[str, Any],
+        ref: TicketRef,
+        action_id: str,
+        actor: ActorSource,
+        client: AsyncWebClient,
+        respond: AsyncRespond | None,
+    ) -> None:
+        """ "Allow all N" / "Deny all N": one stored decision per call (`accept_batch`),
+        then the ack; the clicker is told each call's outcome, and the batch message loses
+        its buttons once something was recorded."""
+        channel, thread_ts = _where_clicked(body)
+        user, _name = _user(body)
+        reply = {
+            "channel": channel,
+            "thread_ts": thread_ts,
+            "user": user,
+            "response_url": body.get("response_url"),
+        }
+        answer: Answer = Allow() if action_id == blocks.ACTION_ALLOW_ALL else Deny()
+        outcome = await self._runtime.accept_batch(
+            ref.ticket_id,
+            ref.correlation,
+            answer,
+            actor,
+            source=SOURCE,
+            delivery_id=_delivery_id(body),
+            reply={k: v for k, v in reply.items() if v},
+        )
+        await ack()
+        match outcome:
+            case Refused(refusal):
+                await self._refuse(client, respond, body, self._wording(refusal))
+                return
+            case BatchAccepted():
+                pass
+            case _:
+                assert_never(outcome)
+        if outcome.stored:
+            self._on_change()
+        told = batch_text(answer.kind, outcome, self._config.approver_groups)
+        self._later(self._tell(client, respond, body, told))
+        if outcome.stored:
+            done = f"{'Allow' if answer.kind == 'allow' else 'Deny'} all recorded by <@{user}>"
+            self._later(self._settle_batch(client, body, done))
+
+    def _later(self, work: Any) -> None:
+        task = asyncio.create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _settle_batch(
+        self, client: AsyncWebClient, body: Mapping[str, Any], line: str
+    ) -> None:
+        """Take the buttons off the batch message that was clicked."""
+        channel, _thread = _where_clicked(body)
+        message = body.get("message")
+        ts = _field(body.get("container"), "message_ts") or _field(message, "ts")
+        if not channel or not ts or not isinstance(message, Mapping):
+            return
+        kept = [
+            dict(b)
+            for b in message.get("blocks") or []
+            if isinstance(b, Mapping) and b.get("type") != "actions"
+        ]
+        shown = [*kept, blocks.notice_section(line)]
+        try:
+            await client.chat_update(channel=channel, ts=ts, text=line, blocks=shown)
+        except (SlackApiError, aiohttp.ClientError, OSError, TimeoutError) as exc:
+            log.warning("could not update the batch message: %s", exc)
+
     # -- modals ------------------------------------------------------------------------------
     async def on_view(
         self, ack: AsyncAck, body: dict[str, Any], view: dict[str, Any], client: AsyncWebClient
@@ -659,6 +746,18 @@ class _SlackEdge:
                 await ack(response_action="errors", errors={modals.HOURS_BLOCK: hours})
                 return
             answer = Allow(grant=GrantRequest(scope="thread", hours=hours))
+        elif callback_id == modals.VIEW_EDIT:
+            edit = await self._edit_form(ref.ticket_id)
+            if edit is None:
+                await ack(
+                    response_action="update", view=modals.notice_view("Not recorded", NOT_EDITABLE)
+                )
+                return
+            changes, errors = modals.read_edit(edit, state)
+            if errors:
+                await ack(response_action="errors", errors=errors)
+                return
+            answer = Allow(args=changes)
         elif callback_id == modals.VIEW_RESOLVE:
             text = modals.submitted_text(state, modals.RESULT_BLOCK)
             if not text.strip():
@@ -692,11 +791,24 @@ class _SlackEdge:
             await ack(
                 response_action="errors", errors=modals.field_errors(schema, list(refusal.errors))
             )
+        elif refusal.reason in (RefusalReason.INVALID_EDIT, RefusalReason.NOT_EDITABLE) and (
+            edit_form := await self._edit_form(ref.ticket_id)
+        ):
+            await ack(
+                response_action="errors", errors=modals.edit_errors(edit_form, list(refusal.errors))
+            )
         else:
             await ack(
                 response_action="update",
                 view=modals.notice_view("Not recorded", self._wording(refusal)),
             )
+
+    async def _edit_form(self, ticket_id: str) -> EditForm | None:
+        try:
+            ticket = await self._runtime.ticket(ticket_id)
+        except SignoffError:
+            return None  # the check that follows says what is wrong
+        return self._runtime.edit_form(ticket)
 
     async def _input_schema(self, ticket_id: str) -> Mapping[str, Any] | None:
         try:
@@ -708,6 +820,7 @@ class _SlackEdge:
 
 
 INVALID_BUTTON = ":warning: This button is not valid."
+NOT_EDITABLE = ":warning: This call's arguments cannot be changed; allow or deny it as it is."
 
 
 def _modal_for(action_id: str, ticket: ResumeTicket, ref: TicketRef) -> dict[str, Any] | None:

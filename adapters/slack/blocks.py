@@ -42,6 +42,12 @@ ACTION_RETRY = "signoff.retry"
 ACTION_ABORT = "signoff.abort"
 ACTION_ALLOW_RUN = "signoff.allow_run"
 ACTION_ALLOW_THREAD = "signoff.allow_thread"
+ACTION_EDIT = "signoff.edit"
+"""Opens the modal that changes a call's arguments, then allows it."""
+ACTION_ALLOW_ALL = "signoff.allow_all"
+ACTION_DENY_ALL = "signoff.deny_all"
+BATCH_ACTIONS = (ACTION_ALLOW_ALL, ACTION_DENY_ALL)
+"""Buttons of a batch message: their value names the batch's first ticket and its token."""
 ACTIONS = (
     ACTION_ALLOW,
     ACTION_DENY,
@@ -52,6 +58,8 @@ ACTIONS = (
     ACTION_ABORT,
     ACTION_ALLOW_RUN,
     ACTION_ALLOW_THREAD,
+    ACTION_EDIT,
+    *BATCH_ACTIONS,
 )
 """Every ``action_id`` a signoff button can have."""
 
@@ -310,17 +318,15 @@ def approval_card(
         blocks.append(_section(outcome))
     if ref is not None:
         value = button_value(ref.ticket_id, ref.correlation)
-        blocks.append(
-            _actions(
-                ref.ticket_id,
-                [
-                    button("Allow", ACTION_ALLOW, value, "primary"),
-                    button("Deny", ACTION_DENY, value, "danger"),
-                    button("Deny with reason", ACTION_DENY_REASON, value),
-                    *grant_buttons(payload, value),
-                ],
-            )
-        )
+        shown = [
+            button("Allow", ACTION_ALLOW, value, "primary"),
+            button("Deny", ACTION_DENY, value, "danger"),
+            button("Deny with reason", ACTION_DENY_REASON, value),
+            *grant_buttons(payload, value),
+        ]
+        if payload.get("editable"):
+            shown.append(button("Allow with changes…", ACTION_EDIT, value))
+        blocks.append(_actions(ref.ticket_id, shown))
     return finish(blocks)
 
 
@@ -462,9 +468,14 @@ _DECISIONS = {
 
 
 def decided_line(payload: Mapping[str, Any]) -> str:
-    """ "Approved by @user at time" / "Denied by @user: reason", from a ``decided`` payload."""
+    """ "Approved by @user at time" / "Denied by @user: reason", from a ``decided`` payload;
+    an allow with edits says what changed: "Approved with changes by @ana at time: amount
+    249.0 → 200.0"."""
     decision = str(payload.get("decision") or "")
     head = _DECISIONS.get(decision, f"Decided ({escape(decision)})")
+    edit = payload.get("edit")
+    if decision == "allow" and isinstance(edit, Mapping):
+        head += " with changes"
     line = f"{head} by {user(payload.get('actor'))} at {when(payload.get('decided_at'))}"
     grant = payload.get("grant")
     if isinstance(grant, Mapping) and payload.get("by_grant"):
@@ -474,6 +485,8 @@ def decided_line(payload: Mapping[str, Any]) -> str:
     reason = payload.get("reason")
     if reason:
         line += f": {escape(str(reason))}"
+    if isinstance(edit, Mapping) and edit.get("summary"):
+        line += f": {escape(str(edit['summary']))}"
     return truncate(line, MAX_SECTION_TEXT)
 
 
@@ -502,6 +515,59 @@ def outcome_line(kind: str, payload: Mapping[str, Any]) -> str:
     if kind == "expired":
         return expired_line(payload)
     return voided_line(payload)
+
+
+# -- batches -----------------------------------------------------------------------------
+
+
+def batch_message(
+    payload: Mapping[str, Any],
+    open_ids: Sequence[str],
+    ref: TicketRef | None,
+    outcome: str | None = None,
+) -> tuple[str, list[Block]]:
+    """The message of a ``batch_offered`` notification: the turn's open calls, and
+    "Allow all N" / "Deny all N" (N = the open ones) whose value names the batch.
+
+    Args:
+        payload: The notification payload (``ticket_ids``, ``token``, ``calls``).
+        open_ids: The batch's tickets still open, in order.
+        ref: The batch's first ticket and its token (None: no buttons).
+        outcome: A line saying what was done with the batch.
+    """
+    calls = [c for c in payload.get("calls") or () if c.get("ticket_id") in open_ids]
+    count = len(calls)
+    raw_agent = str(payload.get("agent") or "the agent")
+    agent = escape(raw_agent)
+    lines = [
+        f"• `{escape(str(c.get('tool') or '?'))}` "
+        + truncate(escape(json.dumps(c.get("args") or {}, ensure_ascii=False, default=str)), 300)
+        for c in calls
+    ]
+    text = f"{raw_agent}: {count} calls of one turn wait for a decision"
+    blocks: list[Block] = [
+        _header(f"{count} calls wait for a decision"),
+        _section(f"*{agent}* asked for these in one turn; each has its card above:"),
+        _section(truncate("\n".join(lines), MAX_SECTION_TEXT)),
+        _context(
+            "Deciding all of them decides each on its own: one that cannot be decided "
+            "(already decided, not yours to decide) stays as it is."
+        ),
+    ]
+    if outcome is not None:
+        blocks.append(_section(outcome))
+    if ref is not None and count:
+        value = button_value(ref.ticket_id, ref.correlation)
+        blocks.append(
+            _actions(
+                ref.ticket_id,
+                [
+                    button(f"Allow all {count}", ACTION_ALLOW_ALL, value, "primary"),
+                    button(f"Deny all {count}", ACTION_DENY_ALL, value, "danger"),
+                ],
+            )
+        )
+    return truncate(escape(text), MAX_FALLBACK_TEXT), finish(blocks)
 
 
 # -- run messages ------------------------------------------------------------------------

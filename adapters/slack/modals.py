@@ -1,4 +1,5 @@
-"""Slack modals: deny with a reason, typed input from a JSON schema, an uncertain call's result.
+"""Slack modals: deny with a reason, typed input from a JSON schema, an uncertain call's
+result, and a call's arguments changed before allowing it.
 
 Every modal carries the ticket id, the correlation token and where its card is (channel
 and thread) in ``private_metadata`` (set by us, stored by Slack, returned with the signed
@@ -30,14 +31,15 @@ from adapters.slack.blocks import (
     plain,
     truncate,
 )
-from runtime import forms
+from runtime import EditForm, forms
 from runtime.forms import FieldView, SchemaField, read_typed, schema_fields
 
 VIEW_DENY_REASON = "signoff.deny_reason"
 VIEW_INPUT = "signoff.input"
 VIEW_RESOLVE = "signoff.resolve"
 VIEW_GRANT_THREAD = "signoff.grant_thread"
-VIEWS = (VIEW_DENY_REASON, VIEW_INPUT, VIEW_RESOLVE, VIEW_GRANT_THREAD)
+VIEW_EDIT = "signoff.edit"
+VIEWS = (VIEW_DENY_REASON, VIEW_INPUT, VIEW_RESOLVE, VIEW_GRANT_THREAD, VIEW_EDIT)
 """Every ``callback_id`` of a signoff modal."""
 
 REASON_BLOCK = "reason"
@@ -386,6 +388,78 @@ def field_errors(schema: Mapping[str, Any] | None, errors: list[dict[str, Any]])
             named = [name for name in by_name if f"'{name}'" in message]
             block = by_name[named[0]] if named else first
         shown.setdefault(block, message)
+    return shown
+
+
+# -- allow with changes ----------------------------------------------------------------
+
+
+def edit_fields(form: EditForm) -> list[Field]:
+    """The inputs of an edit modal: each editable argument, pre-filled with its value."""
+    fields = []
+    for index, item in enumerate(form.fields[:MAX_INPUT_BLOCKS]):
+        kind, options = _kind(item)
+        typed = "string" if kind == "text" else item.type
+        current = form.values.get(item.name)
+        source = replace(item, type=typed, options=options, default=current)
+        fields.append(Field(source, f"{FIELD_BLOCK_PREFIX}{index}", kind))
+    return fields
+
+
+def edit_modal(ref: TicketRef, form: EditForm) -> dict[str, Any]:
+    """The modal behind "Allow with changes…": the call's editable arguments, pre-filled.
+
+    Secret arguments are never shown; a field left empty keeps its value.
+    """
+    blocks: list[Block] = [
+        _intro(
+            f"Change the arguments of `{escape(form.tool)}`, then allow it. A field left "
+            "empty keeps its value; secret arguments are not shown and keep theirs. The "
+            "agent is told what you changed."
+        )
+    ]
+    for item in edit_fields(form):
+        block: Block = {
+            "type": "input",
+            "block_id": item.block_id,
+            "label": plain(item.label, MAX_LABEL),
+            "element": _element(item),
+            "optional": True,
+        }
+        if item.description:
+            block["hint"] = plain(item.description, MAX_HINT)
+        blocks.append(block)
+    title = truncate(f"Change {form.tool}", MAX_MODAL_TITLE)
+    return _modal(VIEW_EDIT, title, "Allow", ref, blocks)
+
+
+def read_edit(form: EditForm, state: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """The changed arguments of a submitted edit modal (empty fields are left out).
+
+    Returns:
+        The arguments and conversion errors by block id (empty when all converted).
+    """
+    fields = edit_fields(form)
+    texts = {}
+    for item in fields:
+        raw = _raw(state, item.block_id)
+        texts[item.name] = raw if isinstance(raw, str) else None
+    data, by_name = read_typed([item.source for item in fields], texts)
+    blocks = {item.name: item.block_id for item in fields}
+    return data, {blocks[name]: message for name, message in by_name.items()}
+
+
+def edit_errors(form: EditForm, errors: list[dict[str, Any]]) -> dict[str, str]:
+    """The runtime's refusal of an edit (``path`` + ``message``) as errors by block id;
+    an error about no field shown is put on the first one."""
+    fields = edit_fields(form)
+    by_name = {item.name: item.block_id for item in fields}
+    first = fields[0].block_id if fields else f"{FIELD_BLOCK_PREFIX}0"
+    shown: dict[str, str] = {}
+    for error in errors:
+        head = str(error.get("path") or "").split(".", 1)[0]
+        message = truncate(str(error.get("message") or "invalid"), MAX_LABEL)
+        shown.setdefault(by_name.get(head, first), message)
     return shown
 
 

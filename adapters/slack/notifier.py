@@ -10,6 +10,9 @@
 - ``decision_refused``: a click that was acknowledged and stored but refused when it was
   applied (e.g. the loser of two concurrent clicks): an ephemeral message to the clicker
   where they clicked, or a direct message when that is not possible.
+- ``batch_offered``: once every card of the batch is posted (the item waits for them),
+  a message in the thread listing the turn's open calls with "Allow all N" and "Deny all
+  N"; nothing is posted when fewer than two of them are still open.
 
 A run's thread is the Slack thread its origin names (``thread_ts``); a run started
 elsewhere (a webhook routed to a channel) threads under its first posted message.
@@ -41,6 +44,7 @@ from adapters.slack.refusals import applied_refusal_text
 from runtime import ResumeTicket, TicketStatus
 from runtime.notifications import (
     ApprovalRequested,
+    BatchOffered,
     Decided,
     DecisionRefused,
     Delivery,
@@ -57,7 +61,7 @@ from runtime.notifications import (
     UncertainCall,
     refusal_of,
 )
-from runtime.outbox import DeliveryError
+from runtime.outbox import DeliveryError, batch_open_ids
 
 log = logging.getLogger("signoff.slack")
 
@@ -251,6 +255,8 @@ class SlackNotifier:
             case RunPaused():
                 text, shown = blocks.paused_message(note.payload())
                 return await self._post(note, delivery, channel, text, shown)
+            case BatchOffered():
+                return await self._post_batch(note, delivery, channel)
             case _:
                 assert_never(note)
 
@@ -268,6 +274,17 @@ class SlackNotifier:
             outcome = closed_outcome(ticket) if ticket is not None else None
             shown = blocks.card(note.kind, payload, None, outcome, self._groups)
         text = blocks.card_text(note.kind, payload)
+        return await self._post(note, delivery, channel, text, shown)
+
+    async def _post_batch(
+        self, note: BatchOffered, delivery: Delivery, channel: str
+    ) -> dict[str, Any] | None:
+        """Offer the batch once every one of its cards is posted (so each call is seen)."""
+        open_ids = batch_open_ids(note, delivery)
+        if len(open_ids) < 2:
+            return None  # decided one by one meanwhile: nothing left to decide at once
+        ref = TicketRef(note.ticket_ids[0], note.token)
+        text, shown = blocks.batch_message(note.payload(), open_ids, ref)
         return await self._post(note, delivery, channel, text, shown)
 
     async def _post(

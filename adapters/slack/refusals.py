@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import assert_never
 
 from adapters.slack import blocks
-from runtime import Refusal, RefusalReason
+from runtime import BatchAccepted, Refusal, RefusalReason, Refused, ToolPermission
 
 
 def refusal_text(refusal: Refusal, groups: blocks.Groups | None = None) -> str:
@@ -28,6 +28,19 @@ def refusal_text(refusal: Refusal, groups: blocks.Groups | None = None) -> str:
             )
         case RefusalReason.INVALID_ANSWER:
             return f":warning: {blocks.escape(refusal.message)}"
+        case RefusalReason.INVALID_EDIT | RefusalReason.NOT_EDITABLE:
+            problems = "; ".join(
+                f"{e.get('path') or 'arguments'}: {e.get('message')}" for e in refusal.errors
+            )
+            why = problems or refusal.message
+            return (
+                f":warning: Those changes cannot be made ({blocks.escape(why)}); nothing changed."
+            )
+        case RefusalReason.EDIT_DENIED:
+            return (
+                ":no_entry: The tool's rules deny the call with those changes; nothing changed. "
+                "Allow or deny it as it is, or change it differently."
+            )
         case RefusalReason.DOES_NOT_FIT:
             return (
                 f":warning: This answer does not fit the request: {blocks.escape(refusal.message)}"
@@ -68,3 +81,21 @@ def applied_refusal_text(refusal: Refusal, groups: blocks.Groups | None = None) 
     why = refusal_text(refusal, groups)
     text = f":warning: Your decision was recorded but could not be applied. {why}"
     return blocks.truncate(text, blocks.MAX_SECTION_TEXT)
+
+
+def batch_text(decision: str, accepted: BatchAccepted, groups: blocks.Groups | None = None) -> str:
+    """What the clicker of "Allow all N" / "Deny all N" reads: each call's outcome."""
+    verb = "Allow" if decision == "allow" else "Deny"
+    total = len(accepted.outcomes)
+    lines = []
+    if accepted.stored:
+        lines.append(
+            f":white_check_mark: {verb} recorded for {accepted.stored} of {total} calls; "
+            "each card updates once its decision is applied."
+        )
+    for ticket, outcome in accepted.outcomes:
+        if isinstance(outcome, Refused):
+            target = ticket.target
+            tool = target.tool if isinstance(target, ToolPermission) else ticket.ticket_id
+            lines.append(f"• `{blocks.escape(tool)}`: {refusal_text(outcome.refusal, groups)}")
+    return blocks.truncate("\n".join(lines), blocks.MAX_SECTION_TEXT)

@@ -83,6 +83,10 @@ def http_refusal(refusal: Classified, ticket_id: str | None = None) -> Refusal:
             return Refusal(422, code, refusal.message)
         case RefusalReason.GRANT_NOT_ALLOWED:
             return Refusal(422, code, f"Not allowed: {refusal.message}; nothing was changed")
+        case RefusalReason.INVALID_EDIT | RefusalReason.NOT_EDITABLE:
+            return Refusal(422, code, refusal.message, list(refusal.errors))
+        case RefusalReason.EDIT_DENIED:
+            return Refusal(422, code, refusal.message)
         case RefusalReason.UNKNOWN_TICKET:
             shown = f"No ticket {ticket_id!r}" if ticket_id is not None else refusal.message
             return Refusal(404, code, shown)

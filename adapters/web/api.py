@@ -15,14 +15,16 @@ Routes::
     GET  /api/runs/{run_id}/events[?format=jsonl]
     POST /api/runs/{run_id}/cancel|pause|resume
     GET  /api/tickets
-    POST /api/tickets/{ticket_id}/decision      {"decision": "allow"} | {"decision": "deny",
-         "reason"?} | {"answer": {...}} | {"resolution": "result", "result": ...} |
-         {"resolution": "retry"} | {"resolution": "abort", "reason"?}
+    POST /api/tickets/{ticket_id}/decision      {"decision": "allow", "args"?: {...}} |
+         {"decision": "deny", "reason"?} | {"answer": {...}} | {"resolution": "result",
+         "result": ...} | {"resolution": "retry"} | {"resolution": "abort", "reason"?}
          An allow may carry {"grant": {"scope": "run" | "thread", "hours"?, "args"?}}.
     GET  /api/grants?state=active|all&run=...&thread=...&limit=...
     GET  /api/grants/{grant_id}
     POST /api/grants/{grant_id}/revoke
     GET  /api/runs/{run_id}/grants?state=active|all
+    POST /api/decisions                         {"decisions": [{"ticket_id", <decision>},
+         ...]} -> 200 {"results": [one per item, in order], "applied", "refused"}
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import ValidationError
 
-from adapters.web._refusals import Refusal, explain
+from adapters.web._refusals import Refusal, explain, http_refusal
 from adapters.web.auth import TokenAuth
 from runtime import (
     Abort,
@@ -43,6 +45,8 @@ from runtime import (
     Agent,
     Allow,
     Answer,
+    BatchItem,
+    BatchOutcome,
     ConfigurationError,
     Deny,
     Grant,
@@ -58,6 +62,7 @@ from runtime import (
     Runtime,
     SignoffError,
 )
+from runtime.batches import MAX_BATCH
 
 Handler = Callable[[web.Request, Actor], Awaitable[web.StreamResponse]]
 
@@ -98,6 +103,7 @@ def pending_json(entry: PendingEntry) -> dict[str, Any]:
         "attempts": entry.call.attempts,
         "prompt": entry.prompt,
         "schema": entry.schema,
+        "editable": list(entry.editable),
         "requester": ticket.requester,
         "approvers": list(ticket.approvers),
         "four_eyes": ticket.four_eyes,
@@ -252,9 +258,14 @@ def answer_from_json(body: dict[str, Any]) -> Answer:
     reason = _optional_text(body, "reason")
     if "grant" in body and body.get("decision") != "allow":
         raise BadRequest('"grant" goes with {"decision": "allow"} only')
+    if "args" in body and body.get("decision") != "allow":
+        raise BadRequest('"args" (changed arguments) goes with "decision": "allow"')
     match given[0], body[given[0]]:
         case "decision", "allow":
-            return Allow(grant=grant_from_json(body.get("grant")))
+            args = body.get("args")
+            if args is not None and not isinstance(args, dict):
+                raise BadRequest('"args" must be a JSON object of the arguments to change')
+            return Allow(grant=grant_from_json(body.get("grant")), args=args)
         case "decision", "deny":
             return Deny(reason=reason)
         case "answer", dict() as data:
@@ -312,6 +323,45 @@ def grant_refusal(exc: GrantError) -> Refusal:
     if isinstance(exc, GrantNotActive):
         return Refusal(409, exc.code, str(exc))
     return Refusal(404, exc.code, str(exc))
+
+
+def batch_from_json(body: dict[str, Any]) -> list[tuple[str | None, BatchItem | Refusal]]:
+    """The items of a ``POST /api/decisions`` body: each one's ticket id (if it names one)
+    and its decision, or why it is malformed.
+
+    Raises:
+        BadRequest: ``decisions`` is not a list of 1 to `MAX_BATCH` items.
+    """
+    items = body.get("decisions")
+    if not isinstance(items, list) or not items:
+        raise BadRequest('"decisions" must be a non-empty list of {"ticket_id", "decision", ...}')
+    if len(items) > MAX_BATCH:
+        raise BadRequest(f"at most {MAX_BATCH} decisions per request")
+    parsed: list[tuple[str | None, BatchItem | Refusal]] = []
+    for item in items:
+        named = item.get("ticket_id") if isinstance(item, dict) else None
+        ticket_id = named if isinstance(named, str) and named else None
+        try:
+            if not isinstance(item, dict) or ticket_id is None:
+                raise BadRequest('each decision needs a "ticket_id" (a string)')
+            decision = {k: v for k, v in item.items() if k != "ticket_id"}
+            parsed.append((ticket_id, BatchItem(ticket_id, answer_from_json(decision))))
+        except BadRequest as exc:
+            parsed.append((ticket_id, Refusal(400, "bad_request", str(exc))))
+    return parsed
+
+
+def outcome_json(outcome: BatchOutcome) -> dict[str, Any]:
+    """One decision of a batch: applied (with where its run stands) or refused (why)."""
+    shown: dict[str, Any] = {"ticket_id": outcome.ticket_id, "decision": outcome.answer.kind}
+    if outcome.refusal is not None:
+        refused = http_refusal(outcome.refusal, outcome.ticket_id)
+        return {**shown, "status": refused.status, "applied": False, **refused.body()}
+    result = outcome.result
+    shown.update(status=200, applied=True)
+    if result is not None:
+        shown.update(run_id=result.run_id, run_status=result.status.value)
+    return shown
 
 
 def parse_statuses(raw: str) -> list[RunStatus]:
@@ -512,6 +562,26 @@ def add_api_routes(
         await read_object(request)
         return json_response(grant_json(await runtime.revoke_grant(grant_id, actor=actor)))
 
+    async def decide_many(request: web.Request, actor: Actor) -> web.StreamResponse:
+        items = batch_from_json(await read_object(request))
+        # Each ticket is checked for who may see and decide it, and applied, on its own.
+        wanted = [item for _, item in items if isinstance(item, BatchItem)]
+        outcomes = iter(await runtime.decide_batch(wanted, actor))
+        results = []
+        for ticket_id, item in items:
+            if isinstance(item, BatchItem):
+                results.append(outcome_json(next(outcomes)))
+            else:
+                results.append(
+                    {"ticket_id": ticket_id, "status": 400, "applied": False, **item.body()}
+                )
+        applied = sum(1 for r in results if r["applied"])
+        if applied:
+            on_change()
+        return json_response(
+            {"results": results, "applied": applied, "refused": len(results) - applied}
+        )
+
     async def control(request: web.Request, actor: Actor) -> web.StreamResponse:
         run_id, action = request.match_info["run_id"], request.match_info["action"]
         current = await runtime.get(run_id, viewer=actor)
@@ -550,3 +620,4 @@ def add_api_routes(
     app.router.add_get("/api/grants/{grant_id}", guarded(grant))
     app.router.add_post("/api/grants/{grant_id}/revoke", guarded(revoke))
     app.router.add_get("/api/runs/{run_id}/grants", guarded(run_grants))
+    app.router.add_post("/api/decisions", guarded(decide_many))

@@ -16,6 +16,8 @@ Pages::
     POST /tickets/{ticket_id}/decide    (an allow may carry grant=run|thread, hours, same_args)
     GET  /grants?state=all      standing grants the signed-in user may see
     POST /grants/{grant_id}/revoke
+                                (action=edit: allow with the changed arguments)
+    POST /tickets/batch         decide the ticked tickets at once, each on its own
     GET  /start   POST /start   start a run of any loaded agent
 """
 
@@ -44,7 +46,14 @@ from adapters.web.auth import (
     TokenAuth,
     csrf_matches,
 )
-from adapters.web.forms import FormField, FormState, apply_errors, form_fields, read_fields
+from adapters.web.forms import (
+    FormField,
+    FormState,
+    apply_errors,
+    edit_form_fields,
+    form_fields,
+    read_fields,
+)
 from adapters.web.timeline import pretty, timeline
 from runtime import (
     MAX_GRANT_HOURS,
@@ -52,8 +61,11 @@ from runtime import (
     Actor,
     Allow,
     Answer,
+    BatchItem,
+    BatchOutcome,
     ConfigurationError,
     Deny,
+    EditRefused,
     Grant,
     GrantError,
     GrantRequest,
@@ -71,6 +83,7 @@ from runtime import (
     SignoffError,
     UnknownTicket,
 )
+from runtime.batches import MAX_BATCH
 
 TEMPLATES = Path(__file__).parent / "templates"
 ACTIVE = (RunStatus.QUEUED, RunStatus.RUNNING)
@@ -88,6 +101,7 @@ _HEADERS = {
 }
 _DONE_WORDS = {
     "allow": "Allowed",
+    "edit": "Allowed with changes",
     "deny": "Denied",
     "input": "Answered",
     "resolve": "Recorded the verified result of",
@@ -110,6 +124,24 @@ class TicketCard:
     may_decide: bool
     why_not: str | None = None
     grants: tuple[str, ...] = ()
+    edit_fields: list[FormField] = field(default_factory=list)
+    """For an approval: the arguments that may change, pre-filled (none: not editable)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchForm:
+    """The "decide selected" form of a page: the approvals the reader may decide."""
+
+    ticket_ids: frozenset[str]
+    checked: bool
+
+
+def batch_form(cards: list[TicketCard], *, checked: bool) -> BatchForm | None:
+    """The form when two or more of `cards` are approvals the reader may decide."""
+    ids = frozenset(
+        c.entry.ticket_id for c in cards if c.may_decide and c.entry.status == "approval"
+    )
+    return BatchForm(ids, checked) if len(ids) >= 2 else None
 
 
 @dataclass(slots=True)
@@ -199,6 +231,7 @@ def add_console_routes(
         "/runs/{run_id}/{action:cancel|pause|resume}", console.form(console.control)
     )
     app.router.add_get("/tickets", console.signed_in(console.tickets))
+    app.router.add_post("/tickets/batch", console.form(console.decide_batch))
     app.router.add_post("/tickets/{ticket_id}/decide", console.form(console.decide))
     app.router.add_get("/grants", console.signed_in(console.grants))
     app.router.add_post("/grants/{grant_id}/revoke", console.form(console.revoke))
@@ -444,6 +477,7 @@ class _Console:
             return await self.refused(request, 404, "No such run", f"There is no run {run_id!r}.")
         here = f"/runs/{run_id}"
         standing = await self.runtime.grants_of_run(run_id, viewer=actor, active=False)
+        cards = [self.card(entry, actor, shown.states) for entry in result.pending]
         return self.render(
             request,
             "run.html",
@@ -452,7 +486,8 @@ class _Console:
             status=shown.status,
             flash=shown.flash,
             run=result,
-            cards=[self.card(entry, actor, shown.states) for entry in result.pending],
+            cards=cards,
+            batch=batch_form(cards, checked=True),
             items=timeline(events),
             grants=standing,
             may_control=may_control(actor, result),
@@ -470,6 +505,7 @@ class _Console:
     ) -> web.Response:
         shown = shown or _Rendered()
         entries = await self.runtime.open_tickets(viewer=actor)
+        cards = [self.card(entry, actor, shown.states) for entry in entries]
         return self.render(
             request,
             "tickets.html",
@@ -477,13 +513,15 @@ class _Console:
             actor=actor,
             status=shown.status,
             flash=shown.flash,
-            cards=[self.card(entry, actor, shown.states) for entry in entries],
+            cards=cards,
+            batch=batch_form(cards, checked=False),
             next="/tickets",
         )
 
     def card(self, entry: PendingEntry, actor: Actor, states: dict[str, FormState]) -> TicketCard:
         ticket = entry.ticket
         may_decide = ticket.may_decide(actor)
+        editable = may_decide and entry.status == "approval" and bool(entry.editable)
         return TicketCard(
             entry=entry,
             arguments=pretty(entry.call.arguments),
@@ -492,6 +530,7 @@ class _Console:
             may_decide=may_decide,
             why_not=None if may_decide else why_not(ticket, actor),
             grants=entry.grants,
+            edit_fields=edit_form_fields(self.runtime.edit_form(ticket)) if editable else [],
         )
 
     async def grants(
@@ -637,6 +676,14 @@ class _Console:
                     state.general.append(problem)
                 else:
                     answer = Allow(grant=grant)
+            case "edit":
+                fields = edit_form_fields(self.runtime.edit_form(ticket))
+                if not fields:
+                    return await self.refused(
+                        request, 409, "Not editable", NOT_EDITABLE.format(ticket_id=ticket_id)
+                    )
+                data, state = read_fields(fields, posted)
+                answer = None if state.errors else Allow(args=data)
             case "deny":
                 answer = Deny(reason=reason)
             case "input":
@@ -664,7 +711,7 @@ class _Console:
                 await self.runtime.decide(ticket_id, answer, actor)
             except SignoffError as exc:
                 refusal = await explain(self.runtime, exc, ticket_id)
-                if isinstance(exc, InvalidAnswer):
+                if isinstance(exc, InvalidAnswer | EditRefused):
                     apply_errors(state, exc.errors, fields)
                 flash, status = ("error", refusal.message), refusal.status
             else:
@@ -695,6 +742,35 @@ class _Console:
             shown = _Rendered(flash=("error", str(exc)), status=409)
             return await self.grants_page(request, session, actor, shown)
         return self.done(back, f"Revoked the grant of {revoked.covers}.")
+
+    async def decide_batch(
+        self, request: web.Request, session: Session, actor: Actor
+    ) -> web.StreamResponse:
+        """Allow or deny every ticked ticket, each validated and applied on its own."""
+        posted = await request.post()
+        back = safe_next(posted.get("next"), "/tickets")
+        action = _text(posted.get("action"))
+        ticket_ids = list(dict.fromkeys(_text(v) for v in posted.getall("ticket", []) if v))
+        problem = None
+        if action not in ("allow", "deny"):
+            problem = f"Unknown action {action!r}: choose Allow selected or Deny selected."
+        elif not ticket_ids:
+            problem = "Tick the calls to decide first; nothing was changed."
+        elif len(ticket_ids) > MAX_BATCH:
+            problem = f"At most {MAX_BATCH} calls can be decided at once; nothing was changed."
+        if problem is not None:
+            shown = _Rendered(flash=("error", problem), status=400)
+            if back.startswith("/runs/"):
+                return await self.run_page(request, session, actor, back[len("/runs/") :], shown)
+            return await self.tickets_page(request, session, actor, shown)
+        answer: Answer = Allow() if action == "allow" else Deny()
+        outcomes = await self.runtime.decide_batch(
+            [BatchItem(ticket_id, answer) for ticket_id in ticket_ids], actor
+        )
+        if any(outcome.applied for outcome in outcomes):
+            self.on_change()
+        kind = "ok" if all(outcome.applied for outcome in outcomes) else "error"
+        return self.done(back, batch_summary(action, outcomes), kind)
 
 
 def _grant_of(posted: Any) -> tuple[GrantRequest | None, str | None]:
@@ -729,6 +805,23 @@ def _granted_words(answer: Answer) -> str:
     if answer.grant.scope == "thread":
         return " and granted it in this thread"
     return " and granted it for the rest of the run"
+
+
+NOT_EDITABLE = (
+    "The arguments of ticket {ticket_id} cannot be changed; allow or deny it as it is. "
+    "Nothing was changed."
+)
+
+
+def batch_summary(action: str, outcomes: list[BatchOutcome]) -> str:
+    """One line per batch: how many were decided, then each refusal and why."""
+    applied = sum(1 for outcome in outcomes if outcome.applied)
+    verb = "Allowed" if action == "allow" else "Denied"
+    parts = [f"{verb} {applied} of {len(outcomes)} calls."]
+    for outcome in outcomes:
+        if outcome.refusal is not None:
+            parts.append(f"{outcome.ticket_id}: not decided ({outcome.refusal.message}).")
+    return " ".join(parts)
 
 
 def _text(value: Any) -> str:

@@ -9,9 +9,10 @@ fits the schema is decided by the runtime's one validation (`runtime.InvalidAnsw
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from runtime import EditForm
 from runtime.forms import FieldType, FieldView, read_typed, schema_fields
 
 FieldKind = Literal["text", "number", "integer", "checkbox", "select", "json"]
@@ -115,3 +116,15 @@ def apply_errors(state: FormState, errors: list[dict[str, Any]], fields: list[Fo
             state.errors.setdefault(head, message)
         else:
             state.general.append(message)
+
+
+def edit_form_fields(form: EditForm | None) -> list[FormField]:
+    """The inputs of an "allow with changes" form: each argument an approver may change,
+    pre-filled with its current value (secret ones are never among them). Every input
+    is optional: one left empty keeps its value."""
+    if form is None:
+        return []
+    return [
+        FormField(replace(item, default=form.values.get(item.name)), _KINDS[item.type])
+        for item in form.fields
+    ]

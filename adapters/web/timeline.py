@@ -101,6 +101,12 @@ def _ticket_decided(d: dict[str, Any], actor: str | None) -> Described:
             title += f", with grant {_d(grant, 'grant_id')}"
         else:
             title += f", and {_granted(grant)}"
+    edit = d.get("edit")
+    if isinstance(edit, dict) and edit.get("summary"):
+        # Approve with edits: "amount 249.0 → 200.0 by ana", and what the call runs with.
+        title = title.replace(f"{str(decision).capitalize()}:", "Allow with changes:", 1)
+        details.append(("changed", f"{edit['summary']} by {edit.get('by') or who}"))
+        details.append(("runs with", edit.get("args", {})))
     tone = "bad" if decision in ("deny", "abort") else "ok"
     return title, details, tone
 

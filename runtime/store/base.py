@@ -124,8 +124,8 @@ class Transaction(Protocol):
         """Write a tool call's progress back (state, attempts, result, decision ...).
 
         What the call was proposed with (`runtime.store.records.CALL_CREATED_WITH`: run,
-        batch and position, tool, arguments, replay policy, execution key, creation
-        time) is written by `insert_call` only.
+        batch and position, tool, replay policy, execution key, creation time) is
+        written by `insert_call` only; the arguments change with an approver's edit.
         """
         ...
 

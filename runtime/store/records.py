@@ -78,7 +78,12 @@ class RunFlags:
 
 @dataclass(slots=True)
 class CallRecord:
-    """One tool call the model asked for, and everything that happened to it."""
+    """One tool call the model asked for, and everything that happened to it.
+
+    ``edit`` is set when an approver changed the arguments before allowing the call
+    (`runtime.edits`): what changed, by whom, and the digests of the arguments before
+    and after; ``args`` then holds the changed arguments, which the tool runs with.
+    """
 
     call_id: str
     run_id: str
@@ -98,6 +103,7 @@ class CallRecord:
     answer: dict[str, Any] | None = None
     decided_by: dict[str, Any] | None = None
     reason: str | None = None
+    edit: dict[str, Any] | None = None
 
 
 CALL_CREATED_WITH = (
@@ -106,12 +112,12 @@ CALL_CREATED_WITH = (
     "seq",
     "model_call_id",
     "tool",
-    "args",
     "replay_policy",
     "execution_key",
     "created_at",
 )
-"""What a tool call is proposed with: written by `Transaction.insert_call` only."""
+"""What a tool call is proposed with: written by `Transaction.insert_call` only. Not its
+``args``: an approver may change them before allowing the call (`runtime.edits`)."""
 
 
 @dataclass(slots=True)
@@ -161,7 +167,14 @@ class OutboxRecord:
 
 
 PACED_KINDS = frozenset(
-    {"approval_requested", "input_requested", "uncertain", "run_finished", "run_paused"}
+    {
+        "approval_requested",
+        "input_requested",
+        "uncertain",
+        "run_finished",
+        "run_paused",
+        "batch_offered",
+    }
 )
 """Notifications that post a new message in a channel. Only those are paced: editing a
 posted card or a reply only one person sees has its own, far looser platform limits."""

@@ -114,6 +114,8 @@ tool_calls = Table(
     Column("answer", JSON(none_as_null=True), nullable=True),
     Column("decided_by", JSON(none_as_null=True), nullable=True),
     Column("reason", Text, nullable=True),
+    # An approver's change of the arguments (runtime.edits), null when none.
+    Column("edit", JSON(none_as_null=True), nullable=True),
     Index(None, "run_id", "batch", "seq"),
     Index(None, "execution_key", unique=True),
 )

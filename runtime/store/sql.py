@@ -245,6 +245,7 @@ def _call_values(call: CallRecord) -> dict[str, Any]:
         "answer": call.answer,
         "decided_by": call.decided_by,
         "reason": call.reason,
+        "edit": call.edit,
     }
 
 
@@ -268,6 +269,7 @@ def _call_record(row: Row[Any]) -> CallRecord:
         answer=row.answer,
         decided_by=row.decided_by,
         reason=row.reason,
+        edit=row.edit,
     )
 
 

@@ -52,15 +52,15 @@ SECRET_KEY = "sk-live-123456"
 def build_agents(ledger: list[tuple[str, dict[str, Any]]]) -> list[Agent]:
     """The test agents; every real tool execution is appended to `ledger`."""
 
-    @tool(permission="ask", secret=["api_key"])
+    @tool(permission="ask", secret=["api_key"], editable=("amount",))
     async def transfer(account: str, amount: float, api_key: str) -> dict[str, Any]:
         """Move money."""
         ledger.append(("transfer", {"account": account, "amount": amount}))
         return {"transferred": amount, "to": account}
 
-    @tool(permission="ask", deadline=60)
+    @tool(permission=lambda a: "deny" if a["amount"] > 1000 else "ask", deadline=60)
     async def wire(amount: float) -> str:
-        """Wire money abroad (a decision is due within a minute)."""
+        """Wire money abroad (a decision is due within a minute; never over 1000)."""
         ledger.append(("wire", {"amount": amount}))
         return f"wired {amount}"
 
@@ -85,7 +85,7 @@ def build_agents(ledger: list[tuple[str, dict[str, Any]]]) -> list[Agent]:
         ledger.append(("send_email", {"to": to, "subject": subject}))
         return f"sent to {to}"
 
-    @tool(permission="ask")
+    @tool(permission="ask", editable=False)
     async def delete_branch(name: str) -> str:
         """Delete a git branch."""
         ledger.append(("delete_branch", {"name": name}))

@@ -24,6 +24,7 @@ ROUTES = [
     ("POST", "/api/runs/run_x/resume"),
     ("GET", "/api/tickets"),
     ("POST", "/api/tickets/tk_x/decision"),
+    ("POST", "/api/decisions"),
 ]
 
 

@@ -175,7 +175,11 @@ async def test_console_forms_without_the_session_never_5xx(
 async def test_deeply_nested_json_is_400_on_every_json_route(service: Any) -> None:
     parked = await service.park("bank")
     before = await service.snapshot(parked.run_id)
-    for path in (f"/api/tickets/{parked.pending[0].ticket_id}/decision", "/api/runs"):
+    for path in (
+        f"/api/tickets/{parked.pending[0].ticket_id}/decision",
+        "/api/runs",
+        "/api/decisions",
+    ):
         response = await service.client.post(
             path,
             data=DEEP,
@@ -187,3 +191,148 @@ async def test_deeply_nested_json_is_400_on_every_json_route(service: Any) -> No
         assert "nested too deeply" in body["message"]
     assert await service.snapshot(parked.run_id) == before
     assert len(await service.runtime.list_runs()) == 1
+
+
+# -- approve with edits and batch decisions ------------------------------------------------
+
+_edit_args = st.dictionaries(
+    st.sampled_from(["amount", "account", "api_key", "x", ""]),
+    st.one_of(st.floats(), st.integers(), st.sampled_from(["200", "••••••", "sk-x"]), _json),
+    max_size=3,
+)
+
+
+@FUZZ
+@given(args=st.one_of(_edit_args, _json), token=st.sampled_from(["tok-u1", "tok-u2", "tok-ops"]))
+async def test_edited_allows_never_5xx_and_refusals_change_nothing(
+    service: Any, args: Any, token: str
+) -> None:
+    if not hasattr(service, "fuzz_parked"):
+        service.fuzz_parked = await service.park("bank")
+    parked = service.fuzz_parked
+    await settled(service.runtime, service.worker, outbox=False)
+    before = await service.snapshot(parked.run_id)
+    body = json.dumps({"decision": "allow", "args": args}).encode()
+    status = await _raw(
+        service, "POST", f"/api/tickets/{parked.pending[0].ticket_id}/decision", body, token
+    )
+    assert status < 500
+    if status != 200:
+        assert await service.snapshot(parked.run_id) == before
+    else:
+        service.fuzz_parked = await service.park("bank")  # the next example gets a fresh one
+
+
+_batch_items = st.lists(
+    st.one_of(
+        st.fixed_dictionaries(
+            {"ticket_id": st.sampled_from(["{a}", "{b}", "{c}", "tk_nope", ""])},
+            optional={
+                "decision": st.sampled_from(["allow", "deny", "maybe"]),
+                "args": st.one_of(_edit_args, _json),
+                "reason": _json,
+            },
+        ),
+        _json,
+    ),
+    max_size=4,
+)
+
+
+@FUZZ
+@given(items=st.one_of(_batch_items, _json), token=st.sampled_from(["tok-u1", "tok-u2", "nope"]))
+async def test_batch_bodies_never_5xx_and_refused_items_change_nothing(
+    service: Any, items: Any, token: str
+) -> None:
+    if not hasattr(service, "fuzz_pair"):
+        service.fuzz_pair = await service.park("pair", requester="U2")
+        service.fuzz_bank = await service.park("bank")
+    await settled(service.runtime, service.worker, outbox=False)
+    runs = (service.fuzz_pair.run_id, service.fuzz_bank.run_id)
+    before = [await service.snapshot(run_id) for run_id in runs]
+    ids = {
+        "a": service.fuzz_pair.pending[0].ticket_id,
+        "b": service.fuzz_pair.pending[1].ticket_id,
+        "c": service.fuzz_bank.pending[0].ticket_id,
+    }
+    text = json.dumps({"decisions": items})
+    for key, ticket_id in ids.items():
+        text = text.replace("{" + key + "}", ticket_id)
+    response = await service.client.post(
+        "/api/decisions",
+        data=text.encode(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    body = await response.json()
+    assert response.status < 500
+    if response.status != 200 or body["applied"] == 0:
+        assert [await service.snapshot(run_id) for run_id in runs] == before
+    else:
+        # Something was decided: the next examples work on fresh runs.
+        service.fuzz_pair = await service.park("pair", requester="U2")
+        service.fuzz_bank = await service.park("bank")
+
+
+@FUZZ
+@given(
+    form=st.dictionaries(
+        st.sampled_from(["field.amount", "field.account", "field.api_key", "next", "x"]),
+        st.one_of(
+            st.sampled_from(["200", "-1", "nan", "1e999", "", "/runs"]), st.text(max_size=20)
+        ),
+        max_size=4,
+    ),
+    action=st.sampled_from(["edit", "allow", "", "x"]),
+)
+async def test_console_edit_forms_never_5xx_and_refusals_change_nothing(
+    service: Any, form: dict[str, str], action: str
+) -> None:
+    if not hasattr(service, "fuzz_csrf"):
+        service.fuzz_parked = await service.park("bank")
+        service.fuzz_csrf = await service.login("tok-u1")
+    parked = service.fuzz_parked
+    await settled(service.runtime, service.worker, outbox=False)
+    before = await service.snapshot(parked.run_id)
+    response = await service.client.post(
+        f"/tickets/{parked.pending[0].ticket_id}/decide",
+        data={**form, "action": action, "csrf": service.fuzz_csrf},
+        allow_redirects=False,
+    )
+    await response.read()
+    assert response.status < 500
+    if response.status != 303:
+        assert await service.snapshot(parked.run_id) == before
+    else:
+        service.fuzz_parked = await service.park("bank")
+
+
+@FUZZ
+@given(
+    form=st.lists(
+        st.tuples(
+            st.sampled_from(["ticket", "action", "next", "x"]),
+            st.one_of(st.sampled_from(["{a}", "{b}", "allow", "deny", "/tickets"]), st.text()),
+        ),
+        max_size=6,
+    )
+)
+async def test_console_batch_forms_never_5xx_and_refusals_change_nothing(
+    service: Any, form: list[tuple[str, str]]
+) -> None:
+    if not hasattr(service, "fuzz_csrf"):
+        service.fuzz_pair = await service.park("pair", requester="U2")
+        service.fuzz_csrf = await service.login("tok-u2")
+    await settled(service.runtime, service.worker, outbox=False)
+    ids = {
+        "{a}": service.fuzz_pair.pending[0].ticket_id,
+        "{b}": service.fuzz_pair.pending[1].ticket_id,
+    }
+    before = await service.snapshot(service.fuzz_pair.run_id)
+    data = [(k, ids.get(v, v)) for k, v in form] + [("csrf", service.fuzz_csrf)]
+    response = await service.client.post("/tickets/batch", data=data, allow_redirects=False)
+    await response.read()
+    assert response.status < 500
+    if response.status != 303:
+        assert await service.snapshot(service.fuzz_pair.run_id) == before
+    elif await service.snapshot(service.fuzz_pair.run_id) != before:
+        service.fuzz_pair = await service.park("pair", requester="U2")

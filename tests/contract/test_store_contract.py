@@ -524,7 +524,10 @@ async def test_update_call_keeps_what_the_call_was_proposed_with(store: Store, m
     async with store.transaction() as tx:
         await tx.update_call(rewritten)
     async with store.transaction() as tx:
-        assert await tx.get_call(proposed.call_id) == replace(proposed, attempts=2)
+        # The arguments are written: an approver may change them (runtime.edits).
+        assert await tx.get_call(proposed.call_id) == replace(
+            proposed, attempts=2, args={"changed": True}
+        )
 
 
 async def test_calls_for_run_ordered_by_batch_and_seq(store: Store, make: Make) -> None:

@@ -240,6 +240,55 @@ def test_approve_resumes_the_run_and_a_second_approval_is_refused(env: Env) -> N
     assert decided[0]["data"]["platform"] == "cli"
 
 
+def test_approve_with_changed_arguments_and_its_refusals(env: Env) -> None:
+    started = env.start(REFUND)["refund"]
+    ticket = started["tickets"][0]
+    assert env.tickets()[0]["editable"] == ["order_id", "amount"]
+
+    for given, code in (
+        ('{"amount": -5}', 9),  # the schema wants more than 0
+        ('{"nope": 1}', 9),
+        ("[200]", 2),
+        ("{amount", 2),
+    ):
+        refused = env.signoff("approve", ticket, "--args", given)
+        assert refused.code == code, (given, refused.out, refused.err)
+        refused.error_line()
+    assert [t["ticket_id"] for t in env.tickets()] == [ticket]  # nothing changed
+
+    done = env.signoff("approve", ticket, "--args", '{"amount": 200}')
+    assert done.code == 0, done.err
+    assert "is done: Refunded 200.00 on order A1001" in done.out
+    jsonl = env.signoff("runs", "show", started["run"], "--jsonl")
+    [decided] = [
+        e for e in map(json.loads, jsonl.out.splitlines()) if e["kind"] == "ticket_decided"
+    ]
+    assert decided["data"]["edit"]["summary"] == "amount 249.0 → 200.0"
+
+
+def test_batch_decides_each_ticket_on_its_own(env: Env) -> None:
+    started = env.start(REFUND, PAGE)
+    refund, page = started["refund"], started["page"]
+
+    done = env.signoff("batch", "allow", refund["tickets"][0], "tk_nope")
+    assert done.code == 4, (done.out, done.err)
+    assert f"allowed {refund['tickets'][0]}" in done.out
+    assert "not decided tk_nope:" in done.out
+    assert "allowed 1 of 2 as operator:" in done.out
+    assert done.error_line() == "signoff: batch: 1 of 2 not decided"
+    assert [r["status"] for r in env.runs("--status", "done")] == ["done"]
+
+    denied = env.signoff("batch", "deny", "--run", page["run"], "--reason", "not at 3am")
+    assert denied.code == 0, denied.err
+    assert "denied 1 of 1" in denied.out
+    assert env.tickets() == []
+
+    again = env.signoff("batch", "allow", refund["tickets"][0])
+    assert again.code == 5 and "already decided" in again.out
+    for bad in (["batch", "allow"], ["batch", "allow", "tk_x", "--reason", "x"], ["batch", "x"]):
+        assert env.signoff(*bad).code == 2, bad
+
+
 def test_approve_by_execution_key_without_resume_then_resume(env: Env) -> None:
     started = env.start(REFUND)["refund"]
 
@@ -504,6 +553,7 @@ COMMANDS = [
     ["resume"],
     ["pause"],
     ["cancel"],
+    ["batch"],
     ["recover"],
     ["migrate"],
     ["agents"],

@@ -4,7 +4,8 @@ A real `signoff` web service runs in the test's event loop: a SQLite store, a `R
 a background `Worker` and an aiohttp server on 127.0.0.1 (port 0). The browser signs in,
 starts the demo agent (two ``ask`` tool calls in one batch), sees the pending calls and
 their arguments, denies one with a reason, approves the other, and watches the run
-finish. A form posted without its CSRF token is refused and changes nothing.
+finish. A form posted without its CSRF token is refused and changes nothing. It also
+changes a call's arguments before allowing it, and allows both calls with one click.
 """
 
 from __future__ import annotations
@@ -230,3 +231,87 @@ async def test_at_phone_width_the_header_fits_and_times_are_local(served: Served
             await context.close()
         finally:
             await browser.close()
+
+
+# -- approve with edits and batch decisions -------------------------------------------
+
+
+async def _signed_in_run(page: Any, url: str) -> str:
+    from playwright.async_api import expect
+
+    await page.goto(url + "/login")
+    await page.fill("#token", TOKEN)
+    await page.click("button:has-text('Sign in')")
+    await page.click("a:has-text('Start a run')")
+    await page.select_option("#agent", "demo")
+    await page.fill("#input", "wrap up release 2.4")
+    await page.click("button:has-text('Start')")
+    await expect(page.locator("#run-status")).to_have_text("awaiting")
+    return str(page.url.rsplit("/", 1)[1])
+
+
+async def test_allow_with_changes_in_the_browser(served: Served) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            context = await browser.new_context()
+            page = await context.new_page()
+            page.set_default_timeout(15_000)
+            run_id = await _signed_in_run(page, served.url)
+
+            email = page.locator("section.ticket[data-tool='send_email']")
+            await email.locator("summary:has-text('Allow with changes')").click()
+            subject = email.locator("input[name='field.subject']")
+            await expect(subject).to_have_value("Release 2.4 is out")  # prefilled
+            await subject.fill("Release 2.4.1 is out")
+            await email.locator("button:has-text('Allow with these arguments')").click()
+            await expect(page.locator(".flash")).to_have_text("Allowed with changes send_email.")
+
+            branch = page.locator("section.ticket[data-tool='delete_branch']")
+            await branch.locator("button[value='deny']").first.click()
+            await expect(page.locator("#run-status")).to_have_text("done")
+            timeline = page.locator("ol.timeline")
+            await expect(timeline).to_contain_text("Allow with changes: send_email by Grace")
+            await expect(timeline).to_contain_text(
+                'subject "Release 2.4 is out" → "Release 2.4.1 is out" by Grace'
+            )
+            assert (await served.runtime.get(run_id)).status.finished
+            await context.close()
+        finally:
+            await browser.close()
+
+    assert served.ledger == [
+        ("send_email", {"to": "team@example.com", "subject": "Release 2.4.1 is out"})
+    ]
+
+
+async def test_allow_selected_decides_a_runs_calls_together_in_the_browser(
+    served: Served,
+) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            context = await browser.new_context()
+            page = await context.new_page()
+            page.set_default_timeout(15_000)
+            await _signed_in_run(page, served.url)
+
+            picks = page.locator("input[type='checkbox'][form='batch-form']")
+            await expect(picks).to_have_count(2)
+            for index in range(2):
+                await expect(picks.nth(index)).to_be_checked()
+            await page.click("#batch-form button:has-text('Allow selected')")
+            await expect(page.locator(".flash")).to_have_text("Allowed 2 of 2 calls.")
+            await expect(page.locator("#run-status")).to_have_text("done")
+            await context.close()
+        finally:
+            await browser.close()
+
+    assert sorted(served.ledger) == [
+        ("delete_branch", {"name": "release-2.4"}),
+        ("send_email", {"to": "team@example.com", "subject": "Release 2.4 is out"}),
+    ]

@@ -422,3 +422,47 @@ def test_load_agent_set_rejects_an_unknown_header_server(tmp_path: Path) -> None
     )
     with pytest.raises(ConfigurationError, match=r"SIGNOFF_MCP_HEADERS: .* no MCP server"):
         load_agent_set(settings)
+
+
+def test_a_rule_sets_which_arguments_an_approver_may_change(tmp_path: Path, module: str) -> None:
+    path = write(
+        tmp_path,
+        f"""
+        [agents.oncall]
+        instructions = "x"
+        model = "{module}:make_model"
+        tools = ["{module}:page", "{module}:lookup"]
+
+        [agents.oncall.rules.page]
+        editable = ["urgent"]
+
+        [agents.oncall.rules.lookup]
+        editable = false
+        """,
+    )
+    [agent] = load_agents_file(path).agents
+    assert agent.tools["page"].editable_arguments() == ("urgent",)
+    assert agent.tools["lookup"].editable_arguments() == ()
+
+
+@pytest.mark.parametrize(
+    ("editable", "message"),
+    [('["nope"]', "tool 'page' has no argument 'nope'"), ('"urgent"', "editable")],
+)
+def test_a_bad_editable_rule_is_a_configuration_error(
+    tmp_path: Path, module: str, editable: str, message: str
+) -> None:
+    path = write(
+        tmp_path,
+        f"""
+        [agents.oncall]
+        instructions = "x"
+        model = "{module}:make_model"
+        tools = ["{module}:page"]
+
+        [agents.oncall.rules.page]
+        editable = {editable}
+        """,
+    )
+    with pytest.raises(ConfigurationError, match=message):
+        load_agents_file(path)

@@ -156,6 +156,20 @@ def test_knobs_apply_globs_first_then_exact_names() -> None:
     assert apply_to_tool(merge, settle("other", knobs)) is merge
 
 
+def test_knobs_set_editable_arguments_and_refuse_secret_ones() -> None:
+    @tool(permission="ask", secret=("token",))
+    def merge(branch: str, token: str) -> str:
+        """Merge."""
+        return branch
+
+    changed = apply_to_tool(merge, settle("merge", [ToolKnobs("mer*", editable=("branch",))]))
+    assert changed.editable_arguments() == ("branch",)
+    closed = apply_to_tool(merge, settle("merge", [ToolKnobs("merge", editable=False)]))
+    assert closed.editable_arguments() == ()
+    with pytest.raises(ConfigurationError, match="secret arguments cannot be editable: token"):
+        apply_to_tool(merge, settle("merge", [ToolKnobs("merge", editable=("token",))]))
+
+
 # -- ToolOutcomeUnknown in the engine ----------------------------------------------------
 
 

@@ -77,9 +77,9 @@ def build_agents(ledger: list[tuple[str, dict[str, Any]]]) -> list[Agent]:
         ledger.append(("transfer", {"account": account, "amount": amount}))
         return {"transferred": amount, "to": account}
 
-    @tool(permission="ask", deadline=60)
+    @tool(permission=lambda a: "deny" if a["amount"] > 1000 else "ask", deadline=60)
     async def wire(amount: float) -> str:
-        """Wire money abroad (a decision is due within a minute)."""
+        """Wire money abroad (a decision is due within a minute; never over 1000)."""
         ledger.append(("wire", {"amount": amount}))
         return f"wired {amount}"
 
@@ -114,7 +114,36 @@ def build_agents(ledger: list[tuple[str, dict[str, Any]]]) -> list[Agent]:
         ledger.append(("page", {"engineer": engineer}))
         return f"paged {engineer}"
 
+    @tool(permission="ask")
+    async def send_email(to: str, subject: str) -> str:
+        """Send an e-mail."""
+        ledger.append(("send_email", {"to": to, "subject": subject}))
+        return f"sent to {to}"
+
+    @tool(permission="ask", editable=False)
+    async def delete_branch(name: str) -> str:
+        """Delete a git branch (its name cannot be changed by an approver)."""
+        ledger.append(("delete_branch", {"name": name}))
+        return f"deleted {name}"
+
+    @tool(permission="ask")
+    async def provision(
+        name: str, region: str, size: str, replicas: int, tier: str, owner: str, note: str
+    ) -> str:
+        """Provision a service: seven arguments, more than a Discord modal holds."""
+        ledger.append(("provision", {"name": name, "replicas": replicas, "note": note}))
+        return f"provisioned {name}"
+
     big = {"account": "ACME-1", "memo": "x" * 9000, "amount": 1.0, "api_key": "sk-live-123456"}
+    machine = {
+        "name": "api",
+        "region": "eu",
+        "size": "m",
+        "replicas": 2,
+        "tier": "gold",
+        "owner": "ops",
+        "note": "first",
+    }
     return [
         Agent(
             "bank",
@@ -135,6 +164,16 @@ def build_agents(ledger: list[tuple[str, dict[str, Any]]]) -> list[Agent]:
         ),
         Agent("surveys", "Ask.", echo_model(("survey", {"topic": "deploys"})), tools=[survey]),
         Agent("pager", "Page people.", echo_model(("page", {"engineer": "grace"})), tools=[page]),
+        Agent(
+            "tidy",
+            "Tidy up.",
+            echo_model(
+                ("send_email", {"to": "ops@example.com", "subject": "Release done"}),
+                ("delete_branch", {"name": "release-2.4"}),
+            ),
+            tools=[send_email, delete_branch],
+        ),
+        Agent("infra", "Provision.", echo_model(("provision", machine)), tools=[provision]),
     ]
 
 

@@ -47,13 +47,20 @@ async def test_run_allow_runs_the_tool_once_edits_the_card_and_posts_the_answer(
     assert card["allowed_mentions"] == {"parse": [], "users": [str(ALICE.id)]}
     labels = [b["label"] for b in buttons(card)]
     # transfer allows the default standing grant: for the rest of the run.
-    assert labels == ["Allow", "Deny", "Deny with reason", "Allow for the rest of this run"]
+    assert labels == [
+        "Allow",
+        "Deny",
+        "Deny with reason",
+        "Allow with changes",
+        "Allow for the rest of this run",
+    ]
     [ticket] = (await harness.bots[-1].runtime.get(run_id)).pending
     clicks = [parse_button(b["custom_id"]) for b in buttons(card)]
     assert [c.action if c else None for c in clicks] == [
         Action.ALLOW,
         Action.DENY,
         Action.REASON,
+        Action.EDIT,
         Action.GRANT_RUN,
     ]
     assert {c.ticket_id for c in clicks if c} == {ticket.ticket_id}

@@ -82,12 +82,13 @@ def refunds(harness: Harness) -> list[str]:
 async def test_cards_offer_the_grants_their_tool_allows(shop: Harness) -> None:
     await shop.start_bot()
     _, card = await shop.park(ALICE, "shop")
-    assert labels(card) == ["Allow", "Deny", "Deny with reason", RUN, THREAD]
-    assert [len(row["components"]) for row in card["components"]] == [3, 2]  # a row of their own
+    edit = "Allow with changes"  # every tool here lets its arguments change
+    assert labels(card) == ["Allow", "Deny", "Deny with reason", edit, RUN, THREAD]
+    assert [len(row["components"]) for row in card["components"]] == [4, 2]  # a row of their own
     _, card = await shop.park(ALICE, "bank")  # the default: for the rest of the run only
-    assert labels(card) == ["Allow", "Deny", "Deny with reason", RUN]
+    assert labels(card) == ["Allow", "Deny", "Deny with reason", edit, RUN]
     _, card = await shop.park(ALICE, "treasury")  # four-eyes: every call on its own
-    assert labels(card) == ["Allow", "Deny", "Deny with reason"]
+    assert labels(card) == ["Allow", "Deny", "Deny with reason", edit]
 
 
 async def test_allow_for_the_rest_of_the_run_lets_the_rest_of_the_run_go(shop: Harness) -> None:

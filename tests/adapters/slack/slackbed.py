@@ -67,9 +67,9 @@ def build_agents(ledger: list[tuple[str, dict[str, Any]]]) -> list[Agent]:
         ledger.append(("transfer", {"account": account, "amount": amount}))
         return {"transferred": amount, "to": account}
 
-    @tool(permission="ask", deadline=60)
+    @tool(permission=lambda a: "deny" if a["amount"] > 1000 else "ask", deadline=60)
     async def wire(amount: float) -> str:
-        """Wire money abroad (a decision is due within a minute)."""
+        """Wire money abroad (a decision is due within a minute; never over 1000)."""
         ledger.append(("wire", {"amount": amount}))
         return f"wired {amount}"
 
@@ -106,6 +106,18 @@ def build_agents(ledger: list[tuple[str, dict[str, Any]]]) -> list[Agent]:
         ledger.append(("purge", {"cache": cache}))
         return f"purged {cache}"
 
+    @tool(permission="ask")
+    async def send_email(to: str, subject: str) -> str:
+        """Send an e-mail."""
+        ledger.append(("send_email", {"to": to, "subject": subject}))
+        return f"sent to {to}"
+
+    @tool(permission="ask", editable=False)
+    async def delete_branch(name: str) -> str:
+        """Delete a git branch (its name cannot be changed by an approver)."""
+        ledger.append(("delete_branch", {"name": name}))
+        return f"deleted {name}"
+
     transfer_args = {"account": "ACME-1", "amount": 250.0, "api_key": SECRET_KEY}
     return [
         Agent("bank", "Pay invoices.", echo_model(("transfer", transfer_args)), tools=[transfer]),
@@ -120,6 +132,15 @@ def build_agents(ledger: list[tuple[str, dict[str, Any]]]) -> list[Agent]:
         Agent("deployer", "Deploy.", echo_model(("deploy", {"service": "api"})), tools=[deploy]),
         Agent("ops", "Operate.", echo_model(("restart", {"service": "db"})), tools=[restart]),
         Agent("cache", "Cache.", echo_model(("purge", {"cache": "cdn"})), tools=[purge]),
+        Agent(
+            "tidy",
+            "Tidy up.",
+            echo_model(
+                ("send_email", {"to": "ops@example.com", "subject": "Release done"}),
+                ("delete_branch", {"name": "release-2.4"}),
+            ),
+            tools=[send_email, delete_branch],
+        ),
     ]
 
 

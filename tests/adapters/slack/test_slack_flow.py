@@ -40,6 +40,7 @@ async def test_slash_command_allow_runs_the_tool_once_and_updates_the_card(
         blocks.ACTION_DENY,
         blocks.ACTION_DENY_REASON,
         blocks.ACTION_ALLOW_RUN,
+        blocks.ACTION_EDIT,  # "Allow with changes…": transfer lets its arguments change
     }
     [ticket] = (await slack.runtime.get(run.run_id)).pending
     for value in values.values():
