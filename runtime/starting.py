@@ -11,7 +11,7 @@ from runtime.agent import Agent
 from runtime.driving import Driving
 from runtime.errors import AccessDenied, IdempotencyConflict
 from runtime.queries import Queries
-from runtime.results import RunResult
+from runtime.results import RunResult, run_result
 from runtime.states import RunStatus
 from runtime.store.base import DuplicateKey, Transaction
 from runtime.store.records import IdempotencyRecord, RunRecord
@@ -94,7 +94,8 @@ class Starter:
             return await self._queries.get(earlier_id)
         if wait:
             return await self._driving.drive_claimed(run, model_marked=True)
-        return await self._queries.get(run.run_id)
+        # The run as stored: a worker woken by the commit may already be driving it.
+        return run_result(run, ())
 
     async def _history(self, thread_id: str, joining_as: Actor | None) -> list[dict[str, Any]]:
         """The thread's earlier exchanges, once `joining_as` is known to take part."""
