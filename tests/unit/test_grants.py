@@ -202,6 +202,26 @@ async def test_a_grant_for_the_same_arguments_covers_only_identical_calls(
     assert grant.constraint == {"order": {"eq": "A1"}, "amount": {"eq": 20}}
 
 
+async def test_a_same_arguments_grant_given_with_edits_covers_the_edited_arguments(
+    runtime_factory: Any,
+) -> None:
+    # The person approved the call as changed: that is the call the grant repeats.
+    shop = Shop(runtime_factory, [refund("A1", 249)], [refund("A1", 200)], [refund("A1", 249)])
+    parked = await shop.start()
+    result = await shop.runtime.approve(
+        parked.pending[0],
+        actor=ANA,
+        resume=True,
+        grant=GrantRequest(args="same"),
+        args={"amount": 200},
+    )
+    assert [r["amount"] for r in shop.ran] == [200, 200]  # the edit, then the granted call
+    assert result.status is RunStatus.AWAITING  # the original arguments still ask
+    assert result.pending[0].call.arguments == {"order": "A1", "amount": 249}
+    [grant] = await shop.runtime.grants()
+    assert grant.constraint == {"order": {"eq": "A1"}, "amount": {"eq": 200}}
+
+
 async def test_a_grant_with_a_constraint_covers_the_calls_that_meet_it(
     runtime_factory: Any,
 ) -> None:
