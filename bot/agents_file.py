@@ -186,6 +186,7 @@ class AgentSpec(_Strict):
     deadline: timedelta | None = None
     on_expiry: Any = "deny"
     max_turns: int = Field(default=20, ge=1)
+    subagents: list[str] = Field(default_factory=list)
 
     _deadline = field_validator("deadline")(_positive)
     _on_expiry = field_validator("on_expiry")(_expiry)
@@ -279,12 +280,32 @@ class _Builder:
             if binding is not None:
                 bindings.append(binding)
                 used.update(binding.servers)
+        self.link_subagents(spec, {agent.name: agent for agent in agents})
         return AgentsFile(
             path=self.file,
             agents=agents,
             servers=[servers[n] for n in servers if n in used],
             bindings=bindings,
         )
+
+    def link_subagents(self, spec: FileSpec, agents: Mapping[str, Agent]) -> None:
+        """Give each agent the sub-agents it lists, by name, refusing cycles."""
+        for name, agent_spec in spec.agents.items():
+            for index, sub in enumerate(agent_spec.subagents):
+                where = self.at("agents", name, "subagents", index)
+                if sub not in agents:
+                    known = ", ".join(sorted(agents))
+                    raise ConfigurationError(
+                        f"{where}: no agent named {sub!r} in this file (defined: {known})"
+                    )
+                if _reaches(spec, sub, name):
+                    raise ConfigurationError(
+                        f"{where}: {sub!r} would be a sub-agent of itself (through {name!r})"
+                    )
+                try:
+                    agents[name].add_subagent(agents[sub])
+                except SignoffError as exc:
+                    raise ConfigurationError(f"{where}: {exc}") from None
 
     # -- servers ------------------------------------------------------------------------
     def server(self, name: str, spec: ServerSpec) -> ServerConfig:
@@ -474,6 +495,21 @@ class _Builder:
         if not isinstance(target, Model):
             raise ConfigurationError(f"{here}: {spec} is a {type(target).__name__}, not a Model")
         return target
+
+
+def _reaches(spec: FileSpec, start: str, target: str) -> bool:
+    """Whether `target` is `start` or among the sub-agents below it."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        name = todo.pop()
+        if name == target:
+            return True
+        if name in seen or name not in spec.agents:
+            continue
+        seen.add(name)
+        todo.extend(spec.agents[name].subagents)
+    return False
 
 
 def _on_expiry(value: Any) -> OnExpiry | None:

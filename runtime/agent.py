@@ -89,9 +89,14 @@ class Agent:
         for item in tools:
             self.add_tool(item)
         for sub in subagents:
-            self._add_subagent(sub)
+            self.add_subagent(sub)
 
-    def _add_subagent(self, sub: Agent) -> None:
+    def add_subagent(self, sub: Agent) -> None:
+        """Let this agent hand tasks to `sub` (a ``delegate_to_<name>`` tool).
+
+        Raises:
+            ConfigurationError: `sub` is not an agent, is this agent, or is listed already.
+        """
         if not isinstance(sub, Agent):
             raise ConfigurationError(f"agent {self.name!r}: sub-agent {sub!r} is not an Agent")
         if sub.name == self.name or sub.name in self.subagents:
