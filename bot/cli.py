@@ -61,6 +61,7 @@ from runtime import (
     StaleTicket,
     StorageError,
     TicketStatus,
+    Tool,
     Unauthorized,
     UnknownExecutionKey,
     UnknownGrant,
@@ -476,6 +477,20 @@ def _permission(agent: Agent, name: str) -> tuple[str, str]:
     doc = (getattr(rule, "__doc__", None) or "").strip().splitlines()
     label = getattr(rule, "__name__", "rule")
     return "rule", f"{label}: {doc[0]}" if doc else label
+
+
+def _approval_notes(agent: Agent, tool: Tool) -> list[str]:
+    """What an approver of `tool` may do besides allowing the call as it is."""
+    scopes = agent.grants_for(tool)
+    notes = ["grants " + ", ".join(scopes) if scopes else "no grants"]
+    match tool.editable:
+        case True:
+            pass
+        case False:
+            notes.append("no edits")
+        case fields:
+            notes.append("edits " + ", ".join(sorted(fields)))
+    return notes
 
 
 def _span(seconds: float) -> str:
@@ -1359,6 +1374,8 @@ def _print_agents(loaded: LoadedAgents) -> None:
                 notes.append(f"deadline {_span(deadline.total_seconds())}")
             if tool.secret:
                 notes.append("secret " + ", ".join(sorted(tool.secret)))
+            if permission != "allow" and permission != "deny":
+                notes.extend(_approval_notes(agent, tool))
             source = loaded.source_of(agent.name, name)
             rows.append([f"  {name}", source, permission, tool.replay_policy, "; ".join(notes)])
         _table(["  TOOL", "SOURCE", "PERMISSION", "REPLAY", "NOTES"], rows)

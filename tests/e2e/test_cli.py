@@ -528,6 +528,10 @@ def test_migrate_agents_and_runs_list(env: Env) -> None:
     assert agents.code == 0, agents.err
     for text in ("refunds", "deploys", "oncall", "idempotent", "four-eyes", "refund_permission"):
         assert text in agents.out
+    rows = {line.split()[0]: line for line in agents.out.splitlines() if line.startswith("  ")}
+    assert rows["deploy"].endswith("four-eyes; deadline 30m; no grants")  # four-eyes: none
+    assert rows["page_engineer"].endswith("grants run")
+    assert "grants" not in rows["lookup_order"]  # runs without asking
 
     env.start(REFUND, PAGE)
     table = env.signoff("runs", "list", "--limit", "1")
