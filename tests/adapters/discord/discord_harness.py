@@ -306,7 +306,8 @@ class Harness:
         def find() -> dict[str, Any] | None:
             for message in reversed(self.fake.cards()):
                 footer = (message["embeds"][0].get("footer") or {}).get("text", "")
-                if f"run {run_id} " in footer:
+                # A turn's "Allow all N" message names the run too; it is no card.
+                if f"run {run_id} " in footer and "· batch " not in footer:
                     return message
             return None
 

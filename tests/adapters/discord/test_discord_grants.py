@@ -201,7 +201,12 @@ async def test_a_run_grant_allows_the_other_open_call_of_the_turn_and_its_card_s
     await shop.wait(run_id, lambda r: len(r.pending) == 2)
 
     def both() -> list[dict[str, Any]] | None:
-        found = [m for m in shop.fake.cards() if f"run {run_id} " in str(m["embeds"])]
+        # The call cards, not the "Allow all 2" message posted after them.
+        found = [
+            m
+            for m in shop.fake.cards()
+            if f"run {run_id} " in str(m["embeds"]) and "· batch " not in str(m["embeds"])
+        ]
         return found if len(found) == 2 else None
 
     first, second = await shop.fake.wait_for(both, what="both cards")

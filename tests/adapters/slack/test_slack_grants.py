@@ -211,13 +211,13 @@ async def test_a_run_grant_allows_the_other_open_call_of_the_turn_and_its_card_s
     await slack.command("pair refund both")
     run = await slack.commanded_run()
     await slack.wait_run(run.run_id, lambda r: len(r.pending) == 2)
-    await slack.until(
-        lambda: (
-            len([m for m in slack.fake.messages.values() if "pair_refund" in str(m.blocks)]) == 2
-        ),
-        "both cards",
-    )
-    first, second = [m for m in slack.fake.messages.values() if "pair_refund" in str(m.blocks)]
+
+    def cards() -> list[Any]:
+        # The call cards, not the "Allow all 2" message posted after them.
+        return [m for m in slack.fake.messages.values() if blocks.ACTION_ALLOW_RUN in buttons(m)]
+
+    await slack.until(lambda: len(cards()) == 2, "both cards")
+    first, second = cards()
     await slack.click(blocks.ACTION_ALLOW_RUN, buttons(first)[blocks.ACTION_ALLOW_RUN], card=first)
 
     await slack.finished(run.run_id)
