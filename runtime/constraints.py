@@ -16,7 +16,7 @@ operand}``), `holds` checks a call's arguments against it.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 Constraint = dict[str, dict[str, Any]]
@@ -35,11 +35,13 @@ OPERATORS: dict[str, str] = {
 }
 """The operators, and how `describe` writes them."""
 
-_NUMERIC = frozenset({"gt", "ge", "lt", "le"})
+NUMERIC = frozenset({"gt", "ge", "lt", "le"})
+"""The operators that compare numbers."""
 MAX_TESTS = 50
 
 
-def _is_number(value: Any) -> bool:
+def is_number(value: Any) -> bool:
+    """A number, and not a boolean."""
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
@@ -73,7 +75,7 @@ def normalize(raw: Any) -> Constraint:
             raise ValueError(f"{path}: give one operator ({known}) or a plain value")
         else:
             op, operand = "eq", test
-        if op in _NUMERIC and not _is_number(operand):
+        if op in NUMERIC and not is_number(operand):
             raise ValueError(f"{path}: {op} needs a number, not {operand!r}")
         if op in ("in", "not_in") and not isinstance(operand, list):
             raise ValueError(f"{path}: {op} needs a list, not {operand!r}")
@@ -88,23 +90,25 @@ def exactly(args: Mapping[str, Any]) -> Constraint:
     return {name: {"eq": value} for name, value in args.items()}
 
 
-def _value(args: Mapping[str, Any], path: str) -> tuple[bool, Any]:
+def lookup(args: Mapping[str, Any], path: Sequence[str]) -> tuple[bool, Any]:
+    """Whether the argument at `path` (keys, outermost first) is there, and its value."""
     value: Any = args
-    for key in path.split("."):
+    for key in path:
         if not isinstance(value, Mapping) or key not in value:
             return False, None
         value = value[key]
     return True, value
 
 
-def _test(op: str, value: Any, operand: Any) -> bool:
+def passes(op: str, value: Any, operand: Any) -> bool:
+    """Whether `value` passes the test `op` (one of `OPERATORS`) with `operand`."""
     match op:
         case "eq":
             return _same(value, operand)
         case "ne":
             return not _same(value, operand)
         case "gt" | "ge" | "lt" | "le":
-            if not _is_number(value):
+            if not is_number(value):
                 return False
             return bool(
                 {
@@ -130,8 +134,8 @@ def holds(constraint: Constraint | None, args: Mapping[str, Any]) -> bool:
         return True
     for path, test in constraint.items():
         for op, operand in test.items():
-            found, value = _value(args, path)
-            if not found or not _test(op, value, operand):
+            found, value = lookup(args, path.split("."))
+            if not found or not passes(op, value, operand):
                 return False
     return True
 

@@ -11,7 +11,6 @@ agents files without MCP servers work without the ``mcp`` extra.
 
 from adapters.mcp.config import Binding, HttpServer, ServerConfig, StdioServer
 from adapters.mcp.rules import (
-    OPERATORS,
     ArgumentRules,
     Condition,
     Matcher,
@@ -22,6 +21,7 @@ from adapters.mcp.rules import (
     is_glob,
     settle,
 )
+from runtime.constraints import OPERATORS
 
 __all__ = [
     "OPERATORS",

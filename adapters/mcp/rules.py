@@ -27,35 +27,11 @@ from datetime import timedelta
 from typing import Any
 
 from runtime import ConfigurationError, Permission, ReplayPolicy, Tool
+from runtime.constraints import NUMERIC, OPERATORS, is_number, lookup, passes
 from runtime.tickets import GrantScope
 from runtime.tools import OnExpiry, PermissionRule, coerce_grants
 
-OPERATORS: dict[str, str] = {
-    "eq": "==",
-    "ne": "!=",
-    "gt": ">",
-    "ge": ">=",
-    "lt": "<",
-    "le": "<=",
-    "in": "in",
-    "not_in": "not in",
-    "glob": "matches",
-}
-"""The matcher operators, and how a rule's description writes them."""
-
-_NUMERIC = frozenset({"gt", "ge", "lt", "le"})
 _GLOB_CHARS = frozenset("*?[")
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _same(a: Any, b: Any) -> bool:
-    # True == 1 in Python; an argument rule must not confuse them.
-    if isinstance(a, bool) or isinstance(b, bool):
-        return isinstance(a, bool) and isinstance(b, bool) and a == b
-    return bool(a == b)
 
 
 @dataclass(frozen=True)
@@ -74,35 +50,8 @@ class Matcher:
 
     def holds(self, args: Mapping[str, Any]) -> bool:
         """Whether the call's arguments pass this test."""
-        value: Any = args
-        for key in self.path:
-            if not isinstance(value, Mapping) or key not in value:
-                return False
-            value = value[key]
-        match self.op:
-            case "eq":
-                return _same(value, self.operand)
-            case "ne":
-                return not _same(value, self.operand)
-            case "gt" | "ge" | "lt" | "le":
-                if not _is_number(value):
-                    return False
-                return bool(
-                    {
-                        "gt": value > self.operand,
-                        "ge": value >= self.operand,
-                        "lt": value < self.operand,
-                        "le": value <= self.operand,
-                    }[self.op]
-                )
-            case "in":
-                return any(_same(value, item) for item in self.operand)
-            case "not_in":
-                return not any(_same(value, item) for item in self.operand)
-            case "glob":
-                return isinstance(value, str) and fnmatch.fnmatchcase(value, self.operand)
-            case _:  # parse() admits only the operators above
-                raise AssertionError(self.op)
+        found, value = lookup(args, self.path)
+        return found and passes(self.op, value, self.operand)
 
     def describe(self) -> str:
         """E.g. ``environment == 'production'``."""
@@ -172,7 +121,7 @@ def _matcher(path: tuple[str, ...], op: str, operand: Any, where: str) -> Matche
         raise ConfigurationError(
             f"{where}: unknown operator {op!r} (use one of {', '.join(OPERATORS)})"
         )
-    if op in _NUMERIC and not _is_number(operand):
+    if op in NUMERIC and not is_number(operand):
         raise ConfigurationError(f"{where}.{op}: expected a number, got {operand!r}")
     if op in ("in", "not_in") and not isinstance(operand, list):
         raise ConfigurationError(f"{where}.{op}: expected a list of values, got {operand!r}")
