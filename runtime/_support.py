@@ -91,6 +91,18 @@ def move_run(run: RunRecord, new: RunStatus) -> None:
     run.status = new
 
 
+def claim_new(deps: Deps, run: RunRecord, now: datetime) -> None:
+    """Make a run about to be inserted already claimed by this worker, its first model
+    call marked in flight: the inserting commit is also the claim, and a crash leaves
+    the run to recovery once the lease expires."""
+    move_run(run, RunStatus.RUNNING)
+    run.fence = 1
+    run.lease_owner = deps.worker_id
+    run.lease_expires_at = now + timedelta(seconds=deps.lease_seconds)
+    run.model_attempt = 1
+    run.model_in_flight = True
+
+
 def to_jsonable(value: Any) -> Any:
     """Turn a tool's return value into something JSON can store."""
     if isinstance(value, BaseModel):

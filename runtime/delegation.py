@@ -31,10 +31,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any, Literal, assert_never
 
-from runtime._support import Deps, chain_of, move, move_run, record, ticket_payload
+from runtime._support import (
+    Deps,
+    chain_of,
+    claim_new,
+    move,
+    move_run,
+    record,
+    ticket_payload,
+)
 from runtime.agent import Agent
 from runtime.results import Totals
 from runtime.states import CallState, RunStatus, TicketStatus
@@ -161,14 +168,8 @@ async def start_child(
             depth=parent.depth + 1,
             lineage=[*parent.lineage, {"run_id": parent.run_id, "agent": parent.agent}],
         )
-        # Inserted already claimed by this worker, which drives it next (as a start
-        # that waits does); a crash leaves it to recovery once the lease expires.
-        move_run(child, RunStatus.RUNNING)
-        child.fence = 1
-        child.lease_owner = deps.worker_id
-        child.lease_expires_at = now + timedelta(seconds=deps.lease_seconds)
-        child.model_attempt = 1
-        child.model_in_flight = True
+        # This worker drives it next, as a start that waits does.
+        claim_new(deps, child, now)
         await tx.insert_run(child)
         await record(
             tx,

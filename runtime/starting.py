@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from runtime._support import Deps, move_run, record
+from runtime._support import Deps, claim_new, record
 from runtime.agent import Agent
 from runtime.driving import Driving
 from runtime.errors import AccessDenied, IdempotencyConflict
@@ -75,13 +75,8 @@ class Starter:
             messages=[*history, {"role": "user", "content": input}],
         )
         if wait:
-            # Insert the run already claimed by this worker, so starting costs one commit.
-            move_run(run, RunStatus.RUNNING)
-            run.fence = 1
-            run.lease_owner = deps.worker_id
-            run.lease_expires_at = now + timedelta(seconds=deps.lease_seconds)
-            run.model_attempt = 1
-            run.model_in_flight = True
+            # Inserted already claimed by this worker, so starting costs one commit.
+            claim_new(deps, run, now)
         for attempt in (1, 2):
             try:
                 earlier_id = await self._insert(run, idempotency)
