@@ -36,12 +36,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import cProfile
 import os
 import platform
 import statistics
 import sys
 import tempfile
 import time
+from concurrent.futures import Executor, ProcessPoolExecutor
+from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
 
@@ -97,13 +100,63 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
+def send_clicks(
+    url: str, bodies: list[tuple[str, str]], level: int
+) -> tuple[dict[str, float], list[float], float, float]:
+    """Entry point of the clickers' process: post every body with `level` clickers.
+
+    Returns when each click was sent (by ticket), each ack's seconds, and the clock at the
+    first click and at the last ack (``time.perf_counter``: the same clock in every
+    process of this machine).
+    """
+    return asyncio.run(_send_clicks(url, bodies, level))
+
+
+async def _send_clicks(
+    url: str, bodies: list[tuple[str, str]], level: int
+) -> tuple[dict[str, float], list[float], float, float]:
+    sent: dict[str, float] = {}
+    acks: list[float] = []
+    queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+    for item in bodies:
+        queue.put_nowait(item)
+    connector = aiohttp.TCPConnector(limit=level)
+    async with aiohttp.ClientSession(connector=connector) as http:
+
+        async def clicker() -> None:
+            while not queue.empty():
+                ticket_id, body = queue.get_nowait()
+                headers = signed_headers(body)
+                started = time.perf_counter()
+                sent[ticket_id] = started
+                async with http.post(url, data=body, headers=headers) as resp:
+                    await resp.read()
+                    if resp.status != 200:
+                        raise RuntimeError(f"click answered {resp.status}")
+                acks.append(time.perf_counter() - started)
+
+        first = time.perf_counter()
+        await asyncio.gather(*(clicker() for _ in range(level)))
+        last_ack = time.perf_counter()
+    return sent, acks, first, last_ack
+
+
 async def one_level(
-    level: int, clicks: int, synchronous: str, workers: int, apply: bool = True
+    level: int,
+    clicks: int,
+    synchronous: str,
+    workers: int,
+    generator: Executor,
+    *,
+    apply: bool = True,
+    profile: str | None = None,
 ) -> dict[str, float]:
     """Park `clicks` runs, click Allow on each with `level` concurrent clickers.
 
-    With `apply` False no worker runs: the clicks are only accepted (checked and stored),
-    which isolates the path to the acknowledgement.
+    The clickers run in the `generator` process, so the server's event loop holds only
+    the server's work. With `apply` False no worker runs: the clicks are only accepted
+    (checked and stored), which isolates the path to the acknowledgement. With `profile`
+    the server's work during the clicks is profiled (cProfile) into that file.
     """
     fake = FakeSlack()
     api = await fake.start()
@@ -145,35 +198,31 @@ async def one_level(
         url = f"http://127.0.0.1:{runner.addresses[0][1]}/slack/events"
 
         bodies = [
-            interaction_body(click_payload(blocks.ACTION_ALLOW, value, user="U1"))
+            (
+                blocks.parse_ref(value).ticket_id,  # type: ignore[union-attr]
+                interaction_body(click_payload(blocks.ACTION_ALLOW, value, user="U1")),
+            )
             for value in values
         ]
-        sent: dict[str, float] = {}
-        acks: list[float] = []
-        queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
-        for value, body in zip(values, bodies, strict=True):
-            queue.put_nowait((blocks.parse_ref(value).ticket_id, body))  # type: ignore[union-attr]
-        connector = aiohttp.TCPConnector(limit=level)
-        async with aiohttp.ClientSession(connector=connector) as http:
-            # Warm up bolt (its one auth.test) outside the measurement: a foreign button.
-            warm = interaction_body(click_payload(blocks.ACTION_ALLOW, "not ours", user="U1"))
-            async with http.post(url, data=warm, headers=signed_headers(warm)) as resp:
-                await resp.read()
-
-            async def clicker() -> None:
-                while not queue.empty():
-                    ticket_id, body = queue.get_nowait()
-                    started = time.perf_counter()
-                    sent[ticket_id] = started
-                    async with http.post(url, data=body, headers=signed_headers(body)) as resp:
-                        await resp.read()
-                        if resp.status != 200:
-                            raise RuntimeError(f"click answered {resp.status}")
-                    acks.append(time.perf_counter() - started)
-
-            first = time.perf_counter()
-            await asyncio.gather(*(clicker() for _ in range(level)))
-            last_ack = time.perf_counter()
+        # Warm up bolt (its one auth.test) outside the measurement: a foreign button.
+        warm = interaction_body(click_payload(blocks.ACTION_ALLOW, "not ours", user="U1"))
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(url, data=warm, headers=signed_headers(warm)) as resp,
+        ):
+            await resp.read()
+        profiler = cProfile.Profile() if profile else None
+        if profiler is not None:
+            profiler.enable()
+        cpu0, syncs0 = time.process_time(), store.syncs
+        loop = asyncio.get_running_loop()
+        sent, acks, first, last_ack = await loop.run_in_executor(
+            generator, send_clicks, url, bodies, level
+        )
+        cpu, syncs = time.process_time() - cpu0, store.syncs - syncs0
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(profile)
         deadline = time.monotonic() + (120 if apply else 0)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(all_in.wait(), timeout=120 if apply else 0.01)
@@ -205,6 +254,8 @@ async def one_level(
         "applied": float(len(applied)),
         "done": float(len(done)),
         "mean_ack": statistics.fmean(acks) * 1000,
+        "cpu_per_click": cpu / clicks * 1000,
+        "clicks_per_sync": clicks / syncs if syncs else float("nan"),
     }
 
 
@@ -343,6 +394,11 @@ async def main() -> None:
         action="store_true",
         help="no worker: clicks are only checked and stored (the path to the ack)",
     )
+    parser.add_argument(
+        "--profile",
+        metavar="FILE",
+        help="cProfile the server during the clicks of the last level into FILE",
+    )
     args = parser.parse_args()
     for name in list(os.environ):  # slack_sdk would route 127.0.0.1 through a proxy
         if name.upper() in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY") or name.startswith("SLACK_"):
@@ -368,20 +424,35 @@ async def main() -> None:
     )
     print(
         "| clickers | clicks/s | ack p50 ms | ack p99 ms | applied p50 ms | applied p99 ms "
-        "| all applied s | all done s |"
+        "| all applied s | all done s | server CPU ms/click | clicks per fsync |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for level in (int(x) for x in args.levels.split(",")):
-        figures = await one_level(
-            level, args.clicks, args.synchronous, args.workers, apply=not args.accept_only
-        )
-        print(
-            f"| {level} | {figures['clicks_per_s']:.0f} | {figures['ack_p50']:.1f} "
-            f"| {figures['ack_p99']:.1f} | {figures['applied_p50']:.1f} "
-            f"| {figures['applied_p99']:.1f} | {figures['all_applied']:.2f} "
-            f"| {figures['all_done']:.2f} ({figures['done']:.0f}/{figures['clicks']:.0f}) |",
-            flush=True,
-        )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    levels = [int(x) for x in args.levels.split(",")]
+    with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as generator:
+        generator.submit(time.sleep, 0).result()  # the clickers' process starts now
+        for level in levels:
+            figures = await one_level(
+                level,
+                args.clicks,
+                args.synchronous,
+                args.workers,
+                generator,
+                apply=not args.accept_only,
+                profile=args.profile if level == levels[-1] else None,
+            )
+            print_level(level, figures)
+
+
+def print_level(level: int, figures: dict[str, float]) -> None:
+    """One table row."""
+    print(
+        f"| {level} | {figures['clicks_per_s']:.0f} | {figures['ack_p50']:.1f} "
+        f"| {figures['ack_p99']:.1f} | {figures['applied_p50']:.1f} "
+        f"| {figures['applied_p99']:.1f} | {figures['all_applied']:.2f} "
+        f"| {figures['all_done']:.2f} ({figures['done']:.0f}/{figures['clicks']:.0f}) "
+        f"| {figures['cpu_per_click']:.2f} | {figures['clicks_per_sync']:.1f} |",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -52,9 +52,12 @@ AcceptOutcome = Accepted | Refused
 FormOutcome = Decidable | Refused
 """What `Runtime.may_answer` found."""
 
-ActorSource = Actor | Callable[[ResumeTicket | None], Awaitable[Actor]]
+ActorSource = Actor | Callable[[ResumeTicket | None], Actor | Awaitable[Actor]]
 """The clicker, or how to find out who they are once the ticket is known (an edge that
-verifies group memberships looks up only the groups the ticket names)."""
+verifies group memberships looks up only the groups the ticket names). The function
+returns the `Actor` itself when it needs no look-up (the ticket is then read only once),
+else an awaitable doing the look-up; it may use only what a ticket never changes
+(approvers, agent, tool), as the ticket it is given can be older than the one checked."""
 
 
 __all__ = [

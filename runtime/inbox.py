@@ -5,6 +5,8 @@ See `runtime.accepting` for the outcomes an edge gets back.
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -33,6 +35,18 @@ class _Refusing(Exception):
     def __init__(self, refusal: Refusal) -> None:
         super().__init__(refusal.message)
         self.refusal = refusal
+
+
+@dataclass(frozen=True, slots=True)
+class _Click:
+    """What an edge hands `Inbox.accept`, besides who clicked."""
+
+    ticket_id: str
+    answer: Answer
+    correlation: str
+    source: str
+    delivery_id: str
+    reply: dict[str, Any] | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,32 +103,67 @@ class Inbox:
         delivery_id: str,
         reply: dict[str, Any] | None,
     ) -> AcceptOutcome:
-        """Check a click and store it, in one transaction (see `Runtime.accept`)."""
+        """Check a click and store it, in one transaction (see `Runtime.accept`).
+
+        When the clicker is known without a look-up (an `Actor`, or an `ActorSource`
+        answering at once), the ticket is read once, in the transaction that stores the
+        click; otherwise it is read first for the look-up, outside any transaction.
+        """
         deps = self._deps
+        click = _Click(ticket_id, answer, correlation, source, delivery_id, reply)
+        who, find = (actor, None) if isinstance(actor, Actor) else (None, actor)
+        lookup: Awaitable[Actor] | None = None
         try:
-            who = await self._resolve_actor(actor, ticket_id)
-            now = deps.clock.now()
-            item = self._received(
-                ticket_id, answer, who, correlation, source, delivery_id, reply, now
-            )
             try:
                 async with deps.store.transaction() as tx:
                     ticket = await tx.get_ticket(ticket_id)
-                    # A retry of a stored delivery is recognised before the check: the
-                    # ticket may be decided by now, by this very click.
-                    if not await tx.insert_received(item):
-                        return Accepted(ticket, stored=False)
-                    try:
-                        self._check_click(ticket, ticket_id, answer, who, correlation, now)
-                    except ResumeError as exc:
-                        # Leaving the block by an exception rolls the insert back.
-                        raise _Refusing(classify(exc, ticket)) from exc
+                    if find is not None:
+                        found = find(ticket)
+                        who, lookup = (found, None) if isinstance(found, Actor) else (None, found)
+                    if who is not None:
+                        return await self._store(tx, ticket, click, who)
+                assert lookup is not None
+                # The look-up may wait on the platform: no transaction is held meanwhile.
+                who = await lookup
+                async with deps.store.transaction() as tx:
+                    return await self._store(tx, await tx.get_ticket(ticket_id), click, who)
             except DuplicateKey:
                 return Accepted(None, stored=False)  # a concurrent delivery won the insert
         except _Refusing as refusing:
             return Refused(refusing.refusal)
         except StorageError as exc:
             return Refused(classify(exc, None))
+        finally:
+            if inspect.iscoroutine(lookup):
+                lookup.close()  # not awaited if the transaction failed first; else a no-op
+
+    async def _store(
+        self, tx: Transaction, ticket: ResumeTicket | None, click: _Click, who: Actor
+    ) -> Accepted:
+        """Inside `accept`'s transaction: store the click if it passes the check.
+
+        Raises:
+            _Refusing: It does not (leaving the transaction rolls the insert back).
+        """
+        now = self._deps.clock.now()
+        item = self._received(
+            click.ticket_id,
+            click.answer,
+            who,
+            click.correlation,
+            click.source,
+            click.delivery_id,
+            click.reply,
+            now,
+        )
+        # A retry of a stored delivery is recognised before the check: the ticket may be
+        # decided by now, by this very click.
+        if not await tx.insert_received(item):
+            return Accepted(ticket, stored=False)
+        try:
+            self._check_click(ticket, click.ticket_id, click.answer, who, click.correlation, now)
+        except ResumeError as exc:
+            raise _Refusing(classify(exc, ticket)) from exc
         return Accepted(ticket, stored=True)
 
     def _check_click(
@@ -165,7 +214,8 @@ class Inbox:
             return actor
         async with self._deps.store.transaction() as tx:
             ticket = await tx.get_ticket(ticket_id)
-        return await actor(ticket)
+        found = actor(ticket)
+        return found if isinstance(found, Actor) else await found
 
     async def receive(
         self,

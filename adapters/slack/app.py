@@ -16,16 +16,21 @@ Decisions (buttons, modals) follow one path, so no click is lost, doubled or acc
 from someone who may not decide:
 
 1. the signature and timestamp are verified on the raw bytes (401 otherwise, nothing is
-   parsed), then the body's shape (400 for a signed body that is not a Slack payload);
+   parsed), then the body is read once and its shape checked (400 for a signed body
+   that is not a Slack payload);
 2. the button's value names the ticket and its correlation token, nothing else;
 3. the clicker becomes an `Actor` whose ``group:`` memberships Slack vouched for;
-4. `Runtime.check` validates the decision without changing anything; a refusal is
-   acknowledged and explained in an ephemeral message (who may decide, already decided,
-   expired ...);
-5. `Runtime.receive` stores the click durably (one short transaction; a repeated delivery
-   is recognised by its ``trigger_id`` and stored once), then ``ack()``;
-6. the serving process applies it asynchronously; the runtime's ``decided`` notification
+4. `Runtime.accept` checks the decision and stores it durably in one transaction (a
+   repeated delivery is recognised by its ``trigger_id`` and stored once), then
+   ``ack()``; a refusal is acknowledged and explained in an ephemeral message (who may
+   decide, already decided, expired ...);
+5. the serving process applies it asynchronously; the runtime's ``decided`` notification
    makes `SlackNotifier` update the card.
+
+Clicks on signoff's buttons over HTTP go straight to their listener (`on_button`), the
+same one bolt calls in Socket Mode: they are the requests a person waits on, and bolt's
+dispatch cost about as much as checking and storing one. Everything else (commands,
+events, modals) is dispatched by bolt.
 
 Nothing here reads ``SLACK_*`` environment variables: the Web API client is built from
 `SlackConfig` (its base URL included) and bolt is constructed with those variables
@@ -41,7 +46,8 @@ import html
 import logging
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping
+import weakref
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, assert_never
 
@@ -117,6 +123,9 @@ _FORM_KINDS: dict[str, AnswerKind] = {
 }
 
 OnChange = Callable[[], None]
+_EDGES: weakref.WeakKeyDictionary[AsyncApp, _SlackEdge] = weakref.WeakKeyDictionary()
+"""The listeners of each bolt app `build_slack_app` made (`add_slack_routes` answers
+button clicks with them directly)."""
 
 
 @contextlib.contextmanager
@@ -178,7 +187,9 @@ def build_slack_app(
         on_change,
         directory
         or Directory(web_client, ttl=config.group_cache_seconds, named=config.approver_groups),
+        web_client,
     )
+    _EDGES[app] = edge
     app.command(config.command)(edge.on_command)
     app.event("app_mention", middleware=[edge.start_from_event])(edge.acknowledged)
     app.event("message", middleware=[edge.start_from_event])(edge.acknowledged)
@@ -197,33 +208,42 @@ def add_slack_routes(
     see `adapters.slack.ingress`); only then does bolt dispatch it.
     """
     verifier = SignatureVerifier(signing_secret)
+    edge = _EDGES.get(bolt)
 
     async def slack_events(request: web.Request) -> web.Response:
         body = await request.read()
         if not ingress.authentic(verifier, body, request.headers):
             return web.json_response({"error": "invalid request"}, status=401)
         try:
-            ingress.check_shape(body, request.content_type)
+            parsed = ingress.parse(body, request.content_type)
         except ingress.MalformedRequest as exc:
             log.info("refused a signed Slack request: %s", exc)
             return web.json_response(
                 {"error": "malformed_request", "message": str(exc)}, status=400
             )
-        bolt_request = AsyncBoltRequest(
-            body=body.decode("utf-8"),
-            query=request.query_string,
-            headers=dict(request.headers),
-        )
-        bolt_response = await bolt.async_dispatch(bolt_request)
-        if bolt_response.status >= 500:
+        if edge is not None and parsed.interaction:
+            try:
+                answer = await edge.answer_button(parsed.payload)
+            except Exception:
+                log.exception("a Slack button click could not be handled")
+                answer = BoltResponse(status=500, body="")
+        else:
+            answer = None
+        if answer is None:
+            answer = await bolt.async_dispatch(
+                AsyncBoltRequest(
+                    body=parsed.text, query=request.query_string, headers=dict(request.headers)
+                )
+            )
+        if answer.status >= 500:
             # bolt answers 500 when a middleware raised (it logged the traceback). Ours
-            # answer a failed store with a 503 themselves, so this is a signed body bolt
-            # could not handle; nothing was stored for it.
+            # answer a failed store with a 503 themselves, so this is a signed body that
+            # could not be handled; nothing was stored for it.
             return web.json_response(
                 {"error": "malformed_request", "message": "this request cannot be handled"},
                 status=400,
             )
-        return await to_aiohttp_response(bolt_response)
+        return await to_aiohttp_response(answer)
 
     app.router.add_post(path, slack_events)
 
@@ -284,12 +304,18 @@ class _SlackEdge:
     """The listeners; each translates one Slack payload into one runtime call."""
 
     def __init__(
-        self, runtime: Runtime, config: SlackConfig, on_change: OnChange, directory: Directory
+        self,
+        runtime: Runtime,
+        config: SlackConfig,
+        on_change: OnChange,
+        directory: Directory,
+        client: AsyncWebClient,
     ) -> None:
         self._runtime = runtime
         self._config = config
         self._on_change = on_change
         self._directory = directory
+        self._client = client
         self._background: set[asyncio.Task[None]] = set()
 
     # -- choosing the agent ------------------------------------------------------------
@@ -481,14 +507,18 @@ class _SlackEdge:
     def _actor_for(self, user: str, name: str | None) -> ActorSource:
         """The clicker, with the approver groups of the ticket Slack vouches for."""
 
-        async def actor(ticket: ResumeTicket | None) -> Actor:
-            approvers = ticket.approvers if ticket is not None else ()
+        async def look_up(approvers: Sequence[str]) -> Actor:
             try:
                 async with asyncio.timeout(self._config.lookup_timeout_seconds):
                     return await self._directory.actor(user, approvers, name=name)
             except TimeoutError:
                 log.warning("Slack membership look-up for %s timed out; no groups", user)
                 return Actor(id=user, platform=SOURCE, name=name)
+
+        def actor(ticket: ResumeTicket | None) -> Actor | Awaitable[Actor]:
+            approvers = ticket.approvers if ticket is not None else ()
+            known = self._directory.known(user, approvers, name=name)
+            return known if known is not None else look_up(approvers)
 
         return actor
 
@@ -532,6 +562,33 @@ class _SlackEdge:
         return refusal_text(refusal, self._config.approver_groups)
 
     # -- buttons -----------------------------------------------------------------------------
+    async def answer_button(self, body: dict[str, Any]) -> BoltResponse | None:
+        """A click on a signoff button over HTTP, handed to `on_button` without bolt.
+
+        Clicks are what Slack sends most under load, and a person waits on each; bolt's
+        dispatch (a request object parsing the body again, its middleware chain, keyword
+        injection) costs about as much as checking and storing the click. The signature
+        was verified and the shape checked before this; `on_button` gets what bolt would
+        give it for the same payload: its first action, the app's client, and a
+        ``respond`` for the response URL. None: not a signoff button (bolt handles it).
+        """
+        if body.get("type") != "block_actions":
+            return None
+        action = body["actions"][0]  # `ingress.parse` checked: a list of objects
+        if not _ACTION_PATTERN.match(action["action_id"]):
+            return None
+        ack = AsyncAck()  # type: ignore[no-untyped-call]  # bolt leaves __init__ untyped
+        url = body.get("response_url")
+        respond = (
+            AsyncRespond(response_url=url, proxy=self._client.proxy, ssl=self._client.ssl)
+            if isinstance(url, str) and url
+            else None
+        )
+        await self.on_button(ack, body, action, self._client, respond)
+        if ack.response is None:
+            raise RuntimeError("a button click was not acknowledged")
+        return ack.response
+
     async def on_button(
         self,
         ack: AsyncAck,

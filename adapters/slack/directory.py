@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
@@ -59,6 +59,23 @@ class Directory:
         self._cache: dict[str, tuple[float, frozenset[str]]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
+    def known(
+        self, user_id: str, approvers: Iterable[str], *, name: str | None = None
+    ) -> Actor | None:
+        """The `Actor` from what is known without asking Slack, or None if a group's
+        members must be looked up first (`actor` does)."""
+        groups = set()
+        now = self._monotonic()
+        for group, slack_ids in self._groups(approvers):
+            for slack_id in slack_ids:
+                cached = self._cache.get(slack_id)
+                if cached is None or cached[0] <= now:
+                    return None
+                if user_id in cached[1]:
+                    groups.add(group)
+                    break
+        return Actor(id=user_id, groups=frozenset(groups), platform="slack", name=name)
+
     async def actor(
         self, user_id: str, approvers: Iterable[str], *, name: str | None = None
     ) -> Actor:
@@ -69,15 +86,19 @@ class Directory:
         ``group:S...`` or ``group:C...`` entry is that user group or channel itself.
         """
         groups = set()
-        for entry in dict.fromkeys(approvers):
-            if not entry.startswith(GROUP_PREFIX):
-                continue
-            group = entry[len(GROUP_PREFIX) :]
-            for slack_id in self._named.get(group) or (group,):
+        for group, slack_ids in self._groups(approvers):
+            for slack_id in slack_ids:
                 if user_id in await self.members(slack_id):
                     groups.add(group)
                     break
         return Actor(id=user_id, groups=frozenset(groups), platform="slack", name=name)
+
+    def _groups(self, approvers: Iterable[str]) -> Iterator[tuple[str, Sequence[str]]]:
+        """Each ``group:`` approver entry once: the group and the Slack ids it stands for."""
+        for entry in dict.fromkeys(approvers):
+            if entry.startswith(GROUP_PREFIX):
+                group = entry[len(GROUP_PREFIX) :]
+                yield group, self._named.get(group) or (group,)
 
     async def members(self, group: str) -> frozenset[str]:
         """The members of a user group (``S...``) or channel (``C...``/``G...``), cached."""

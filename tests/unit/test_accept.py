@@ -119,6 +119,32 @@ async def test_the_actor_is_found_from_the_ticket(runtime_factory: Any) -> None:
     assert seen == [ticket]
 
 
+async def test_an_actor_known_at_once_is_checked_in_the_storing_transaction(
+    runtime_factory: Any,
+) -> None:
+    # The function answers with the Actor itself (no look-up): the ticket is read once,
+    # and the click is checked like any other.
+    rt = runtime_factory(payments([], approvers=["group:finance"]))
+    ticket = await park(rt)
+    seen: list[ResumeTicket | None] = []
+
+    def who(user: str) -> Any:
+        def find(found: ResumeTicket | None) -> Actor:
+            seen.append(found)
+            return Actor(id=user, groups=frozenset({"finance"} if user == "U7" else ()))
+
+        return find
+
+    refused = await rt.accept(ticket.ticket_id, Allow(), who("U8"), **click(ticket))
+    assert isinstance(refused, Refused)
+    assert refused.refusal.reason is RefusalReason.UNAUTHORIZED
+    assert await received_count(rt) == 0
+    outcome = await rt.accept(ticket.ticket_id, Allow(), who("U7"), **click(ticket, 2))
+    assert outcome == Accepted(ticket, stored=True)
+    assert seen == [ticket, ticket]
+    assert await received_count(rt) == 1
+
+
 @pytest.mark.parametrize(
     ("case", "reason"),
     [

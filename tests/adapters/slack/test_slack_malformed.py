@@ -55,6 +55,7 @@ MALFORMED: list[tuple[bytes, str]] = [
     (json.dumps({"type": "event_callback", "event": "x"}).encode(), "application/json"),
     (json.dumps({"type": "url_verification"}).encode(), "application/json"),
     (b"text=hello&user_id=U1", FORM),  # a form that is no command
+    ("&".join(f"f{i}=1" for i in range(200)).encode() + b"&command=%2Fsignoff", FORM),
     (b"", FORM),
 ]
 
@@ -153,3 +154,41 @@ async def test_fuzzed_bodies_never_5xx_and_change_nothing(
         assert status == 401
     assert await slack.runtime.list_runs() == []
     assert slack.received() == []
+
+
+_button_payloads = st.fixed_dictionaries(
+    {
+        "type": st.just("block_actions"),
+        "actions": st.lists(
+            st.fixed_dictionaries(
+                {"action_id": st.sampled_from([*sorted(blocks.ACTIONS), "signoff.x", "other"])},
+                optional={"value": _json_values | st.text(max_size=60)},
+            ),
+            min_size=1,
+            max_size=2,
+        ),
+    },
+    optional={
+        "user": st.fixed_dictionaries({}, optional={"id": _json_values, "name": _json_values})
+        | st.text(max_size=4),
+        "trigger_id": _json_values,
+        "response_url": _json_values,
+        "container": st.fixed_dictionaries({}, optional={"message_ts": _json_values}),
+        "message": st.fixed_dictionaries({}, optional={"thread_ts": _json_values}),
+    },
+)
+
+
+@settings(max_examples=100, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(payload=_button_payloads)
+async def test_fuzzed_signed_button_clicks_never_5xx_and_store_nothing(
+    slack: SlackBed, payload: dict[str, object]
+) -> None:
+    # Signed clicks on signoff's buttons are answered without bolt's dispatch: whatever
+    # their values, users or fields, none is a 5xx and none names a ticket that exists.
+    body = urlencode({"payload": json.dumps(payload)}).encode()
+    status, text = await _post(slack, body)
+    assert status < 500, (payload, text)
+    await slack.settled()
+    assert slack.received() == []
+    assert await slack.runtime.list_runs() == []
