@@ -141,6 +141,59 @@ async def _send_clicks(
     return sent, acks, first, last_ack
 
 
+async def floor_level(level: int, clicks: int, generator: Executor) -> dict[str, float]:
+    """The same clicks against an aiohttp handler that only reads the body and answers.
+
+    What this machine's HTTP stack alone allows: the floor under the `one_level` figures.
+    """
+
+    async def answer(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(status=200)
+
+    app = web.Application()
+    app.router.add_post("/slack/events", answer)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}/slack/events"
+    bodies = [
+        (
+            f"tk_{n}",
+            interaction_body(
+                click_payload(blocks.ACTION_ALLOW, blocks.button_value(f"tk_{n}", "c" * 22))
+            ),
+        )
+        for n in range(clicks)
+    ]
+    try:
+        cpu0 = time.process_time()
+        loop = asyncio.get_running_loop()
+        _sent, acks, first, last_ack = await loop.run_in_executor(
+            generator, send_clicks, url, bodies, level
+        )
+        cpu = time.process_time() - cpu0
+    finally:
+        await runner.cleanup()
+    nan = float("nan")
+    return {
+        "clicks": float(clicks),
+        "clicks_per_s": clicks / (last_ack - first),
+        "ack_p50": percentile(acks, 0.5) * 1000,
+        "ack_p99": percentile(acks, 0.99) * 1000,
+        "applied_p50": nan,
+        "applied_p99": nan,
+        "all_applied": nan,
+        "all_done": nan,
+        "applied": 0.0,
+        "done": 0.0,
+        "mean_ack": statistics.fmean(acks) * 1000,
+        "cpu_per_click": cpu / clicks * 1000,
+        "clicks_per_sync": nan,
+    }
+
+
 async def one_level(
     level: int,
     clicks: int,
@@ -395,6 +448,11 @@ async def main() -> None:
         help="no worker: clicks are only checked and stored (the path to the ack)",
     )
     parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also send each level's clicks to a bare aiohttp handler (the HTTP floor)",
+    )
+    parser.add_argument(
         "--profile",
         metavar="FILE",
         help="cProfile the server during the clicks of the last level into FILE",
@@ -441,12 +499,20 @@ async def main() -> None:
                 profile=args.profile if level == levels[-1] else None,
             )
             print_level(level, figures)
+            if args.floor:
+                floor = await floor_level(level, args.clicks, generator)
+                print_level(level, floor, "aiohttp floor")
+                print(
+                    f"|  | ack p99 / floor p99: {figures['ack_p99'] / floor['ack_p99']:.2f}x |",
+                    flush=True,
+                )
 
 
-def print_level(level: int, figures: dict[str, float]) -> None:
+def print_level(level: int, figures: dict[str, float], what: str = "") -> None:
     """One table row."""
+    name = f"{level}, {what}" if what else str(level)
     print(
-        f"| {level} | {figures['clicks_per_s']:.0f} | {figures['ack_p50']:.1f} "
+        f"| {name} | {figures['clicks_per_s']:.0f} | {figures['ack_p50']:.1f} "
         f"| {figures['ack_p99']:.1f} | {figures['applied_p50']:.1f} "
         f"| {figures['applied_p99']:.1f} | {figures['all_applied']:.2f} "
         f"| {figures['all_done']:.2f} ({figures['done']:.0f}/{figures['clicks']:.0f}) "
