@@ -30,18 +30,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeVar, assert_never
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, assert_never
 
 import aiosqlite
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import (
+    Column,
     ColumnElement,
     Connection,
     Insert,
+    MetaData,
     ScalarSelect,
+    String,
     Table,
     and_,
     bindparam,
@@ -103,7 +102,17 @@ from runtime.store.schema import (
 )
 from runtime.tickets import ANSWER, AWAIT_TARGET, Answer, ResumeTicket
 
+if TYPE_CHECKING:
+    # Alembic is imported only to migrate or to judge a schema other than ours: loading
+    # it and the migration scripts costs more than the rest of a start.
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
+SCHEMA_HEAD = "0008"
+"""The newest migration in ``migrations/versions`` (a test checks it against Alembic's).
+
+A database at this revision is current without loading Alembic."""
 
 log = logging.getLogger("signoff.store")
 
@@ -116,6 +125,8 @@ _SYNCHRONOUS = ("full", "normal")
 _PG_MIGRATION_LOCK = 0x5169_0FF
 _MIGRATION_WAIT_SECONDS = 60.0
 _LISTEN_CHECK_SECONDS = 5.0
+# Alembic's own table (not part of `metadata`, which the migrations must build exactly).
+_alembic_version = Table("alembic_version", MetaData(), Column("version_num", String(32)))
 
 WAKE_CHANNEL = "signoff_wake"
 """The PostgreSQL ``LISTEN``/``NOTIFY`` channel of wake-ups between replicas."""
@@ -1525,11 +1536,17 @@ def _waiting(conn: sqlite3.Connection, busy_timeout_ms: int, fn: Callable[[], _T
 
 def _migrate_sync(engine: Engine) -> None:
     with engine.begin() as conn:
-        status = _schema_status(conn)
-        if status.state == "newer_incompatible":
-            raise StorageError(f"cannot migrate: {status.describe()}")
-        if status.state != "newer_compatible":
-            _upgrade(conn)
+        _migrate_on(conn)
+
+
+def _migrate_on(conn: Connection) -> None:
+    """Upgrade the schema on `conn` (in its transaction) unless it needs nothing."""
+    status = _schema_status(conn)
+    if status.state == "newer_incompatible":
+        raise StorageError(f"cannot migrate: {status.describe()}")
+    if status.state == "newer_compatible" or (status.state == "current" and _head_recorded(conn)):
+        return
+    _upgrade(conn)
 
 
 def _reading(engine: Engine, fn: Callable[[Connection], _T]) -> _T:
@@ -1542,6 +1559,8 @@ def _reading(engine: Engine, fn: Callable[[Connection], _T]) -> _T:
 
 def alembic_config() -> Config:
     """An Alembic configuration for the store's migrations; no ``alembic.ini`` needed."""
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS_DIR))
     return config
@@ -1778,11 +1797,7 @@ class SQLStore:
                             text("SELECT pg_advisory_xact_lock(:key)"),
                             {"key": _PG_MIGRATION_LOCK},
                         )
-                    status = await conn.run_sync(_schema_status)
-                    if status.state == "newer_incompatible":
-                        raise StorageError(f"cannot migrate: {status.describe()}")
-                    if status.state != "newer_compatible":
-                        await conn.run_sync(_upgrade)
+                    await conn.run_sync(_migrate_on)
                 return
             except OperationalError as exc:
                 locked = self._is_sqlite and "locked" in str(exc.orig)
@@ -1802,8 +1817,7 @@ class SQLStore:
     async def migrations_current(self) -> bool:
         """Whether the database is at the newest migration."""
         heads = await self._current_heads()
-        expected = ScriptDirectory.from_config(alembic_config()).get_heads()
-        return bool(heads) and set(heads) == set(expected)
+        return set(heads) == {SCHEMA_HEAD}
 
     async def _read_schema(self, fn: Callable[[Connection], _T]) -> _T:
         if self._writer is not None:
@@ -1996,15 +2010,20 @@ class SchemaStatus:
 
 
 def _schema_status(conn: Connection) -> SchemaStatus:
-    script = ScriptDirectory.from_config(alembic_config())
-    head = script.get_current_head()
-    assert head is not None
+    head = SCHEMA_HEAD
     heads = _current_heads(conn)
     if not heads:
         return SchemaStatus(None, head, "empty")
     revision = heads[0]
     if revision == head:
         return SchemaStatus(revision, head, "current")
+    return _other_schema_status(conn, revision)
+
+
+def _other_schema_status(conn: Connection, revision: str) -> SchemaStatus:
+    """Judge a revision other than ours: older (a script knows it) or newer."""
+    head = SCHEMA_HEAD
+    script = _scripts()
     known = {sc.revision for sc in script.walk_revisions()}
     if revision in known:
         return SchemaStatus(revision, head, "behind")
@@ -2033,11 +2052,29 @@ def _schema_status(conn: Connection) -> SchemaStatus:
     return SchemaStatus(revision, head, state)
 
 
+def _scripts() -> ScriptDirectory:
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(alembic_config())
+
+
+def _head_recorded(conn: Connection) -> bool:
+    """Whether `_record_revisions` ran for our head (not so after a bare ``alembic upgrade``)."""
+    if not sa_inspect(conn).has_table(schema_revisions.name):
+        return False
+    found = conn.execute(
+        select(schema_revisions.c.revision).where(schema_revisions.c.revision == SCHEMA_HEAD)
+    )
+    return found.first() is not None
+
+
 def _upgrade(conn: Connection) -> None:
+    from alembic import command
+
     config = alembic_config()
     config.attributes["connection"] = conn
     command.upgrade(config, "head")
-    _record_revisions(conn, ScriptDirectory.from_config(config))
+    _record_revisions(conn, _scripts())
 
 
 def _record_revisions(conn: Connection, script: ScriptDirectory) -> None:
@@ -2059,7 +2096,10 @@ def _record_revisions(conn: Connection, script: ScriptDirectory) -> None:
 
 
 def _current_heads(conn: Connection) -> tuple[str, ...]:
-    return tuple(MigrationContext.configure(conn).get_current_heads())
+    """The revisions in Alembic's version table (as ``MigrationContext`` reads them)."""
+    if not sa_inspect(conn).has_table(_alembic_version.name):
+        return ()
+    return tuple(conn.execute(select(_alembic_version.c.version_num)).scalars())
 
 
 async def _rollback_quietly(conn: AsyncConnection) -> None:
