@@ -9,10 +9,10 @@ from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, Index, MetaData, inspect
+from sqlalchemy import Connection, Index, MetaData, inspect, text
 
 from runtime.store.schema import metadata
-from runtime.store.sql import MIGRATIONS_DIR, SQLStore, alembic_config
+from runtime.store.sql import MIGRATIONS_DIR, SCHEMA_HEAD, SQLStore, alembic_config
 
 if TYPE_CHECKING:
     from conftest import Make
@@ -36,6 +36,37 @@ def head() -> str:
     heads = ScriptDirectory.from_config(alembic_config()).get_heads()
     assert len(heads) == 1
     return heads[0]
+
+
+def test_the_known_head_is_alembics_head() -> None:
+    # The store compares a database with SCHEMA_HEAD without loading Alembic: a new
+    # migration must move it too.
+    assert SCHEMA_HEAD == head()
+
+
+async def revisions_recorded(store: SQLStore) -> list[str]:
+    async with store.engine.connect() as conn:
+        rows = await conn.execute(text("SELECT revision FROM schema_revisions ORDER BY revision"))
+        return [row.revision for row in rows]
+
+
+async def test_migrate_at_head_records_revisions_a_bare_alembic_upgrade_left_out(
+    empty_sql_url: str,
+) -> None:
+    store = SQLStore.from_url(empty_sql_url)
+    try:
+        await store.migrate()
+        known = await revisions_recorded(store)
+        assert SCHEMA_HEAD in known
+        # As after `alembic upgrade head` from the command line: the schema is current,
+        # but nothing tells older versions which of our migrations they can ignore.
+        async with store.engine.begin() as conn:
+            await conn.execute(text("DELETE FROM schema_revisions"))
+        assert (await store.schema_status()).state == "current"
+        await store.migrate()
+        assert await revisions_recorded(store) == known
+    finally:
+        await store.close()
 
 
 async def test_migrated_database_matches_schema(empty_sql_url: str) -> None:

@@ -1,0 +1,133 @@
+"""What a signoff process imports to start: no platform SDK it was not configured for, and
+no Alembic unless the schema must change.
+
+Each check runs a fresh interpreter and lists the top-level packages in its `sys.modules`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runtime.store.sql import SQLStore
+
+ROOT = Path(__file__).resolve().parents[2]
+
+LAZY = frozenset(
+    {"alembic", "mako", "slack_bolt", "slack_sdk", "discord", "openai", "anthropic", "mcp"}
+)
+"""Loaded only by the process that needs them: a migration, or a configured edge or model."""
+
+# `signoff serve`'s own start (`bot.serve.build_service` and `Service.start`), one
+# `/readyz`, a graceful stop; then the packages the process had loaded.
+SERVE_ONCE = """
+import asyncio, json, sys
+from urllib import request
+
+from bot.serve import build_service
+from bot.settings import load_settings
+
+def get(url):
+    opener = request.build_opener(request.ProxyHandler({}))
+    with opener.open(url, timeout=30) as answer:
+        return answer.status, json.loads(answer.read())
+
+async def main():
+    service = await build_service(load_settings())
+    url = await service.start()
+    try:
+        status, body = await asyncio.to_thread(get, url + "/readyz")
+    finally:
+        await service.stop()
+    return status, body
+
+status, body = asyncio.run(main())
+print(json.dumps({
+    "status": status,
+    "state": body.get("schema", {}).get("state"),
+    "packages": sorted({name.split(".")[0] for name in sys.modules}),
+}))
+"""
+
+
+def python(code: str, env: dict[str, str]) -> dict[str, object]:
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return found
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("SIGNOFF_")}
+    for proxy in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY"):
+        base.pop(proxy, None)
+    base.update(
+        {
+            "PYTHONPATH": str(ROOT),
+            "SIGNOFF_DATABASE_URL": f"sqlite+aiosqlite:///{tmp_path / 'start.db'}",
+            "SIGNOFF_APP": "tests.e2e.serve_app:agents",
+            "SIGNOFF_PORT": "0",
+            "SIGNOFF_OPERATOR_TOKEN": "operator-token-for-tests",
+            "SIGNOFF_TEST_LEDGER": str(tmp_path / "ledger.jsonl"),
+        }
+    )
+    return base
+
+
+def migrate(url: str) -> None:
+    async def body() -> None:
+        store = SQLStore.from_url(url)
+        try:
+            await store.migrate()
+        finally:
+            await store.close()
+
+    asyncio.run(body())
+
+
+def test_importing_the_command_line_loads_none_of_them(env: dict[str, str]) -> None:
+    code = (
+        "import json, sys; import bot.cli, bot.serve, bot.app; "
+        "print(json.dumps({'packages': sorted({m.split('.')[0] for m in sys.modules})}))"
+    )
+    packages = python(code, env)["packages"]
+    assert isinstance(packages, list) and "click" in packages and "sqlalchemy" in packages
+    assert LAZY.intersection(packages) == set()
+
+
+@pytest.mark.parametrize("auto_migrate", ["true", "false"])
+def test_serving_a_current_database_loads_none_of_them(
+    env: dict[str, str], auto_migrate: str
+) -> None:
+    migrate(env["SIGNOFF_DATABASE_URL"])
+    env["SIGNOFF_AUTO_MIGRATE"] = auto_migrate
+    found = python(SERVE_ONCE, env)
+    assert (found["status"], found["state"]) == (200, "current")
+    packages = found["packages"]
+    assert isinstance(packages, list) and "aiohttp" in packages
+    assert LAZY.intersection(packages) == set()
+
+
+def test_a_database_to_migrate_loads_alembic(env: dict[str, str]) -> None:
+    # The other side of the checks above: a new database is migrated at start, with Alembic.
+    found = python(SERVE_ONCE, env)
+    assert (found["status"], found["state"]) == (200, "current")
+    packages = found["packages"]
+    assert isinstance(packages, list)
+    assert LAZY.intersection(packages) == {"alembic", "mako"}
