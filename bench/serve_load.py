@@ -6,6 +6,7 @@ Usage::
     python bench/serve_load.py --synchronous normal
     python bench/serve_load.py --seconds 5 --concurrency 32 --parked 2000
     python bench/serve_load.py --parked 0               # skip the memory comparison
+    python bench/serve_load.py --only ready --restarts 5  # no load: start-up and memory only
 
 `signoff serve` runs as a subprocess (``python -m bot serve``) on 127.0.0.1, port 0, with a
 temporary SQLite file, the agents of `bench/serve_app.py` (one `ask` tool, a scripted
@@ -29,6 +30,10 @@ the previous one is answered, for `--seconds` per phase:
                      just started on a database holding `--parked` parked runs (made
                      beforehand by this script with `runtime.Runtime` + `SQLStore` on the
                      same file, ``wait=True``, their notifications already delivered).
+
+With ``--only ready`` the load phases are skipped: serve is started ``--restarts`` times on
+an empty database and as often on one with ``--parked`` parked runs, and the start-up
+times (median, min, max) and the idle VmRSS of each database's last start are printed.
 
 Between phases the generator also waits for the outbox backlog (ticket and completion
 notifications, delivered by the serve process's outbox loop) to reach zero, so one phase's
@@ -606,6 +611,83 @@ def report(args: argparse.Namespace, results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# -- start-up only (--only ready) -----------------------------------------------------
+def bytecode_note() -> str:
+    """Whether the project's own modules start from bytecode or are compiled each time."""
+    import importlib.util
+
+    cached = Path(importlib.util.cache_from_source(str(ROOT / "bot" / "cli.py"))).exists()
+    if cached:
+        return "the project's modules have bytecode (__pycache__)"
+    flag = " (PYTHONDONTWRITEBYTECODE is set)" if os.environ.get("PYTHONDONTWRITEBYTECODE") else ""
+    return f"the project's modules have no bytecode: compiled at every start{flag}"
+
+
+def restarts(db: Path, args: argparse.Namespace, log: Path) -> dict[str, Any]:
+    """Start serve on `db` `args.restarts` times; the last start's idle memory and runs."""
+    times, problems = [], []
+    for attempt in range(args.restarts):
+        serve = Serve(db, args.synchronous, args.workers, log)
+        try:
+            times.append((serve.listening_seconds, serve.ready_seconds))
+            if attempt == args.restarts - 1:
+                seen = probe(serve.url)
+                memory = idle_rss(serve, args.settle)
+        finally:
+            code = serve.stop()
+            problems += serve.log_problems()
+        if code != 0:
+            problems.append(f"serve exited with {code} on SIGTERM")
+    return {"times": times, "memory": memory, "seen": seen, "problems": problems}
+
+
+def startup_only(args: argparse.Namespace) -> None:
+    """``--only ready``: start-up times and idle memory, empty vs `--parked` runs."""
+    import statistics
+
+    began = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="signoff-serve-bench-") as scratch:
+        tmp = Path(scratch)
+        empty = restarts(tmp / "empty.db", args, tmp / "empty.log")
+        print(f"pre-populating {args.parked} parked runs", file=sys.stderr, flush=True)
+        seconds = asyncio.run(prepopulate(tmp / "parked.db", args.parked, args.concurrency))
+        parked = restarts(tmp / "parked.db", args, tmp / "parked.log")
+    problems = empty["problems"] + parked["problems"]
+    if parked["seen"].get("awaiting") != args.parked or parked["seen"].get("outbox_backlog"):
+        problems.append(f"the pre-populated database looked wrong to serve: {parked['seen']}")
+    lines = [
+        f"signoff serve start-up: {args.restarts} starts per database, SQLite "
+        f"synchronous={args.synchronous}, SIGNOFF_WORKERS={args.workers}",
+        f"machine: {platform.machine()}, nproc {os.cpu_count()}, "
+        f"Python {platform.python_version()}, {platform.system()} {platform.release()}, "
+        f"{time.strftime('%Y-%m-%d %H:%M %Z')}; {bytecode_note()}",
+        "",
+        f"{'database':<24} {'-> listening s (median, min-max)':>34} "
+        f"{'-> /readyz 200 s (median, min-max)':>36} {'VmRSS idle':>11}",
+    ]
+    for name, result in (("empty", empty), (f"{args.parked} parked runs", parked)):
+        figures = []
+        for which in (0, 1):
+            values = sorted(t[which] for t in result["times"])
+            figures.append(f"{statistics.median(values):.2f} ({values[0]:.2f}-{values[-1]:.2f})")
+        lines.append(
+            f"{name:<24} {figures[0]:>34} {figures[1]:>36} {mib(result['memory']['VmRSS']):>11}"
+        )
+    diff = parked["memory"]["VmRSS"] - empty["memory"]["VmRSS"]
+    lines += [
+        f"VmRSS difference: {mib(diff)} = {diff * 1024 / max(args.parked, 1):.0f} bytes per "
+        f"parked run ({args.parked} made in {seconds:.1f} s beforehand)",
+        "",
+        f"server problems (ERROR log lines, tracebacks, bad exit): {len(problems)}",
+        *(f"  {line[:300]}" for line in problems[:5]),
+    ]
+    print("\n".join(lines))
+    print(
+        f"total {time.perf_counter() - began:.0f} s; load average after the run: "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="per timed phase")
@@ -614,7 +696,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--synchronous", choices=["full", "normal"], default="full")
     parser.add_argument("--workers", type=int, default=4, help="SIGNOFF_WORKERS")
     parser.add_argument("--settle", type=float, default=2.0, help="idle seconds before RSS")
+    parser.add_argument(
+        "--only", choices=["ready"], help="ready: only start-up times and idle memory, no load"
+    )
+    parser.add_argument(
+        "--restarts", type=int, default=3, help="with --only ready: starts per database"
+    )
     args = parser.parse_args(argv)
+    if args.only == "ready":
+        if args.parked <= 0 or args.restarts <= 0:
+            parser.error("--only ready needs --parked and --restarts above 0")
+        startup_only(args)
+        return
 
     results: dict[str, Any] = {}
     problems: list[str] = []

@@ -1,5 +1,5 @@
-"""What a signoff process imports to start: no platform SDK it was not configured for, and
-no Alembic unless the schema must change.
+"""How a signoff process starts: it imports no platform SDK it was not configured for, and
+no Alembic unless the schema must change; the garbage collector is back on once it runs.
 
 Each check runs a fresh interpreter and lists the top-level packages in its `sys.modules`.
 """
@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
@@ -131,3 +132,25 @@ def test_a_database_to_migrate_loads_alembic(env: dict[str, str]) -> None:
     packages = found["packages"]
     assert isinstance(packages, list)
     assert LAZY.intersection(packages) == {"alembic", "mako"}
+
+
+def test_the_command_line_runs_with_the_collector_on_and_its_modules_frozen(
+    env: dict[str, str],
+) -> None:
+    code = (
+        "import atexit, gc, json, sys\n"
+        "atexit.register(lambda: print(json.dumps("
+        "{'enabled': gc.isenabled(), 'frozen': gc.get_freeze_count()})))\n"
+        "sys.argv = ['signoff', '--version']\n"
+        "from bot.__main__ import main\n"
+        "main()\n"
+    )
+    found = python(code, env)
+    assert found["enabled"] is True
+    # Everything the command line imported (click, SQLAlchemy, pydantic, the runtime ...).
+    assert isinstance(found["frozen"], int) and found["frozen"] > 50_000
+
+
+def test_the_console_script_is_that_entry_point() -> None:
+    (script,) = entry_points(group="console_scripts", name="signoff")
+    assert script.value == "bot.__main__:main"
