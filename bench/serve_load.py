@@ -623,14 +623,16 @@ def bytecode_note() -> str:
     return f"the project's modules have no bytecode: compiled at every start{flag}"
 
 
-def restarts(db: Path, args: argparse.Namespace, log: Path) -> dict[str, Any]:
-    """Start serve on `db` `args.restarts` times; the last start's idle memory and runs."""
+def restarts(db: Path, count: int, args: argparse.Namespace, log: Path) -> dict[str, Any]:
+    """Start serve on `db` `count` times; the last start's idle memory and runs."""
     times, problems = [], []
-    for attempt in range(args.restarts):
+    for attempt in range(count):
         serve = Serve(db, args.synchronous, args.workers, log)
         try:
-            times.append((serve.listening_seconds, serve.ready_seconds))
-            if attempt == args.restarts - 1:
+            times.append(
+                (serve.listening_seconds, serve.ready_seconds, proc_cpu_seconds(serve.pid))
+            )
+            if attempt == count - 1:
                 seen = probe(serve.url)
                 memory = idle_rss(serve, args.settle)
         finally:
@@ -648,11 +650,12 @@ def startup_only(args: argparse.Namespace) -> None:
     began = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="signoff-serve-bench-") as scratch:
         tmp = Path(scratch)
-        empty = restarts(tmp / "empty.db", args, tmp / "empty.log")
+        new = restarts(tmp / "empty.db", 1, args, tmp / "new.log")
+        empty = restarts(tmp / "empty.db", args.restarts, args, tmp / "empty.log")
         print(f"pre-populating {args.parked} parked runs", file=sys.stderr, flush=True)
         seconds = asyncio.run(prepopulate(tmp / "parked.db", args.parked, args.concurrency))
-        parked = restarts(tmp / "parked.db", args, tmp / "parked.log")
-    problems = empty["problems"] + parked["problems"]
+        parked = restarts(tmp / "parked.db", args.restarts, args, tmp / "parked.log")
+    problems = new["problems"] + empty["problems"] + parked["problems"]
     if parked["seen"].get("awaiting") != args.parked or parked["seen"].get("outbox_backlog"):
         problems.append(f"the pre-populated database looked wrong to serve: {parked['seen']}")
     lines = [
@@ -662,19 +665,24 @@ def startup_only(args: argparse.Namespace) -> None:
         f"Python {platform.python_version()}, {platform.system()} {platform.release()}, "
         f"{time.strftime('%Y-%m-%d %H:%M %Z')}; {bytecode_note()}",
         "",
-        f"{'database':<24} {'-> listening s (median, min-max)':>34} "
-        f"{'-> /readyz 200 s (median, min-max)':>36} {'VmRSS idle':>11}",
+        f"{'database':<20} {'-> listening s':>18} {'-> /readyz 200 s':>18} "
+        f"{'CPU s to ready':>18} {'VmRSS idle':>11}",
     ]
-    for name, result in (("empty", empty), (f"{args.parked} parked runs", parked)):
+    rows = (("new file (migrates)", new), ("0 runs", empty), (f"{args.parked} parked runs", parked))
+    for name, result in rows:
         figures = []
-        for which in (0, 1):
+        for which in (0, 1, 2):
             values = sorted(t[which] for t in result["times"])
             figures.append(f"{statistics.median(values):.2f} ({values[0]:.2f}-{values[-1]:.2f})")
         lines.append(
-            f"{name:<24} {figures[0]:>34} {figures[1]:>36} {mib(result['memory']['VmRSS']):>11}"
+            f"{name:<20} {figures[0]:>18} {figures[1]:>18} {figures[2]:>18} "
+            f"{mib(result['memory']['VmRSS']):>11}"
         )
     diff = parked["memory"]["VmRSS"] - empty["memory"]["VmRSS"]
     lines += [
+        f"median (min-max) of {args.restarts} starts (1 on the new file); CPU: user + system",
+        "time of the serve process from its start to the first /readyz 200 (the part of the",
+        "start-up that other processes' load does not stretch).",
         f"VmRSS difference: {mib(diff)} = {diff * 1024 / max(args.parked, 1):.0f} bytes per "
         f"parked run ({args.parked} made in {seconds:.1f} s beforehand)",
         "",
