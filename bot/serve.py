@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from bot.discord_wiring import DiscordEdge, DiscordSettings
 from bot.health import Metrics, add_health_routes
 from bot.notifiers import NOTIFIERS_KEY
 from bot.settings import Settings, require_shared_settings
@@ -35,6 +34,7 @@ from runtime.store.sql import WAKE_OUTBOX, WAKE_RUNS, SQLStore
 from runtime.worker import Worker, deadline_loop, outbox_loop
 
 if TYPE_CHECKING:
+    from bot.discord_wiring import DiscordEdge, DiscordSettings
     from bot.wiring import LoadedAgents
 
 log = logging.getLogger("signoff.serve")
@@ -96,6 +96,8 @@ class Service:
         shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
         self.url = f"http://{shown}:{port}"
         if self.discord_settings is not None:
+            from bot.discord_wiring import DiscordEdge
+
             edge = DiscordEdge(self.runtime, self.worker, self.discord_settings)
             await edge.start()
             self.discord = edge
@@ -193,6 +195,11 @@ async def build_service(settings: Settings) -> Service:
         await loaded.close()
         raise
     add_health_routes(app, runtime, metrics)
+    discord_settings = None
+    if settings.discord_bot_token is not None:  # the Discord edge is loaded only when on
+        from bot.discord_wiring import DiscordSettings
+
+        discord_settings = DiscordSettings.from_settings(settings)
     return Service(
         settings=settings,
         runtime=runtime,
@@ -201,7 +208,7 @@ async def build_service(settings: Settings) -> Service:
         worker=worker,
         app=app,
         operator_token=operator_token,
-        discord_settings=DiscordSettings.from_settings(settings),
+        discord_settings=discord_settings,
         loaded=loaded,
     )
 

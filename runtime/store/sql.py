@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import importlib
 import logging
 import sqlite3
 import time
@@ -56,7 +57,6 @@ from sqlalchemy import (
 from sqlalchemy import (
     inspect as sa_inspect,
 )
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, Dialect, Engine, Row, create_engine, make_url
 from sqlalchemy.exc import (
     DBAPIError,
@@ -788,7 +788,8 @@ class _Upserts:
 def _upserts(dialect: str) -> _Upserts:
     if dialect not in ("postgresql", "sqlite"):
         raise StorageError(f"signoff's store runs on SQLite and PostgreSQL, not {dialect}")
-    module: Any = postgresql if dialect == "postgresql" else sqlite
+    # Imported here: a process on one database never loads the other's dialect.
+    module: Any = importlib.import_module(f"sqlalchemy.dialects.{dialect}")
     slot = module.insert(outbox_pacing).values(
         channel_key=bindparam("key"), next_at=bindparam("next_at")
     )

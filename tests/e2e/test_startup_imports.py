@@ -25,6 +25,9 @@ LAZY = frozenset(
 )
 """Loaded only by the process that needs them: a migration, or a configured edge or model."""
 
+EDGES = ("adapters.slack", "adapters.discord", "adapters.mcp", "bot.discord_wiring")
+"""Our own modules of the chat edges and MCP: imported only when the settings use them."""
+
 # `signoff serve`'s own start (`bot.serve.build_service` and `Service.start`), one
 # `/readyz`, a graceful stop; then the packages the process had loaded.
 SERVE_ONCE = """
@@ -53,6 +56,7 @@ print(json.dumps({
     "status": status,
     "state": body.get("schema", {}).get("state"),
     "packages": sorted({name.split(".")[0] for name in sys.modules}),
+    "ours": sorted(name for name in sys.modules if name.split(".")[0] in ("adapters", "bot")),
 }))
 """
 
@@ -120,9 +124,11 @@ def test_serving_a_current_database_loads_none_of_them(
     env["SIGNOFF_AUTO_MIGRATE"] = auto_migrate
     found = python(SERVE_ONCE, env)
     assert (found["status"], found["state"]) == (200, "current")
-    packages = found["packages"]
+    packages, ours = found["packages"], found["ours"]
     assert isinstance(packages, list) and "aiohttp" in packages
     assert LAZY.intersection(packages) == set()
+    assert isinstance(ours, list) and "adapters.web.console" in ours
+    assert [name for name in ours if name.startswith(EDGES)] == []
 
 
 def test_a_database_to_migrate_loads_alembic(env: dict[str, str]) -> None:
