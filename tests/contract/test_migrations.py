@@ -41,7 +41,7 @@ def head() -> str:
 def test_the_known_head_is_alembics_head() -> None:
     # The store compares a database with SCHEMA_HEAD without loading Alembic: a new
     # migration must move it too.
-    assert SCHEMA_HEAD == head()
+    assert head() == SCHEMA_HEAD
 
 
 async def revisions_recorded(store: SQLStore) -> list[str]:
