@@ -71,6 +71,7 @@ from sqlalchemy.sql import Executable
 
 from runtime.errors import LeaseLost, StorageError
 from runtime.states import CallState, RunStatus, TicketStatus
+from runtime.store._planner import unindexed
 from runtime.store._sqlite import Member, OpenFailed, SQLiteWriter, open_sqlite
 from runtime.store.base import DuplicateKey
 from runtime.store.records import (
@@ -590,14 +591,18 @@ _TICKETS_FOR_RUN = (
     .where(tickets.c.run_id == bindparam("run_id"))
     .order_by(tickets.c.created_at, tickets.c.ticket_id)
 )
+# The run's or the call's own index, not every open ticket's (see `_planner`).
 _TICKETS_FOR_RUN_IN = (
     select(tickets)
-    .where(tickets.c.run_id == bindparam("run_id"), tickets.c.status == bindparam("status"))
+    .where(
+        tickets.c.run_id == bindparam("run_id"),
+        unindexed(tickets.c.status) == bindparam("status"),
+    )
     .order_by(tickets.c.created_at, tickets.c.ticket_id)
 )
 _OPEN_FOR_CALL = (
     select(tickets)
-    .where(tickets.c.call_id == bindparam("call_id"), tickets.c.status == _OPEN)
+    .where(tickets.c.call_id == bindparam("call_id"), unindexed(tickets.c.status) == _OPEN)
     .order_by(tickets.c.created_at, tickets.c.ticket_id)
     .limit(1)
 )
