@@ -57,7 +57,7 @@ class Driving:
         claim = await self._claim(run_id)
         if claim is None:
             return False
-        await self.drive_claimed(claim[0], calls=claim[1])
+        await self._drive_claimed(claim[0], claim[1], model_marked=False)
         return True
 
     async def _claim(self, run_id: str) -> tuple[RunRecord, list[CallRecord]] | None:
@@ -92,23 +92,31 @@ class Driving:
         claimed and driven next (its ancestors likewise), so one call carries a decision
         on a child through to the top-level run's next stop.
         """
+        driven = await self._drive_claimed(run, calls, model_marked=model_marked)
+        if driven is not None and driven.status.finished:
+            agent = self._deps.agents.get(driven.agent)
+            if agent is None or not agent.subagents:
+                return run_result(driven, ())
+        return await self._queries.get(run.run_id)
+
+    async def _drive_claimed(
+        self, run: RunRecord, calls: list[CallRecord] | None, *, model_marked: bool
+    ) -> RunRecord | None:
+        """Drive a claimed run (and a parent its end makes ready); the run as this
+        worker left it, or None if another worker took it over."""
         driver = Driver(self._deps, run, calls=calls, model_marked=model_marked)
         try:
             await driver.drive()
         except LeaseLost:
             # Another worker took the run over; it owns the outcome now.
-            return await self._queries.get(run.run_id)
-        if driver.run.status.finished:
-            if driver.run.parent_run_id is not None:
-                await self._continue_parent(driver.run.parent_run_id)
-            agent = self._deps.agents.get(driver.run.agent)
-            if agent is None or not agent.subagents:
-                return run_result(driver.run, ())
-        return await self._queries.get(run.run_id)
+            return None
+        if driver.run.status.finished and driver.run.parent_run_id is not None:
+            await self._continue_parent(driver.run.parent_run_id)
+        return driver.run
 
     async def _continue_parent(self, parent_run_id: str) -> None:
         claim = await self._claim(parent_run_id)
         if claim is None:
             return  # still waiting on other tickets, paused, or driven elsewhere
         self._deps.reach("parent_resuming", run_id=parent_run_id)
-        await self.drive_claimed(claim[0], calls=claim[1])
+        await self._drive_claimed(claim[0], claim[1], model_marked=False)
