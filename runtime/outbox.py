@@ -101,6 +101,11 @@ class RoutingNotifier:
             raise DeliveryError(f"no notifier for platform {platform!r}", permanent=True)
         return await notifier.deliver(note, delivery)
 
+    def route(self, destination: Mapping[str, Any]) -> Notifier | None:
+        """The notifier of `destination`'s platform (None: there is none)."""
+        platform = destination.get("platform")
+        return self._routes.get(str(platform) if platform else self._default)
+
 
 class NullNotifier:
     """Marks notifications delivered without posting anywhere (the console reads the
@@ -168,14 +173,64 @@ async def deliver_due(
             until=now + timedelta(seconds=how.lease_seconds),
             pacing=how.pacing,
         )
+    silent: list[OutboxRecord] = []
     # One channel's items in order; different channels side by side.
     lanes: dict[str, list[OutboxRecord]] = {}
     for item in due:
-        lanes.setdefault(channel_key(item.destination) or item.outbox_id, []).append(item)
+        if _posts_nothing(notifier, item):
+            silent.append(item)
+        else:
+            lanes.setdefault(channel_key(item.destination) or item.outbox_id, []).append(item)
     counts = await asyncio.gather(
         *(_deliver_lane(store, clock, notifier, lane, retry) for lane in lanes.values())
     )
+    if silent:
+        return sum(counts) + await _record_silent(store, clock, silent, retry)
     return sum(counts)
+
+
+def _posts_nothing(notifier: Notifier, item: OutboxRecord) -> bool:
+    """Whether `item` goes to a `NullNotifier` (the console's: it reads the database)."""
+    if isinstance(notifier, RoutingNotifier):
+        return isinstance(notifier.route(item.destination), NullNotifier)
+    return isinstance(notifier, NullNotifier)
+
+
+async def _record_silent(
+    store: Store, clock: Clock, items: Sequence[OutboxRecord], retry: RetryPolicy
+) -> int:
+    """Record items a `NullNotifier` accepts as delivered, all in one transaction.
+
+    Delivering them posts nothing, so the notifier is not called and no `Delivery` is
+    read; what is recorded is what `_deliver_one` would record, with the same fences.
+    """
+    readable = []
+    for item in items:
+        try:
+            read_notification(item.kind, item.payload)
+        except UnreadableNotification as exc:
+            await _failed(store, clock, item, DeliveryError(str(exc), permanent=True), retry)
+        else:
+            readable.append(item)
+    if not readable:
+        return 0
+    now = clock.now()
+    fences = [item.fence for item in readable]
+    for item in readable:
+        item.state = "delivered"
+        item.attempts += 1
+        item.delivered_at = now
+        item.platform_ref = None
+        item.last_error = None
+        _release(item)
+    recorded = 0
+    async with store.transaction() as tx:
+        for item, fence in zip(readable, fences, strict=True):
+            if await tx.update_outbox(item, fence=fence):
+                recorded += 1
+            else:
+                _superseded(item)
+    return recorded
 
 
 async def _deliver_lane(

@@ -23,7 +23,14 @@ from runtime import (
     tool_call_reply,
 )
 from runtime.notifications import Delivery, Notification
-from runtime.outbox import Claim, deliver_due
+from runtime.outbox import (
+    Claim,
+    NullNotifier,
+    RetryPolicy,
+    RoutingNotifier,
+    _record_silent,
+    deliver_due,
+)
 from runtime.store.base import Store
 from runtime.store.sql import SQLStore
 
@@ -84,6 +91,42 @@ async def test_only_the_latest_claim_records_the_outcome(store: Store, make: Mak
         # Delivered: no claim can record anything on it any more, nor claim it.
         assert await tx.update_outbox(replace(done, state="failed"), fence=done.fence) is False
         assert await tx.claim_outbox(make.at(99), 10, owner="p3", until=make.at(100)) == []
+
+
+async def test_console_items_are_recorded_together_without_a_delivery(
+    store: Store, make: Make
+) -> None:
+    console = {"platform": "console"}
+    await seed_outbox(store, make, ("a", console), ("b", SLACK), ("c", console), ("d", console))
+    slack = CountingNotifier()
+    notifier = RoutingNotifier({"console": NullNotifier(), "slack": slack})
+    commits = store.commits
+    assert await deliver_due(store, ManualClock(make.at(5)), notifier) == 4
+    # The claim, the Slack item's outcome, and one for the three console items.
+    assert store.commits - commits == 3
+    assert slack.posts == ["b"]
+    async with store.transaction() as tx:
+        items = {o.outbox_id: o for o in await tx.outbox_for_run("run_1")}
+    assert {(o.state, o.attempts, o.lease_owner) for o in items.values()} == {
+        ("delivered", 1, None)
+    }
+    assert items["a"].delivered_at == make.at(5) and items["a"].platform_ref is None
+
+
+async def test_a_console_item_claimed_again_meanwhile_is_not_recorded(
+    store: Store, make: Make
+) -> None:
+    await seed_outbox(store, make, ("a", {"platform": "console"}))
+    notifier = RoutingNotifier({"console": NullNotifier()})
+    # This process's claim expires while the database is slow; another process claims it.
+    async with store.transaction() as tx:
+        [stale] = await tx.claim_outbox(make.at(1), 10, owner="p1", until=make.at(2))
+        [taken] = await tx.claim_outbox(make.at(3), 10, owner="p2", until=make.at(60))
+    assert await _record_silent(store, ManualClock(make.at(4)), [stale], RetryPolicy()) == 0
+    async with store.transaction() as tx:
+        [item] = await tx.outbox_for_run("run_1")
+    assert (item.state, item.lease_owner, item.fence) == ("pending", "p2", taken.fence)
+    assert await deliver_due(store, ManualClock(make.at(61)), notifier) == 1
 
 
 async def test_a_retry_is_claimable_when_due(store: Store, make: Make) -> None:
