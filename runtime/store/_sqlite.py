@@ -588,8 +588,26 @@ class SQLiteWriter:
             return False
         if commit_here:
             return True
+        if not group.wrote:
+            self._end_unwritten(group)
+            return False
         self._spawn_finish(group, locked=True)
         return False
+
+    def _end_unwritten(self, group: _Group) -> None:
+        """End a group that wrote nothing here and now (no sync to wait for; the lock is
+        held, and released)."""
+        try:
+            conn = self._conn
+            assert conn is not None
+            try:
+                conn.commit()  # nothing written: no sync, just the lock released
+            except sqlite3.Error as exc:
+                self._ended(group, conn, exc)
+            else:
+                self._ended(group, conn, None)
+        finally:
+            self._lock.release()
 
     def _spawn_finish(self, group: _Group, *, locked: bool = False) -> None:
         async def finish() -> None:
@@ -633,21 +651,27 @@ class SQLiteWriter:
                     conn.commit()  # nothing written: no sync, just the lock released
                 except sqlite3.Error as exc:
                     failure = exc
-            self._group = None
-            self._last_alone = group.task if group.members == 1 else None
-            if failure is None:
-                group.committed.set_result(None)
-            else:
-                self._rollback_quietly(conn)
-                group.committed.set_exception(failure)
-                group.committed.exception()  # those who wait see it; nobody else must
-                if not release:
-                    raise StorageError(f"commit failed, outcome unknown: {failure}") from failure
+            self._ended(group, conn, failure)
+            if failure is not None and not release:
+                raise StorageError(f"commit failed, outcome unknown: {failure}") from failure
         finally:
             if release:
                 self._lock.release()
         if interrupted:
             raise asyncio.CancelledError
+
+    def _ended(
+        self, group: _Group, conn: sqlite3.Connection, failure: BaseException | None
+    ) -> None:
+        """The group's transaction is over: tell its members how it went."""
+        self._group = None
+        self._last_alone = group.task if group.members == 1 else None
+        if failure is None:
+            group.committed.set_result(None)
+        else:
+            self._rollback_quietly(conn)
+            group.committed.set_exception(failure)
+            group.committed.exception()  # those who wait see it; nobody else must
 
     def _quiet(self, group: _Group) -> bool:
         """Whether to commit on the event loop's thread rather than the worker's.
