@@ -95,7 +95,9 @@ def proc_cpu_seconds(pid: int) -> float:
 class Serve:
     """One `signoff serve` subprocess; stderr goes to a file."""
 
-    def __init__(self, db: Path, synchronous: str, workers: int, log: Path) -> None:
+    def __init__(
+        self, db: Path, synchronous: str, workers: int, log: Path, profile: Path | None = None
+    ) -> None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SIGNOFF_")}
         for proxy in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY"):
             env.pop(proxy, None)
@@ -103,8 +105,11 @@ class Serve:
         self.log = log
         self._stderr = log.open("w")
         began = time.perf_counter()
+        command = [sys.executable, "-m", "bot", "serve"]
+        if profile is not None:
+            command = [sys.executable, str(ROOT / "bench" / "profile_serve.py"), str(profile)]
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "bot", "serve"],
+            command,
             cwd=ROOT,
             env=env,
             stdout=subprocess.PIPE,
@@ -351,7 +356,15 @@ async def timed_request(
     return answer.status, latency, payload
 
 
-async def hooks_phase(url: str, pid: int, seconds: float, concurrency: int) -> dict[str, Any]:
+def cut_profile(pid: int, profiled: bool) -> None:
+    """With ``--profile``: the serve process writes what it profiled so far (SIGUSR1)."""
+    if profiled:
+        os.kill(pid, signal.SIGUSR1)
+
+
+async def hooks_phase(
+    url: str, pid: int, seconds: float, concurrency: int, profiled: bool
+) -> dict[str, Any]:
     import aiohttp
 
     from adapters.webhook.signing import signed_headers
@@ -375,6 +388,7 @@ async def hooks_phase(url: str, pid: int, seconds: float, concurrency: int) -> d
                 session, "POST", f"{url}/hooks/{HOOK}", data=body, headers=headers
             )
 
+        cut_profile(pid, profiled)
         cpu0, gen0 = proc_cpu_seconds(pid), time.process_time()
         result = await monitor.during(closed_loop(concurrency, seconds, start))
         cpu1, gen1 = proc_cpu_seconds(pid), time.process_time()
@@ -385,6 +399,7 @@ async def hooks_phase(url: str, pid: int, seconds: float, concurrency: int) -> d
             lambda f: busy(f) == 0 and f.get("awaiting", 0) >= wanted
         )
         cpu2 = proc_cpu_seconds(pid)
+        cut_profile(pid, profiled)
         outbox, after, _ = await monitor.wait_until(lambda f: f["outbox_backlog"] == 0)
     result.update(
         serve_cpu=cpu1 - cpu0,
@@ -401,7 +416,7 @@ async def hooks_phase(url: str, pid: int, seconds: float, concurrency: int) -> d
 
 
 async def decisions_phase(
-    url: str, pid: int, seconds: float, concurrency: int, run_ids: list[str]
+    url: str, pid: int, seconds: float, concurrency: int, run_ids: list[str], profiled: bool
 ) -> dict[str, Any]:
     import aiohttp
 
@@ -432,6 +447,7 @@ async def decisions_phase(
                 json={"decision": "allow"},
             )
 
+        cut_profile(pid, profiled)
         cpu0, gen0 = proc_cpu_seconds(pid), time.process_time()
         result = await monitor.during(
             closed_loop(concurrency, seconds, decide, supply=len(tickets))
@@ -443,6 +459,7 @@ async def decisions_phase(
             lambda f: busy(f) == 0 and f.get("done", 0) >= wanted
         )
         cpu2 = proc_cpu_seconds(pid)
+        cut_profile(pid, profiled)
         outbox, after, _ = await monitor.wait_until(lambda f: f["outbox_backlog"] == 0)
     result.update(
         lookup=lookup,
@@ -703,6 +720,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--parked", type=int, default=10_000, help="0 skips the memory test")
     parser.add_argument("--synchronous", choices=["full", "normal"], default="full")
     parser.add_argument("--workers", type=int, default=4, help="SIGNOFF_WORKERS")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="run the serve process under cProfile; write DIR/2.prof (phase 1) and 4.prof "
+        "(phase 2)",
+    )
     parser.add_argument("--settle", type=float, default=2.0, help="idle seconds before RSS")
     parser.add_argument(
         "--only", choices=["ready"], help="ready: only start-up times and idle memory, no load"
@@ -725,7 +749,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as generator,
     ):
         tmp = Path(scratch)
-        serve = Serve(tmp / "load.db", args.synchronous, args.workers, tmp / "load.log")
+        serve = Serve(
+            tmp / "load.db", args.synchronous, args.workers, tmp / "load.log", args.profile
+        )
         try:
             generator.submit(time.sleep, 0).result()  # start the generator process now
             probe(serve.url)
@@ -739,6 +765,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 pid=serve.pid,
                 seconds=args.seconds,
                 concurrency=args.concurrency,
+                profiled=args.profile is not None,
             ).result()
             print(f"phase 1: {hooks['ok']} runs started", file=sys.stderr, flush=True)
             decisions = generator.submit(
@@ -749,6 +776,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 seconds=args.seconds,
                 concurrency=args.concurrency,
                 run_ids=hooks.pop("run_ids"),
+                profiled=args.profile is not None,
             ).result()
             print(f"phase 2: {decisions['ok']} decisions", file=sys.stderr, flush=True)
             results.update(hooks=hooks, decisions=decisions, final=decisions["after"])
