@@ -548,10 +548,30 @@ _CLAIM_SKIP_LOCKED = (
 )
 _CLAIM_RETURNING = _CLAIM.returning(*runs.c)
 _CLAIM_SKIP_LOCKED_RETURNING = _CLAIM_SKIP_LOCKED.returning(*runs.c)
+
+
+def _oldest_runs(*where: ColumnElement[bool]) -> Any:
+    return (
+        select(runs.c.run_id, runs.c.updated_at)
+        .where(*where)
+        .order_by(runs.c.updated_at, runs.c.run_id)
+        .limit(bindparam("limit"))
+        .subquery()
+    )
+
+
+# `_CLAIMABLE` as two ordered scans of the (status, updated_at) index, each stopping at
+# `limit`: with `OR` the database sorts every queued run to return the first few.
+_CLAIMABLE_EITHER = (
+    select(_oldest_runs(runs.c.status == _QUEUED))
+    .union_all(
+        select(_oldest_runs(runs.c.status == _RUNNING, runs.c.lease_expires_at <= bindparam("now")))
+    )
+    .subquery()
+)
 _CLAIMABLE_IDS = (
-    select(runs.c.run_id)
-    .where(_CLAIMABLE)
-    .order_by(runs.c.updated_at, runs.c.run_id)
+    select(_CLAIMABLE_EITHER.c.run_id)
+    .order_by(_CLAIMABLE_EITHER.c.updated_at, _CLAIMABLE_EITHER.c.run_id)
     .limit(bindparam("limit"))
 )
 _RENEW = (
