@@ -48,6 +48,49 @@ def blocked_text(reason: str | None) -> str:
     return f"Permission denied: {reason}" if reason else "Permission denied"
 
 
+def batch_open(run: RunRecord) -> bool:
+    """Whether the run's last message proposed tool calls not yet folded back."""
+    if not run.messages:
+        return False
+    last = run.messages[-1]
+    return last.get("role") == "assistant" and bool(last.get("tool_calls"))
+
+
+def starts_with_model_call(run: RunRecord, agent: Agent | None) -> bool:
+    """Whether driving the claimed `run` begins with a model call (no batch open, no
+    pause or cancel asked for, turns left): its claim may then mark that call."""
+    return (
+        agent is not None
+        and not batch_open(run)
+        and not run.pause_requested
+        and not run.cancel_requested
+        and run.turns < agent.max_turns
+    )
+
+
+def mark_model_call(run: RunRecord) -> None:
+    """Record (in the next save) that a model call is about to be made."""
+    if run.model_in_flight:
+        # A previous worker called the model and died before recording the reply: the
+        # provider may have charged for it.
+        run.usage_incomplete = True
+    run.model_attempt += 1
+    run.model_in_flight = True
+
+
+async def record_model_marked(tx: Transaction, run: RunRecord, now: Any) -> None:
+    """The event of a model call marked again after an interrupted one."""
+    if run.model_attempt > 1:
+        await record(
+            tx,
+            run.run_id,
+            now,
+            "model_interrupted",
+            turn=run.turns + 1,
+            attempt=run.model_attempt,
+        )
+
+
 class Driver:
     """Runs one claimed run until it parks, pauses, finishes or loses its lease."""
 
@@ -154,10 +197,7 @@ class Driver:
                 return
 
     def _batch_open(self) -> bool:
-        if not self.run.messages:
-            return False
-        last = self.run.messages[-1]
-        return last.get("role") == "assistant" and bool(last.get("tool_calls"))
+        return batch_open(self.run)
 
     async def _batch_calls(self) -> list[CallRecord]:
         async with self.deps.store.transaction() as tx:
@@ -424,12 +464,7 @@ class Driver:
     # -- model --------------------------------------------------------------------------
     def _mark_model_call(self) -> None:
         """Record (in the next save) that a model call is about to be made."""
-        if self.run.model_in_flight:
-            # A previous worker called the model and died before recording the reply:
-            # the provider may have charged for it.
-            self.run.usage_incomplete = True
-        self.run.model_attempt += 1
-        self.run.model_in_flight = True
+        mark_model_call(self.run)
         self._model_marked = True
 
     def _unmark_model_call(self) -> None:
@@ -448,15 +483,7 @@ class Driver:
         self._model_marked = False
         now = self._now()
         async with self.deps.store.transaction() as tx:
-            if self.run.model_attempt > 1:
-                await record(
-                    tx,
-                    self.run.run_id,
-                    now,
-                    "model_interrupted",
-                    turn=self.run.turns + 1,
-                    attempt=self.run.model_attempt,
-                )
+            await record_model_marked(tx, self.run, now)
             await self._save(tx)
         return await self._call_model(agent)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from runtime._engine import Driver
+from runtime._engine import Driver, mark_model_call, record_model_marked, starts_with_model_call
 from runtime._support import Deps, move_run, record
 from runtime.errors import LeaseLost
 from runtime.queries import Queries
@@ -57,12 +57,15 @@ class Driving:
         claim = await self._claim(run_id)
         if claim is None:
             return False
-        await self._drive_claimed(claim[0], claim[1], model_marked=False)
+        await self._drive_claimed(claim[0], claim[1], model_marked=claim[1] is None)
         return True
 
-    async def _claim(self, run_id: str) -> tuple[RunRecord, list[CallRecord]] | None:
+    async def _claim(self, run_id: str) -> tuple[RunRecord, list[CallRecord] | None] | None:
+        """Claim the run; with the current batch's calls, or None when the claim also
+        marked the model call the run goes on with (one commit for both)."""
         deps = self._deps
         now = deps.clock.now()
+        calls: list[CallRecord] | None = None
         async with deps.store.transaction() as tx:
             claimed = await tx.claim_run(
                 run_id,
@@ -74,7 +77,13 @@ class Driving:
                 await record(
                     tx, run_id, now, "run_claimed", worker=deps.worker_id, fence=claimed.fence
                 )
-                calls = await tx.calls_for_run(run_id, batch=claimed.batch)
+                if starts_with_model_call(claimed, deps.agents.get(claimed.agent)):
+                    mark_model_call(claimed)
+                    await record_model_marked(tx, claimed, now)
+                    claimed.updated_at = now
+                    await tx.update_run(claimed, fence=claimed.fence)
+                else:
+                    calls = await tx.calls_for_run(run_id, batch=claimed.batch)
         if claimed is None:
             return None
         return claimed, calls
@@ -119,4 +128,4 @@ class Driving:
         if claim is None:
             return  # still waiting on other tickets, paused, or driven elsewhere
         self._deps.reach("parent_resuming", run_id=parent_run_id)
-        await self._drive_claimed(claim[0], claim[1], model_marked=False)
+        await self._drive_claimed(claim[0], claim[1], model_marked=claim[1] is None)
