@@ -56,6 +56,7 @@ from runtime import (
     InputData,
     PendingEntry,
     Resolve,
+    ResumeCommand,
     Retry,
     RunResult,
     RunStatus,
@@ -516,9 +517,11 @@ def add_api_routes(
         ticket_id = request.match_info["ticket_id"]
         # A stranger's request ends here, whatever its body: the ticket does not exist
         # for them (404), and nothing about its shape is checked for them.
-        await runtime.ticket(ticket_id, viewer=actor)
+        ticket = await runtime.ticket(ticket_id, viewer=actor)
         answer = answer_from_json(await read_object(request))
-        result = await runtime.decide(ticket_id, answer, actor)
+        # The ticket as just read names the run; `submit` checks it again, locked.
+        command = ResumeCommand.from_ticket(ticket, answer, actor, runtime.clock.now())
+        result = await runtime.submit(command)
         on_change()
         body: dict[str, Any] = {
             "ticket_id": ticket_id,
