@@ -235,11 +235,14 @@ class Queries:
                     return CardRef(kind, dict(item.platform_ref or {}), dict(item.destination))
         return None
 
-    async def started_by(self, scope: str, key: str) -> str | None:
-        """The run an idempotency key already started in `scope`, if any."""
+    async def started_by(self, *keys: tuple[str, str]) -> str | None:
+        """The run the first of these ``(scope, key)`` already used started, if any."""
         async with self._deps.store.transaction() as tx:
-            found = await tx.get_idempotency(scope, key)
-        return found.run_id if found is not None else None
+            for scope, key in keys:
+                found = await tx.get_idempotency(scope, key)
+                if found is not None:
+                    return found.run_id
+        return None
 
     async def find_visible(self, run_id: str, viewer: Actor | None) -> RunRecord:
         """A run `viewer` may see (`RunNotFound` otherwise)."""

@@ -269,9 +269,16 @@ class Runtime:
         """Where the card asking for a ticket's decision was posted on `platform`."""
         return await self._queries.card_of(ticket_id, platform)
 
-    async def started_by(self, scope: str, key: str) -> str | None:
-        """The run an idempotency key already started in `scope`, if any."""
-        return await self._queries.started_by(scope, key)
+    async def started_by(self, scope: str, key: str, *more: tuple[str, str]) -> str | None:
+        """The run an idempotency key already started in `scope`, if any.
+
+        Args:
+            scope: The key's scope.
+            key: The key.
+            *more: Further ``(scope, key)`` pairs, looked up in the same read: the run
+                the first used one started.
+        """
+        return await self._queries.started_by((scope, key), *more)
 
     async def forget_idempotency(self, scope: str, before: datetime) -> int:
         """Forget the idempotency keys of `scope` first used before `before`.

@@ -255,8 +255,8 @@ class HookHandler:
         idempotency = [signed]
         if key is not None:
             idempotency.append((hook.scope, key, digest))
-        replayed = await self._key_used(signed[0], signed[1]) or (
-            key is not None and await self._key_used(hook.scope, key)
+        replayed = await self._key_used(
+            (signed[0], signed[1]), *([(hook.scope, key)] if key is not None else [])
         )
         if not replayed and await self._too_busy():
             log.warning("hook %s refused a request: too many runs are waiting for a worker", name)
@@ -327,12 +327,12 @@ class HookHandler:
             self._queued_seen = (now, queued)
         return queued >= self._max_queued
 
-    async def _key_used(self, scope: str, key: str) -> bool:
+    async def _key_used(self, first: tuple[str, str], *more: tuple[str, str]) -> bool:
         # Only decides the Idempotent-Replayed header; `Runtime.start` is what enforces
         # the key. Two concurrent first uses may both answer without the header, but
         # they still get the same run.
         try:
-            return await self._runtime.started_by(scope, key) is not None
+            return await self._runtime.started_by(*first, *more) is not None
         except StorageError as exc:
             log.error("hook could not read idempotency key: %s", exc)
             _storage_unavailable()
