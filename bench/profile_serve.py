@@ -55,6 +55,51 @@ def count_transactions(counts: Counter[str]) -> None:
     SQLStore.transaction = counted  # type: ignore[method-assign]
 
 
+_ENTRIES = {
+    "webhook": ("adapters/webhook/routes.py", "_handle"),
+    "decision": ("adapters/web/api.py", "decide"),
+    "metrics": ("bot/health.py", "metrics_route"),
+    "request": ("aiohttp/web_protocol.py", "_handle_request"),
+    "received": ("aiohttp/web_protocol.py", "data_received"),
+    "claim": ("runtime/driving.py", "_claim"),
+    "drive": ("runtime/worker.py", "_drive"),
+    "loop": ("runtime/worker.py", "_claim_some"),
+    "outbox": ("runtime/outbox.py", "deliver_due"),
+    "deadlines": ("runtime/expiry.py", "expire_overdue"),
+}
+
+
+def shares(path: Path) -> list[tuple[str, float]]:
+    """Where a profile's CPU went, by the serve process's entry points (shares of all)."""
+    import pstats
+
+    stats = pstats.Stats(str(path))
+    raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+    total = sum(v[2] for v in raw.values()) or 1.0
+    cum = dict.fromkeys(_ENTRIES, 0.0)
+    for (file, _line, fn), (_cc, _nc, _own, cumulative, _callers) in raw.items():
+        for name, (suffix, function) in _ENTRIES.items():
+            if fn == function and file.endswith(suffix):
+                cum[name] += cumulative
+    handlers = cum["webhook"] + cum["decision"] + cum["metrics"]
+    parts = [
+        ("HTTP: webhook handler (signature, idempotency read, start)", cum["webhook"]),
+        ("HTTP: decision route (ticket read, decision, run read)", cum["decision"]),
+        ("HTTP: /metrics (the load generator's polling)", cum["metrics"]),
+        (
+            "HTTP: aiohttp (parsing, routing, middlewares, responses)",
+            cum["request"] - handlers + cum["received"],
+        ),
+        ("worker: claiming runs", cum["claim"]),
+        ("worker: driving (model turns, tools, parking)", cum["drive"] - cum["claim"]),
+        ("worker: its loop (received decisions, claimable runs)", cum["loop"]),
+        ("outbox delivery", cum["outbox"]),
+        ("deadline loop", cum["deadlines"]),
+    ]
+    parts.append(("event loop, sockets, the rest", total - sum(v for _, v in parts)))
+    return [(name, value / total) for name, value in parts]
+
+
 def main() -> None:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)

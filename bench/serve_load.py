@@ -7,6 +7,7 @@ Usage::
     python bench/serve_load.py --seconds 5 --concurrency 32 --parked 2000
     python bench/serve_load.py --parked 0               # skip the memory comparison
     python bench/serve_load.py --only ready --restarts 5  # no load: start-up and memory only
+    python bench/serve_load.py --parked 0 --profile /tmp/serve-prof   # where the CPU goes
 
 `signoff serve` runs as a subprocess (``python -m bot serve``) on 127.0.0.1, port 0, with a
 temporary SQLite file, the agents of `bench/serve_app.py` (one `ask` tool, a scripted
@@ -34,6 +35,10 @@ the previous one is answered, for `--seconds` per phase:
 With ``--only ready`` the load phases are skipped: serve is started ``--restarts`` times on
 an empty database and as often on one with ``--parked`` parked runs, and the start-up
 times (median, min, max) and the idle VmRSS of each database's last start are printed.
+
+With ``--profile DIR`` the serve process runs under cProfile (`bench/profile_serve.py`; it
+then costs about twice the CPU, so its figures are only for the shares): the report ends
+with each phase's CPU by entry point and its store transactions per run.
 
 Between phases the generator also waits for the outbox backlog (ticket and completion
 notifications, delivered by the serve process's outbox loop) to reach zero, so one phase's
@@ -717,6 +722,23 @@ def startup_only(args: argparse.Namespace) -> None:
     )
 
 
+def print_profiles(folder: Path, results: dict[str, Any]) -> None:
+    """With ``--profile``: where each phase's CPU went, and its transactions per run."""
+    from bench.profile_serve import shares
+
+    for number, name, runs in (
+        (2, "phase 1, started -> parked", results["hooks"]["ok"]),
+        (4, "phase 2, decided -> done", results["decisions"]["ok"]),
+    ):
+        print(f"\n== {name}: serve process CPU (main thread, cProfile) by entry point")
+        for what, share in shares(folder / f"{number}.prof"):
+            print(f"    {100 * share:5.1f}%  {what}")
+        print(f"== {name}: store transactions per run, by opener")
+        for line in (folder / f"{number}.tx.txt").read_text().splitlines():
+            count, where = line.split(maxsplit=1)
+            print(f"    {int(count) / max(runs, 1):6.2f}  {where}")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=10.0, help="per timed phase")
@@ -814,6 +836,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             }
     results["log_problems"] = problems
     print(report(args, results))
+    if args.profile is not None:
+        print_profiles(args.profile, results)
     print(
         f"total {time.perf_counter() - began:.0f} s; load average after the run: "
         f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}"
