@@ -93,6 +93,15 @@ def build_agent() -> Agent:
     return Agent("refunds", "Refund orders.", ScriptedModel(reply), tools=[refund])
 
 
+async def serve_on_localhost(app: web.Application) -> tuple[web.AppRunner, str]:
+    """Serve `app` on a free port of 127.0.0.1: its runner and the events URL."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, f"http://127.0.0.1:{runner.addresses[0][1]}/slack/events"
+
+
 def percentile(values: list[float], q: float) -> float:
     """The `q` quantile (0..1) of `values`, nearest rank."""
     ordered = sorted(values)
@@ -153,11 +162,7 @@ async def floor_level(level: int, clicks: int, generator: Executor) -> dict[str,
 
     app = web.Application()
     app.router.add_post("/slack/events", answer)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    url = f"http://127.0.0.1:{runner.addresses[0][1]}/slack/events"
+    runner, url = await serve_on_localhost(app)
     bodies = [
         (
             f"tk_{n}",
@@ -244,11 +249,7 @@ async def one_level(
             build_slack_app(runtime, config, worker.wake),
             signing_secret=config.signing_secret,
         )
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        url = f"http://127.0.0.1:{runner.addresses[0][1]}/slack/events"
+        runner, url = await serve_on_localhost(app)
 
         bodies = [
             (
@@ -371,11 +372,7 @@ async def card_edits(clicks: int, synchronous: str, workers: int) -> dict[str, f
             build_slack_app(runtime, config, worker.wake, client=client),
             signing_secret=config.signing_secret,
         )
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        url = f"http://127.0.0.1:{runner.addresses[0][1]}/slack/events"
+        runner, url = await serve_on_localhost(app)
         sent: dict[str, float] = {}
         async with aiohttp.ClientSession() as http:
             warm = interaction_body(click_payload(blocks.ACTION_ALLOW, "not ours", user="U1"))

@@ -23,7 +23,7 @@ import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from runtime._support import record
@@ -217,12 +217,7 @@ async def _record_silent(
     now = clock.now()
     fences = [item.fence for item in readable]
     for item in readable:
-        item.state = "delivered"
-        item.attempts += 1
-        item.delivered_at = now
-        item.platform_ref = None
-        item.last_error = None
-        _release(item)
+        _mark_delivered(item, now, None)
     recorded = 0
     async with store.transaction() as tx:
         for item, fence in zip(readable, fences, strict=True):
@@ -231,6 +226,15 @@ async def _record_silent(
             else:
                 _superseded(item)
     return recorded
+
+
+def _mark_delivered(item: OutboxRecord, now: datetime, reference: dict[str, Any] | None) -> None:
+    item.state = "delivered"
+    item.attempts += 1
+    item.delivered_at = now
+    item.platform_ref = reference
+    item.last_error = None
+    _release(item)
 
 
 async def _deliver_lane(
@@ -266,13 +270,7 @@ async def _deliver_one(
         log.exception("notifier crashed on outbox item %s", item.outbox_id)
         await _failed(store, clock, item, DeliveryError(repr(exc)), retry)
         return False
-    now = clock.now()
-    item.state = "delivered"
-    item.attempts += 1
-    item.delivered_at = now
-    item.platform_ref = reference
-    item.last_error = None
-    _release(item)
+    _mark_delivered(item, clock.now(), reference)
     async with store.transaction() as tx:
         recorded = await tx.update_outbox(item, fence=fence)
     if not recorded:
