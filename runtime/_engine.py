@@ -219,21 +219,25 @@ class Driver:
             await self._save(tx)
         return calls
 
+    async def _save_call(
+        self, tx: Transaction, call: CallRecord, now: Any, kind: str, **data: Any
+    ) -> None:
+        """Write `call` as it stands and record the event `kind` of it."""
+        await tx.update_call(call)
+        await record(tx, self.run.run_id, now, kind, call_id=call.call_id, tool=call.tool, **data)
+
     async def _make_uncertain(
         self, tx: Transaction, agent: Agent, call: CallRecord, now: Any, reason: str | None = None
     ) -> None:
         """Mark a dispatched call whose outcome is unknown uncertain, and open its ticket."""
         move(call, CallState.UNCERTAIN)
         call.updated_at = now
-        await tx.update_call(call)
         extra = {"reason": reason} if reason is not None else {}
-        await record(
+        await self._save_call(
             tx,
-            self.run.run_id,
+            call,
             now,
             "tool_uncertain",
-            call_id=call.call_id,
-            tool=call.tool,
             attempts=call.attempts,
             execution_key=call.execution_key,
             **extra,
@@ -254,15 +258,12 @@ class Driver:
         """Approve a dispatched call whose outcome is unknown to run again (safe, idempotent)."""
         move(call, CallState.APPROVED)
         call.updated_at = now
-        await tx.update_call(call)
         extra = {"reason": reason} if reason is not None else {}
-        await record(
+        await self._save_call(
             tx,
-            self.run.run_id,
+            call,
             now,
             "tool_replayed",
-            call_id=call.call_id,
-            tool=call.tool,
             policy=call.replay_policy,
             execution_key=call.execution_key,
             attempts=call.attempts,
@@ -284,14 +285,11 @@ class Driver:
         call.attempts += 1
         call.updated_at = now
         async with self.deps.store.transaction() as tx:
-            await tx.update_call(call)
-            await record(
+            await self._save_call(
                 tx,
-                self.run.run_id,
+                call,
                 now,
                 "tool_dispatched",
-                call_id=call.call_id,
-                tool=call.tool,
                 attempt=call.attempts,
                 execution_key=call.execution_key,
             )
@@ -348,28 +346,10 @@ class Driver:
                 move(call, CallState.FAILED)
                 call.error = failed
                 call.result = f"Error: {failed}"
-                await tx.update_call(call)
-                await record(
-                    tx,
-                    self.run.run_id,
-                    now,
-                    "tool_failed",
-                    call_id=call.call_id,
-                    tool=call.tool,
-                    error=failed,
-                )
+                await self._save_call(tx, call, now, "tool_failed", error=failed)
             elif isinstance(outcome, InputRequest):
                 move(call, CallState.AWAITING_INPUT)
-                await tx.update_call(call)
-                await record(
-                    tx,
-                    self.run.run_id,
-                    now,
-                    "input_requested",
-                    call_id=call.call_id,
-                    tool=call.tool,
-                    prompt=outcome.prompt,
-                )
+                await self._save_call(tx, call, now, "input_requested", prompt=outcome.prompt)
                 target = RemoteInput(
                     call_id=call.call_id,
                     tool=call.tool,
@@ -380,16 +360,7 @@ class Driver:
             else:
                 move(call, CallState.COMPLETED)
                 call.result = to_jsonable(outcome)
-                await tx.update_call(call)
-                await record(
-                    tx,
-                    self.run.run_id,
-                    now,
-                    "tool_completed",
-                    call_id=call.call_id,
-                    tool=call.tool,
-                    result=call.result,
-                )
+                await self._save_call(tx, call, now, "tool_completed", result=call.result)
             if batch is not None and call.state.settled:
                 self._fold_batch([call if c.call_id == call.call_id else c for c in batch])
                 self._mark_model_call()
@@ -436,16 +407,7 @@ class Driver:
         call.result = f"Error: {error}"
         call.updated_at = now
         async with self.deps.store.transaction() as tx:
-            await tx.update_call(call)
-            await record(
-                tx,
-                self.run.run_id,
-                now,
-                "tool_failed",
-                call_id=call.call_id,
-                tool=call.tool,
-                error=error,
-            )
+            await self._save_call(tx, call, now, "tool_failed", error=error)
             await self._save(tx)
         return call
 

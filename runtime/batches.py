@@ -97,6 +97,17 @@ class BatchAccepted:
         """How many decisions were stored by this click."""
         return sum(1 for _, outcome in self.outcomes if not isinstance(outcome, Refused))
 
+    @property
+    def refused(self) -> list[tuple[str, Refusal]]:
+        """Each refused call: its tool's name (the ticket id for other asks) and why."""
+        found = []
+        for ticket, outcome in self.outcomes:
+            if isinstance(outcome, Refused):
+                target = ticket.target
+                tool = target.tool if isinstance(target, ToolPermission) else ticket.ticket_id
+                found.append((tool, outcome.refusal))
+        return found
+
 
 def batch_token(tickets: Sequence[ResumeTicket]) -> str:
     """The token of a batch: unguessable without every ticket's correlation token.

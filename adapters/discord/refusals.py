@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import assert_never
 
 from adapters.discord import cards
-from runtime import BatchAccepted, Refusal, RefusalReason, Refused, TicketStatus, ToolPermission
+from runtime import BatchAccepted, Refusal, RefusalReason, TicketStatus
 
 UNRECOGNISED = "⚠️ This button does not belong to any request I know; nothing was changed."
 NOT_EDITABLE = "⚠️ This call's arguments cannot be changed; allow or deny it as it is."
@@ -120,9 +120,6 @@ def batch_text(
             f"✅ {verb} recorded for {accepted.stored} of {total} calls; each card updates "
             "once its decision is applied."
         )
-    for ticket, outcome in accepted.outcomes:
-        if isinstance(outcome, Refused):
-            target = ticket.target
-            tool = target.tool if isinstance(target, ToolPermission) else ticket.ticket_id
-            lines.append(f"• {cards.code(tool)}: {refusal_text(outcome.refusal, role_groups)}")
+    for tool, refusal in accepted.refused:
+        lines.append(f"• {cards.code(tool)}: {refusal_text(refusal, role_groups)}")
     return cards.clip_content("\n".join(lines))

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import assert_never
 
 from adapters.slack import blocks
-from runtime import BatchAccepted, Refusal, RefusalReason, Refused, ToolPermission
+from runtime import BatchAccepted, Refusal, RefusalReason
 
 
 def refusal_text(refusal: Refusal, groups: blocks.Groups | None = None) -> str:
@@ -93,9 +93,6 @@ def batch_text(decision: str, accepted: BatchAccepted, groups: blocks.Groups | N
             f":white_check_mark: {verb} recorded for {accepted.stored} of {total} calls; "
             "each card updates once its decision is applied."
         )
-    for ticket, outcome in accepted.outcomes:
-        if isinstance(outcome, Refused):
-            target = ticket.target
-            tool = target.tool if isinstance(target, ToolPermission) else ticket.ticket_id
-            lines.append(f"• `{blocks.escape(tool)}`: {refusal_text(outcome.refusal, groups)}")
+    for tool, refusal in accepted.refused:
+        lines.append(f"• `{blocks.escape(tool)}`: {refusal_text(refusal, groups)}")
     return blocks.truncate("\n".join(lines), blocks.MAX_SECTION_TEXT)
