@@ -37,6 +37,7 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
+import gc
 import os
 import platform
 import statistics
@@ -64,6 +65,9 @@ from fake_slack import (  # noqa: E402
 )
 
 from adapters.slack import SlackConfig, add_slack_routes, blocks, build_slack_app  # noqa: E402
+from bot import collector  # noqa: E402
+from bot.app import build_app  # noqa: E402
+from bot.settings import load_settings  # noqa: E402
 from runtime import (  # noqa: E402
     Agent,
     RunStatus,
@@ -93,6 +97,19 @@ def build_agent() -> Agent:
     return Agent("refunds", "Refund orders.", ScriptedModel(reply), tools=[refund])
 
 
+def serve_app(runtime: Runtime, worker: Worker, api: str) -> web.Application:
+    """`signoff serve`'s own HTTP application (every route and middleware), Slack over HTTP."""
+    settings = load_settings(
+        overrides={
+            "slack_mode": "http",
+            "slack_bot_token": BOT_TOKEN,
+            "slack_signing_secret": SIGNING_SECRET,
+            "slack_api_base_url": api,
+        }
+    )
+    return build_app(settings, runtime, worker, operator_token="bench-operator")
+
+
 async def serve_on_localhost(app: web.Application) -> tuple[web.AppRunner, str]:
     """Serve `app` on a free port of 127.0.0.1: its runner and the events URL."""
     runner = web.AppRunner(app, access_log=None)
@@ -100,6 +117,36 @@ async def serve_on_localhost(app: web.Application) -> tuple[web.AppRunner, str]:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     return runner, f"http://127.0.0.1:{runner.addresses[0][1]}/slack/events"
+
+
+class CollectorClock:
+    """Wall time spent in the cyclic garbage collector while it is `running`."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.running = False
+        self._began = 0.0
+        gc.callbacks.append(self._observe)
+
+    def _observe(self, phase: str, info: dict[str, Any]) -> None:
+        if not self.running:
+            return
+        if phase == "start":
+            self._began = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._began
+
+    def measure(self) -> None:
+        """Start counting from zero."""
+        self.seconds, self.running = 0.0, True
+
+    def stop(self) -> float:
+        """Stop counting: the milliseconds counted."""
+        self.running = False
+        return self.seconds * 1000
+
+
+COLLECTOR = CollectorClock()
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -174,11 +221,13 @@ async def floor_level(level: int, clicks: int, generator: Executor) -> dict[str,
     ]
     try:
         cpu0 = time.process_time()
+        COLLECTOR.measure()
         loop = asyncio.get_running_loop()
         _sent, acks, first, last_ack = await loop.run_in_executor(
             generator, send_clicks, url, bodies, level
         )
         cpu = time.process_time() - cpu0
+        collected = COLLECTOR.stop()
     finally:
         await runner.cleanup()
     nan = float("nan")
@@ -196,6 +245,7 @@ async def floor_level(level: int, clicks: int, generator: Executor) -> dict[str,
         "mean_ack": statistics.fmean(acks) * 1000,
         "cpu_per_click": cpu / clicks * 1000,
         "clicks_per_sync": nan,
+        "collector_ms": collected,
     }
 
 
@@ -242,14 +292,7 @@ async def one_level(
         worker = Worker(runtime, concurrency=workers, poll_seconds=0.05)
         stop = asyncio.Event()
         loop_task = asyncio.create_task(worker.run(stop) if apply else stop.wait())
-        config = SlackConfig(bot_token=BOT_TOKEN, signing_secret=SIGNING_SECRET, api_base_url=api)
-        app = web.Application()
-        add_slack_routes(
-            app,
-            build_slack_app(runtime, config, worker.wake),
-            signing_secret=config.signing_secret,
-        )
-        runner, url = await serve_on_localhost(app)
+        runner, url = await serve_on_localhost(serve_app(runtime, worker, api))
 
         bodies = [
             (
@@ -265,15 +308,20 @@ async def one_level(
             http.post(url, data=warm, headers=signed_headers(warm)) as resp,
         ):
             await resp.read()
+        # As `signoff serve` does once it serves: start-up's objects frozen out of the
+        # collector's scans, young collections less often.
+        collector.serving()
         profiler = cProfile.Profile() if profile else None
         if profiler is not None:
             profiler.enable()
         cpu0, syncs0 = time.process_time(), store.syncs
+        COLLECTOR.measure()
         loop = asyncio.get_running_loop()
         sent, acks, first, last_ack = await loop.run_in_executor(
             generator, send_clicks, url, bodies, level
         )
         cpu, syncs = time.process_time() - cpu0, store.syncs - syncs0
+        collected = COLLECTOR.stop()
         if profiler is not None:
             profiler.disable()
             profiler.dump_stats(profile)
@@ -310,6 +358,7 @@ async def one_level(
         "mean_ack": statistics.fmean(acks) * 1000,
         "cpu_per_click": cpu / clicks * 1000,
         "clicks_per_sync": clicks / syncs if syncs else float("nan"),
+        "collector_ms": collected,
     }
 
 
@@ -479,9 +528,9 @@ async def main() -> None:
     )
     print(
         "| clickers | clicks/s | ack p50 ms | ack p99 ms | applied p50 ms | applied p99 ms "
-        "| all applied s | all done s | server CPU ms/click | clicks per fsync |"
+        "| all applied s | all done s | server CPU ms/click | clicks per fsync | collector ms |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     levels = [int(x) for x in args.levels.split(",")]
     with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as generator:
         generator.submit(time.sleep, 0).result()  # the clickers' process starts now
@@ -513,7 +562,8 @@ def print_level(level: int, figures: dict[str, float], what: str = "") -> None:
         f"| {figures['ack_p99']:.1f} | {figures['applied_p50']:.1f} "
         f"| {figures['applied_p99']:.1f} | {figures['all_applied']:.2f} "
         f"| {figures['all_done']:.2f} ({figures['done']:.0f}/{figures['clicks']:.0f}) "
-        f"| {figures['cpu_per_click']:.2f} | {figures['clicks_per_sync']:.1f} |",
+        f"| {figures['cpu_per_click']:.2f} | {figures['clicks_per_sync']:.1f} "
+        f"| {figures['collector_ms']:.1f} |",
         flush=True,
     )
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import gc
+from bot import collector
 
 
 def main() -> None:
@@ -14,12 +14,11 @@ def main() -> None:
     They are then frozen out of later collections (`gc.freeze`), which would scan them
     for nothing too.
     """
-    gc.disable()
+    collector.loading()
     try:
         from bot.cli import main as command_line
     finally:
-        gc.freeze()
-        gc.enable()
+        collector.loaded()
     command_line()
 
 

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from bot import collector
 from bot.health import Metrics, add_health_routes
 from bot.notifiers import NOTIFIERS_KEY
 from bot.settings import Settings, require_shared_settings
@@ -217,6 +218,7 @@ async def serve(settings: Settings) -> None:
     """Run until SIGTERM or SIGINT, then shut down gracefully."""
     service = await build_service(settings)
     url = await service.start()
+    collector.serving()
     agents = ", ".join(sorted(service.runtime.agents)) or "none"
     log.warning("signoff is serving at %s (agents: %s)", url, agents, extra={"url": url})
     if settings.operator_token is None:

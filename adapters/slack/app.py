@@ -227,6 +227,9 @@ def add_slack_routes(
             except Exception:
                 log.exception("a Slack button click could not be handled")
                 answer = BoltResponse(status=500, body="")
+            if answer is not None and answer.status < 500 and not answer.body:
+                # A plain ack, as bolt would answer it, without converting its response.
+                return web.Response(status=answer.status, text="", charset="utf-8")
         else:
             answer = None
         if answer is None:

@@ -670,11 +670,6 @@ _FIND_OUTBOX = (
     .order_by(outbox.c.created_at, outbox.c.outbox_id)
     .limit(1)
 )
-_INSERT_RECEIVED = insert(received_commands)
-_RECEIVED_EXISTS = select(received_commands.c.command_id).where(
-    received_commands.c.source == bindparam("source"),
-    received_commands.c.delivery_id == bindparam("delivery_id"),
-)
 _PENDING_RECEIVED = (
     select(received_commands)
     .where(received_commands.c.state == "pending")
@@ -807,6 +802,7 @@ class _Upserts:
 
     take_slot: Insert
     insert_lease: Insert
+    insert_received: Insert
 
 
 @functools.cache
@@ -835,6 +831,11 @@ def _upserts(dialect: str) -> _Upserts:
         ),
         insert_lease=lease.on_conflict_do_nothing(index_elements=[leases.c.name]).returning(
             leases.c.fence
+        ),
+        # A delivery stored before inserts nothing, in the one statement (on PostgreSQL a
+        # unique violation would abort the transaction it is part of).
+        insert_received=module.insert(received_commands).on_conflict_do_nothing(
+            index_elements=[received_commands.c.source, received_commands.c.delivery_id]
         ),
     )
 
@@ -1336,10 +1337,10 @@ class SQLTransaction:
 
     async def insert_received(self, item: ReceivedRecord) -> bool:
         """Store a received command; False if (source, delivery_id) was stored before."""
-        params = {"source": item.source, "delivery_id": item.delivery_id}
-        if (await self._execute(_RECEIVED_EXISTS, params)).first() is not None:
+        statement = _upserts(self._dialect).insert_received
+        values = _received_values(item)
+        if (await self._execute(statement, values, violation=DuplicateKey)).rowcount != 1:
             return False
-        await self._execute(_INSERT_RECEIVED, _received_values(item), violation=DuplicateKey)
         self.wrote = True
         self._wake.add(WAKE_RUNS)
         return True

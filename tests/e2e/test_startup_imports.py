@@ -1,5 +1,6 @@
 """How a signoff process starts: it imports no platform SDK it was not configured for, and
-no Alembic unless the schema must change; the garbage collector is back on once it runs.
+no Alembic unless the schema must change; the garbage collector is back on once it runs,
+and tuned for serving once `signoff serve` listens.
 
 Each check runs a fresh interpreter and lists the top-level packages in its `sys.modules`.
 """
@@ -155,6 +156,46 @@ def test_the_command_line_runs_with_the_collector_on_and_its_modules_frozen(
     assert found["enabled"] is True
     # Everything the command line imported (click, SQLAlchemy, pydantic, the runtime ...).
     assert isinstance(found["frozen"], int) and found["frozen"] > 50_000
+
+
+# `signoff serve` itself (`bot.serve.serve`) until it tunes the collector, then SIGTERM.
+SERVE_UNTIL_TUNED = """
+import asyncio, gc, json, os, signal
+from bot.serve import serve
+from bot.settings import load_settings
+
+default = gc.get_threshold()
+frozen = gc.get_freeze_count()
+
+async def tuned():
+    while gc.get_threshold() == default:
+        await asyncio.sleep(0.01)
+
+async def main():
+    serving = asyncio.ensure_future(serve(load_settings()))
+    waiting = asyncio.ensure_future(tuned())
+    await asyncio.wait([serving, waiting], return_when=asyncio.FIRST_COMPLETED, timeout=60)
+    waiting.cancel()
+    tuned_to = gc.get_threshold()
+    os.kill(os.getpid(), signal.SIGTERM)
+    await asyncio.wait_for(serving, 60)
+    return tuned_to
+
+tuned_to = asyncio.run(main())
+print(json.dumps({"default": default, "threshold": tuned_to,
+                  "frozen": gc.get_freeze_count() - frozen}))
+"""
+
+
+def test_serve_tunes_the_collector_once_it_serves(env: dict[str, str]) -> None:
+    from bot.collector import YOUNG_THRESHOLD
+
+    found = python(SERVE_UNTIL_TUNED, env)
+    default, threshold = found["default"], found["threshold"]
+    assert isinstance(default, list) and isinstance(threshold, list)
+    assert threshold == [YOUNG_THRESHOLD, *default[1:]] != default
+    # What start-up built (the application, the store, the agents) is frozen.
+    assert isinstance(found["frozen"], int) and found["frozen"] > 10_000
 
 
 def test_the_console_script_is_that_entry_point() -> None:
