@@ -164,6 +164,8 @@ class RunResult:
         children_totals: The counters of every sub-agent run below this one, added up
             (`turns` and the token fields are this run's own); filled by `Runtime.get`
             and by the calls that drive a run, zero in run lists.
+        replayed: Set by `Runtime.start` when an idempotency key it was given had
+            already started this run: nothing was started by that call.
     """
 
     run_id: str
@@ -188,6 +190,7 @@ class RunResult:
     chain: tuple[RunLink, ...] = ()
     children: tuple[RunLink, ...] = ()
     children_totals: Totals = field(default_factory=Totals)
+    replayed: bool = False
 
     @property
     def total_tokens(self) -> int:

@@ -243,7 +243,8 @@ class Runtime:
             wait: Execute now until the run parks or ends (True), or only queue it for a
                 worker (False).
             idempotency: ``(scope, key, fingerprint)``, or several: a key already used
-                in `scope` returns the run it started and starts nothing; with another
+                in `scope` returns the run it started (``replayed`` set) and starts
+                nothing; with another
                 fingerprint (request body hash) it raises `IdempotencyConflict`. Every
                 given key is recorded for the new run.
             joining_as: The authenticated user of an edge where threads are private (API,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -86,7 +87,7 @@ class Starter:
                 if attempt == 2:
                     raise
         if earlier_id is not None:
-            return await self._queries.get(earlier_id)
+            return dataclasses.replace(await self._queries.get(earlier_id), replayed=True)
         if wait:
             return await self._driving.drive_claimed(run, model_marked=True)
         # The run as stored: a worker woken by the commit may already be driving it.

@@ -255,10 +255,11 @@ class HookHandler:
         idempotency = [signed]
         if key is not None:
             idempotency.append((hook.scope, key, digest))
-        replayed = await self._key_used(
+        # A replay gets its run's answer even while the queue is full; otherwise
+        # `Runtime.start` itself tells a replay (no read of the keys beforehand).
+        if await self._too_busy() and not await self._key_used(
             (signed[0], signed[1]), *([(hook.scope, key)] if key is not None else [])
-        )
-        if not replayed and await self._too_busy():
+        ):
             log.warning("hook %s refused a request: too many runs are waiting for a worker", name)
             raise _Refused(
                 _answer(
@@ -287,6 +288,7 @@ class HookHandler:
         except StorageError as exc:
             log.error("hook %s could not store its run: %s", name, exc)
             _storage_unavailable()
+        replayed = run.replayed
         if not replayed:
             log.info("hook %s started run %s", name, run.run_id, extra={"run_id": run.run_id})
             self._notify_change()
@@ -328,9 +330,8 @@ class HookHandler:
         return queued >= self._max_queued
 
     async def _key_used(self, first: tuple[str, str], *more: tuple[str, str]) -> bool:
-        # Only decides the Idempotent-Replayed header; `Runtime.start` is what enforces
-        # the key. Two concurrent first uses may both answer without the header, but
-        # they still get the same run.
+        # Only decides whether a request met by a full queue is a replay; `Runtime.start`
+        # is what enforces the key.
         try:
             return await self._runtime.started_by(*first, *more) is not None
         except StorageError as exc:

@@ -45,6 +45,22 @@ async def test_start_without_waiting_queues_for_a_worker(runtime_factory: Any) -
     assert await rt.work_once() == 0
 
 
+async def test_a_used_idempotency_key_returns_its_run_marked_replayed(
+    runtime_factory: Any,
+) -> None:
+    rt = runtime_factory(_echo())
+    key = ("hooks:orders", "key-1", "digest-a")
+    first = await rt.start("echo", "hi", wait=False, idempotency=key)
+    assert first.replayed is False
+    again = await rt.start("echo", "hi", wait=False, idempotency=key)
+    assert (again.run_id, again.replayed) == (first.run_id, True)
+    # A new key beside the used one still names the first run, and is recorded for it.
+    more = [key, ("hooks:orders", "key-2", "digest-a")]
+    assert (await rt.start("echo", "hi", wait=False, idempotency=more)).replayed is True
+    assert await rt.started_by("hooks:orders", "key-2") == first.run_id
+    assert len(await rt.list_runs()) == 1
+
+
 async def test_unknown_agent_and_run(runtime_factory: Any) -> None:
     rt = runtime_factory(_echo())
     with pytest.raises(ConfigurationError, match="echo"):
