@@ -71,12 +71,13 @@ def build_app(
         else secrets.token_bytes(32)
     )
     hooks = hook_configs(settings)
-    add_api_routes(app, runtime, auth, worker.wake)
+    # These edges start runs and apply decisions themselves: they receive nothing.
+    add_api_routes(app, runtime, auth, worker.wake_runs)
     add_console_routes(
         app,
         runtime,
         auth,
-        worker.wake,
+        worker.wake_runs,
         cookie_secret=cookie_secret,
         secure_cookies=settings.secure_cookies,
     )
@@ -84,7 +85,7 @@ def build_app(
         app,
         runtime,
         hooks,
-        worker.wake,
+        worker.wake_runs,
         max_queued=settings.max_queued_runs or None,
         body_timeout=settings.http_body_timeout_seconds,
     )

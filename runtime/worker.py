@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from runtime.outbox import Claim, Notifier, RetryPolicy, deliver_due
@@ -25,7 +26,10 @@ class Worker:
 
     Runs become ready when they are started without waiting, when their last decision
     comes in, or when another worker's lease expires. `wake` makes the loop look at once
-    instead of at the next poll.
+    instead of at the next poll: at the decisions received from chat (stored by
+    `Runtime.accept`) and at the ready runs; `wake_runs` only at the ready runs, for
+    callers that received nothing (a webhook's start, a decision over the API). Received
+    decisions are looked at on every poll too, whatever woke the loop in between.
 
     Args:
         runtime: The runtime whose runs to drive.
@@ -40,9 +44,16 @@ class Worker:
         self._poll = poll_seconds
         self._wake = asyncio.Event()
         self._active: dict[str, asyncio.Task[None]] = {}
+        self._received_due = True
+        self._received_at = float("-inf")
 
     def wake(self) -> None:
-        """Look for ready runs now."""
+        """Look for received decisions and ready runs now."""
+        self._received_due = True
+        self._wake.set()
+
+    def wake_runs(self) -> None:
+        """Look for ready runs now (nothing was received since the last look)."""
         self._wake.set()
 
     @property
@@ -53,23 +64,31 @@ class Worker:
     async def run(self, stop: asyncio.Event) -> None:
         """Loop until `stop` is set; then stop claiming (running drives go on)."""
         while not stop.is_set():
+            # Cleared before looking: a wake-up while the loop looks makes it look again.
+            self._wake.clear()
             try:
                 await self._claim_some()
             except Exception:
                 log.exception("worker loop failed; retrying")
-            self._wake.clear()
             waiter = asyncio.ensure_future(self._wake.wait())
             stopper = asyncio.ensure_future(stop.wait())
-            await asyncio.wait(
+            woken, _ = await asyncio.wait(
                 {waiter, stopper}, timeout=self._poll, return_when=asyncio.FIRST_COMPLETED
             )
+            if not woken:
+                self._received_due = True  # a poll looks at everything
             waiter.cancel()
             stopper.cancel()
 
     async def _claim_some(self) -> None:
-        # Decisions received from chat are applied first: they may make runs ready.
-        while len(await self._runtime.apply_received(limit=50)) == 50:
-            pass
+        # Decisions received from chat are applied first: they may make runs ready. A
+        # wake-up that received nothing skips the read until the next poll is due (one
+        # stored by another process without a wake-up, or left by a dead one, waits for it).
+        now = time.monotonic()
+        if self._received_due or now - self._received_at >= self._poll:
+            self._received_due, self._received_at = False, now
+            while len(await self._runtime.apply_received(limit=50)) == 50:
+                pass
         free = self._concurrency - len(self._active)
         if free <= 0:
             return
