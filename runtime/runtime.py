@@ -244,9 +244,8 @@ class Runtime:
                 worker (False).
             idempotency: ``(scope, key, fingerprint)``, or several: a key already used
                 in `scope` returns the run it started (``replayed`` set) and starts
-                nothing; with another
-                fingerprint (request body hash) it raises `IdempotencyConflict`. Every
-                given key is recorded for the new run.
+                nothing; with another fingerprint (request body hash) it raises
+                `IdempotencyConflict`. Every given key is recorded for the new run.
             joining_as: The authenticated user of an edge where threads are private (API,
                 console): a `thread_id` with runs must be one they take part in, and
                 never a chat platform's thread (`runtime.visibility`).

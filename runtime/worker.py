@@ -87,8 +87,12 @@ class Worker:
         now = time.monotonic()
         if self._received_due or now - self._received_at >= self._poll:
             self._received_due, self._received_at = False, now
-            while len(await self._runtime.apply_received(limit=50)) == 50:
-                pass
+            try:
+                while len(await self._runtime.apply_received(limit=50)) == 50:
+                    pass
+            except BaseException:
+                self._received_due = True  # looked at again on the next turn
+                raise
         free = self._concurrency - len(self._active)
         if free <= 0:
             return
