@@ -36,6 +36,12 @@ With ``--only ready`` the load phases are skipped: serve is started ``--restarts
 an empty database and as often on one with ``--parked`` parked runs, and the start-up
 times (median, min, max) and the idle VmRSS of each database's last start are printed.
 
+With ``--library N`` (default 500; 0 skips) the generator process also runs the library's
+own cycle (`bench/park_resume.py`'s, N runs one at a time) before the load phases and
+after them, while serve idles, and the report ends with serve's CPU per full cycle (the
+two phases' CPU per run added up) against the mean of those two: the ratio measured in
+one run, the library on the same machine in the same minutes.
+
 With ``--profile DIR`` the serve process runs under cProfile (`bench/profile_serve.py`; it
 then costs about twice the CPU, so its figures are only for the shares): the report ends
 with each phase's CPU by entry point and its store transactions per run.
@@ -494,6 +500,21 @@ def generate(phase: str, **params: Any) -> dict[str, Any]:
     return asyncio.run(decisions_phase(**params))
 
 
+def library_cycle(runs: int, synchronous: str) -> float:
+    """Entry point of the generator process between the load phases: the library's CPU
+    milliseconds per full cycle, one run at a time (`bench/park_resume.py`'s cycle:
+    park on an ``ask`` tool, then approve and finish, on a SQLite file)."""
+    from park_resume import bench_store, sqlite_store
+
+    async def measure() -> float:
+        with tempfile.TemporaryDirectory(prefix="signoff-library-bench-") as scratch:
+            store = sqlite_store(Path(scratch) / "library.db", synchronous)
+            park, finish = (await bench_store(store, "library", runs, 1, None))[:2]
+        return 1000 * (park.cpu_seconds + finish.cpu_seconds) / runs
+
+    return asyncio.run(measure())
+
+
 # -- parked runs made beforehand ------------------------------------------------------
 async def prepopulate(db: Path, count: int, concurrency: int) -> float:
     """`count` runs parked on their `ask` tool, as the webhook would start them."""
@@ -603,6 +624,23 @@ def report(args: argparse.Namespace, results: dict[str, Any]) -> str:
         if r["requests"] != r["ok"]:
             lines.append(f"{name}: statuses {r['statuses']}; e.g. {r['samples']}")
     lines.append(f"runs at the end of the load phases: {results['final']}")
+    library = results.get("library") or []
+    if library:
+        serve = sum(
+            1000 * cpu / max(count, 1)
+            for count, cpu in (
+                (hooks["ok"], hooks["serve_cpu_to_parked"]),
+                (decisions["ok"], decisions["serve_cpu_to_done"]),
+            )
+        )
+        measured = " ms, after: ".join(f"{x:.2f}" for x in library)
+        lines += [
+            "",
+            f"serve CPU per full cycle (started -> parked + decided -> done): {serve:.2f} ms",
+            f"library CPU per full cycle, one at a time (park_resume.py, {args.library} runs), "
+            f"before: {measured} ms",
+            f"serve / library: {serve / (sum(library) / len(library)):.2f}x",
+        ]
     memory = results.get("memory")
     if memory:
         empty, parked, loaded = memory["empty"], memory["parked"], memory["after_load"]
@@ -755,6 +793,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--settle", type=float, default=2.0, help="idle seconds before RSS")
     parser.add_argument(
+        "--library",
+        type=int,
+        default=500,
+        help="runs of the library's own cycle before and after the load phases, for the "
+        "serve/library CPU ratio (0 skips)",
+    )
+    parser.add_argument(
         "--only", choices=["ready"], help="ready: only start-up times and idle memory, no load"
     )
     parser.add_argument(
@@ -784,6 +829,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             results["ready_empty"] = (serve.listening_seconds, serve.ready_seconds)
             empty = idle_rss(serve, args.settle)
             print(f"serving at {serve.url} (pid {serve.pid})", file=sys.stderr, flush=True)
+            library: list[float] = []
+            if args.library > 0:
+                library.append(
+                    generator.submit(library_cycle, args.library, args.synchronous).result()
+                )
             hooks = generator.submit(
                 generate,
                 "hooks",
@@ -805,7 +855,13 @@ def main(argv: Sequence[str] | None = None) -> None:
                 profiled=args.profile is not None,
             ).result()
             print(f"phase 2: {decisions['ok']} decisions", file=sys.stderr, flush=True)
-            results.update(hooks=hooks, decisions=decisions, final=decisions["after"])
+            if args.library > 0:
+                library.append(
+                    generator.submit(library_cycle, args.library, args.synchronous).result()
+                )
+            results.update(
+                hooks=hooks, decisions=decisions, final=decisions["after"], library=library
+            )
             after_load = idle_rss(serve, args.settle)
         finally:
             code = serve.stop()
