@@ -367,6 +367,16 @@ def _work(jobs: queue.SimpleQueue[_Job | None]) -> None:
         del job, fn, args, loop, future, result, error
 
 
+def _commit_unwritten(conn: sqlite3.Connection) -> sqlite3.Error | None:
+    """End a transaction that wrote nothing (no sync, just the lock released); what
+    failed, if anything."""
+    try:
+        conn.commit()
+    except sqlite3.Error as exc:
+        return exc
+    return None
+
+
 class SQLiteWriter:
     """The connection a SQLite store's transactions share, and their group commit.
 
@@ -600,12 +610,7 @@ class SQLiteWriter:
         try:
             conn = self._conn
             assert conn is not None
-            try:
-                conn.commit()  # nothing written: no sync, just the lock released
-            except sqlite3.Error as exc:
-                self._ended(group, conn, exc)
-            else:
-                self._ended(group, conn, None)
+            self._ended(group, conn, _commit_unwritten(conn))
         finally:
             self._lock.release()
 
@@ -647,10 +652,7 @@ class SQLiteWriter:
                 if failure is None:
                     self.syncs += 1
             else:
-                try:
-                    conn.commit()  # nothing written: no sync, just the lock released
-                except sqlite3.Error as exc:
-                    failure = exc
+                failure = _commit_unwritten(conn)
             self._ended(group, conn, failure)
             if failure is not None and not release:
                 raise StorageError(f"commit failed, outcome unknown: {failure}") from failure
