@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from runtime.agent import Agent
 from runtime.clock import Clock, IdSource
 from runtime.errors import ConfigurationError
+from runtime.handoff import Slot, Slots
 from runtime.model import Model
 from runtime.states import CallState, RunStatus, check_call_move, check_run_move
 from runtime.store.base import Store, Transaction
@@ -57,6 +58,12 @@ class Deps:
     result_middleware: list[ResultMiddleware] = field(default_factory=list)
     models: dict[str, Model] = field(default_factory=dict)
     """The resolved model of each registered agent, by agent name."""
+    slots: Slots | None = None
+    """A local worker that takes runs claimed in the commit that made them ready."""
+
+    def reserve_slot(self) -> Slot | None:
+        """A free place in the local worker, if one is attached and has one."""
+        return self.slots.reserve() if self.slots is not None else None
 
     def model_of(self, agent: Agent) -> Model:
         """The model `agent` runs on (resolved when it was registered)."""

@@ -11,6 +11,7 @@ from runtime._support import Deps, display_args, move, move_run, notify, record,
 from runtime.driving import Driving
 from runtime.edits import Edit, args_digest, check_edit
 from runtime.errors import NotAwaiting, ResolutionError, UnknownExecutionKey, UnknownTicket
+from runtime.handoff import Slot
 from runtime.queries import Queries
 from runtime.results import PendingEntry, RunResult
 from runtime.states import CallState, RunStatus, TicketStatus
@@ -213,6 +214,23 @@ class Decisions:
     ) -> RunResult:
         """Validate and apply one resume command (see `Runtime.submit`)."""
         deps = self._deps
+        # Not resuming here, a run this decision makes ready goes to a free place of the
+        # local worker, claimed in this transaction, if there is one.
+        slot = None if resume else deps.reserve_slot()
+        try:
+            return await self._submit(command, resume, received, slot)
+        finally:
+            if slot is not None:
+                slot.release()
+
+    async def _submit(
+        self,
+        command: ResumeCommand,
+        resume: bool,
+        received: ReceivedRecord | None,
+        slot: Slot | None,
+    ) -> RunResult:
+        deps = self._deps
         async with deps.store.transaction() as tx:
             run = await tx.get_run(command.run_id, for_update=True)
             ticket = await tx.get_ticket(command.ticket_id)
@@ -239,7 +257,7 @@ class Decisions:
             claimed_calls: list[CallRecord] | None = None
             if not remaining and run.status is RunStatus.AWAITING:
                 await record(tx, run.run_id, command.at, "run_ready", by=command.actor.id)
-                if resume:
+                if resume or slot is not None:
                     # Claim in the same transaction: the run row is locked already.
                     self._driving.claim_locked(run, command.at)
                     await record(
@@ -261,6 +279,9 @@ class Decisions:
             decision=command.answer.kind,
             latency_seconds=(command.at - ticket.created_at).total_seconds(),
         )
+        if claimed_calls is not None and slot is not None:
+            slot.use(run.run_id, self._driving.proceed(run, calls=claimed_calls))
+            return await self._queries.get(command.run_id)
         if claimed_calls is not None:
             return await self._driving.drive_claimed(run, calls=claimed_calls)
         if resume and not remaining:

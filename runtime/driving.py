@@ -108,6 +108,17 @@ class Driving:
                 return run_result(driven, ())
         return await self._queries.get(run.run_id)
 
+    async def proceed(
+        self,
+        run: RunRecord,
+        *,
+        calls: list[CallRecord] | None = None,
+        model_marked: bool = False,
+    ) -> None:
+        """Drive a run claimed for this worker to its next stop, as a worker's task does
+        (`drive_claimed` without reading the run afterwards)."""
+        await self._drive_claimed(run, calls, model_marked=model_marked)
+
     async def _drive_claimed(
         self, run: RunRecord, calls: list[CallRecord] | None, *, model_marked: bool
     ) -> RunRecord | None:

@@ -35,6 +35,7 @@ from runtime.edits import EditForm, ticket_edit_form
 from runtime.errors import ConfigurationError
 from runtime.expiry import Expiry
 from runtime.grants import Grant, Grants
+from runtime.handoff import Slots
 from runtime.inbox import Inbox, ReceivedOutcome
 from runtime.model import Model
 from runtime.queries import CARD_KINDS, CardRef, Queries
@@ -252,7 +253,9 @@ class Runtime:
 
         Returns:
             The run as it stands: ``awaiting`` with ``pending`` entries, ``done`` with
-            ``text``, ``failed``, or ``queued`` when not waiting.
+            ``text``, ``failed``, or when not waiting ``queued`` (``running`` once
+            claimed for a `Worker` of this process with a free place; see
+            `hand_off_to`).
         """
         return await self._starter.start(
             self._agent(agent),
@@ -757,6 +760,22 @@ class Runtime:
     async def claimable(self, limit: int = 10) -> list[str]:
         """Ids of runs a worker could claim now (queued, or their lease expired)."""
         return await self._driving.claimable(limit)
+
+    def hand_off_to(self, slots: Slots | None, *, only: Slots | None = None) -> None:
+        """Hand runs made ready by this runtime's commits to `slots` (a `Worker` of this
+        process does this while its loop runs), or to nobody (None).
+
+        With `slots`, a start that does not wait and a decision that makes its run ready
+        claim the run in their own transaction while `slots` has a free place, and give
+        it to `slots` to drive; otherwise the run is stored ``queued`` as before.
+
+        Args:
+            slots: Who takes the runs, or None.
+            only: With None: stop handing off only if `only` is the one taking them.
+        """
+        if slots is None and only is not None and self._deps.slots is not only:
+            return
+        self._deps.slots = slots
 
     async def drive(self, run_id: str) -> bool:
         """Claim `run_id` and execute it until it parks or ends.

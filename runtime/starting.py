@@ -75,23 +75,32 @@ class Starter:
             origin=dict(origin or {}),
             messages=[*history, {"role": "user", "content": input}],
         )
-        if wait:
-            # Inserted already claimed by this worker, so starting costs one commit.
-            claim_new(deps, run, now)
-        for attempt in (1, 2):
-            try:
-                earlier_id = await self._insert(run, idempotency)
-                break
-            except DuplicateKey:
-                # A concurrent request with the same key won the insert; read its run.
-                if attempt == 2:
-                    raise
-        if earlier_id is not None:
-            return dataclasses.replace(await self._queries.get(earlier_id), replayed=True)
-        if wait:
-            return await self._driving.drive_claimed(run, model_marked=True)
-        # The run as stored: a worker woken by the commit may already be driving it.
-        return run_result(run, ())
+        # Not waiting, the run goes to a free place of the local worker if there is one.
+        slot = None if wait else deps.reserve_slot()
+        try:
+            if wait or slot is not None:
+                # Inserted already claimed by this worker, so starting costs one commit.
+                claim_new(deps, run, now)
+            for attempt in (1, 2):
+                try:
+                    earlier_id = await self._insert(run, idempotency)
+                    break
+                except DuplicateKey:
+                    # A concurrent request with the same key won the insert; read its run.
+                    if attempt == 2:
+                        raise
+            if earlier_id is not None:
+                return dataclasses.replace(await self._queries.get(earlier_id), replayed=True)
+            if wait:
+                return await self._driving.drive_claimed(run, model_marked=True)
+            # The run as stored (a worker woken by the commit may already be driving it).
+            started = run_result(run, ())
+            if slot is not None:
+                slot.use(run.run_id, self._driving.proceed(run, model_marked=True))
+            return started
+        finally:
+            if slot is not None:
+                slot.release()
 
     async def _history(self, thread_id: str, joining_as: Actor | None) -> list[dict[str, Any]]:
         """The thread's earlier exchanges, once `joining_as` is known to take part."""

@@ -13,8 +13,10 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
+from runtime.handoff import Slot
 from runtime.outbox import Claim, Notifier, RetryPolicy, deliver_due
 from runtime.runtime import Runtime
 
@@ -31,6 +33,11 @@ class Worker:
     callers that received nothing (a webhook's start, a decision over the API). Received
     decisions are looked at on every poll too, whatever woke the loop in between.
 
+    While its loop runs, the worker also takes runs handed to it (`runtime.handoff`): a
+    start that does not wait, or a decision that makes its run ready, claims the run in
+    its own transaction when the worker has a free place, and the worker drives it at
+    once instead of finding it queued.
+
     Args:
         runtime: The runtime whose runs to drive.
         concurrency: Runs driven at the same time.
@@ -44,8 +51,18 @@ class Worker:
         self._poll = poll_seconds
         self._wake = asyncio.Event()
         self._active: dict[str, asyncio.Task[None]] = {}
+        self._reserved = 0
+        """Places promised to transactions that may claim a run for this worker."""
+        self._taking = False
         self._received_due = True
         self._received_at = float("-inf")
+
+    def reserve(self) -> Slot | None:
+        """A free place for a run handed over, or None (see `runtime.handoff.Slots`)."""
+        if not self._taking or len(self._active) + self._reserved >= self._concurrency:
+            return None
+        self._reserved += 1
+        return _Place(self)
 
     def wake(self) -> None:
         """Look for received decisions and ready runs now."""
@@ -63,6 +80,15 @@ class Worker:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Loop until `stop` is set; then stop claiming (running drives go on)."""
+        self._taking = True
+        self._runtime.hand_off_to(self)
+        try:
+            await self._loop(stop)
+        finally:
+            self._taking = False
+            self._runtime.hand_off_to(None, only=self)
+
+    async def _loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             # Cleared before looking: a wake-up while the loop looks makes it look again.
             self._wake.clear()
@@ -93,20 +119,27 @@ class Worker:
             except BaseException:
                 self._received_due = True  # looked at again on the next turn
                 raise
-        free = self._concurrency - len(self._active)
-        if free <= 0:
+        taken = len(self._active) + self._reserved
+        if taken >= self._concurrency:
             return
-        for run_id in await self._runtime.claimable(limit=free + len(self._active)):
-            if run_id in self._active or len(self._active) >= self._concurrency:
+        for run_id in await self._runtime.claimable(limit=self._concurrency):
+            if run_id in self._active or len(self._active) + self._reserved >= self._concurrency:
                 continue
-            task = asyncio.create_task(self._drive(run_id))
-            self._active[run_id] = task
+            self._active[run_id] = asyncio.create_task(self._drive(run_id, None))
 
-    async def _drive(self, run_id: str) -> None:
+    def _adopt(self, run_id: str, work: Coroutine[Any, Any, object]) -> None:
+        """Drive a run handed over, claimed for this worker (`work` drives it)."""
+        self._active[run_id] = asyncio.create_task(self._drive(run_id, work))
+
+    async def _drive(self, run_id: str, work: Coroutine[Any, Any, object] | None) -> None:
         try:
             async with self._slots:
                 log.debug("driving run %s", run_id, extra={"run_id": run_id})
-                driven = await self._runtime.drive(run_id)
+                if work is not None:
+                    await work
+                    driven = True
+                else:
+                    driven = await self._runtime.drive(run_id)
                 log.debug(
                     "run %s %s",
                     run_id,
@@ -118,7 +151,11 @@ class Worker:
         except Exception:
             log.exception("driving run %s failed", run_id, extra={"run_id": run_id})
         finally:
-            self._active.pop(run_id, None)
+            if work is not None:
+                work.close()  # not started if cancelled before the slot: a no-op otherwise
+            # A run handed over again as this drive ends has its own task by now.
+            if self._active.get(run_id) is asyncio.current_task():
+                del self._active[run_id]
             # The run may have become ready again (e.g. a pause was lifted).
             self._wake.set()
 
@@ -137,6 +174,27 @@ class Worker:
         for task in pending:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+
+
+class _Place:
+    """A place reserved in a `Worker` for a run handed over (`runtime.handoff.Slot`)."""
+
+    def __init__(self, worker: Worker) -> None:
+        self._worker: Worker | None = worker
+
+    def use(self, run_id: str, work: Coroutine[Any, Any, object]) -> None:
+        worker = self._worker
+        if worker is None:
+            work.close()
+            raise RuntimeError("this place was used or released already")
+        self._worker = None
+        worker._reserved -= 1
+        worker._adopt(run_id, work)
+
+    def release(self) -> None:
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            worker._reserved -= 1
 
 
 async def every(

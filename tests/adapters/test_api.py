@@ -72,7 +72,8 @@ async def test_start_a_run_and_show_what_it_waits_on(service: Any) -> None:
     )
     assert status == 202
     run_id = body["run_id"]
-    assert body["status"] == "queued"
+    # Claimed for the idle serving worker in the start's own commit.
+    assert body["status"] == "running"
     assert body["requester"] == "U1"
     assert body["url"] == f"/api/runs/{run_id}"
 
@@ -227,7 +228,8 @@ async def test_allow_runs_the_tool_and_the_run_finishes(service: Any) -> None:
     status, body = await decide(service, parked.pending[0].ticket_id, {"decision": "allow"})
     assert status == 200
     assert body["decision"] == "allow"
-    assert body["run"]["status"] == "queued"
+    # Made ready and claimed for the idle serving worker in the decision's commit.
+    assert body["run"]["status"] == "running"
     done = await service.finished(parked.run_id)
     assert done.status is RunStatus.DONE
     assert service.ledger == [("transfer", {"account": "ACME-1", "amount": 250.0})]

@@ -331,3 +331,49 @@ def test_crash_after_parking_loses_nothing(place: Place) -> None:
     run = only_run(s.run("approve"))
     assert_finished(run)
     assert len(s.tool_runs()) == 1
+
+
+# --- runs driven by a serving worker, handed over in the commit that made them ready ------
+
+
+def test_crash_after_a_handed_over_decision_runs_the_tool_once(place: Place) -> None:
+    """A worker's loop runs; the decision's commit claims the run for that worker, and the
+    process dies right after it: the claimed run is recovered once its lease expires and
+    its (manual) tool runs for the first and only time."""
+    s = scenario(place, "manual")
+    s.run("serve", kill_at="decision_committed")
+    assert s.tool_runs() == []
+
+    dump = s.run("recover")
+    run = only_run(dump)
+    assert [r["run_id"] for r in dump["recovered"]] == [run["run_id"]]
+    assert len(s.tool_runs()) == 1
+    assert_finished(run)
+    assert only_call(run)["attempts"] == 1
+    assert "tool_uncertain" not in kinds(run)
+
+
+@pytest.mark.parametrize("kill_at", list(DISPATCH_POINTS))
+def test_a_handed_over_run_killed_mid_tool_follows_its_policy(place: Place, kill_at: str) -> None:
+    s = scenario(place, "manual")
+    s.run("serve", kill_at=kill_at)
+    before = len(s.tool_runs())
+    assert before == DISPATCH_POINTS[kill_at]
+
+    run = only_run(s.run("recover"))
+    assert len(s.tool_runs()) == before, "a manual call was executed again by recovery"
+    assert run["status"] == "awaiting"
+    assert [p["status"] for p in run["pending"]] == ["uncertain"]
+    assert kinds(run).count("tool_uncertain") == 1
+
+
+def test_a_served_run_uncrashed_is_claimed_only_in_its_commits(place: Place) -> None:
+    """Without a crash the worker drives the run to its end, and no claim of the loop's
+    own was needed: the decision's commit is the one claim recorded."""
+    s = scenario(place, "manual")
+    dump = s.run("serve")
+    assert dump["result"]["status"] == "done"
+    run = only_run(dump)
+    assert_finished(run)
+    assert kinds(run).count("run_claimed") == 1
+    assert len(s.tool_runs()) == 1

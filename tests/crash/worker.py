@@ -8,6 +8,9 @@ Run as a real subprocess by ``tests/crash/test_crash_recovery.py``::
 Phases (each is meant to run in a fresh process):
 
 * ``start``   start the run (it parks on the ``ask`` tool), then approve it with ``resume=True``;
+* ``serve``   as ``signoff serve`` drives runs: a `Worker` loop runs, the run is started
+              without waiting and approved without resuming, and the worker drives it (each
+              time claimed for the worker in the start's or the decision's own commit);
 * ``park``    only start the run (it parks);
 * ``approve`` approve the parked run with ``resume=True``;
 * ``recover`` wait until every ``running`` run's lease expired, then ``Runtime.recover()``;
@@ -54,6 +57,7 @@ from runtime import (
     tool_call_reply,
 )
 from runtime.store.sql import SQLStore
+from runtime.worker import Worker
 
 AGENT = "crashy"
 REQUESTER = "U1"
@@ -220,6 +224,49 @@ def result_json(result: RunResult) -> dict[str, Any]:
     }
 
 
+class Turns:
+    """Counts committed model calls (the first parks the run, the second ends it)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.changed = asyncio.Event()
+
+    def checkpoint(self, point: str, info: dict[str, Any]) -> None:
+        if point == "model_call_committed":
+            self.count += 1
+            self.changed.set()
+
+    async def reach(self, count: int) -> None:
+        async with asyncio.timeout(30):
+            while self.count < count:
+                self.changed.clear()
+                await self.changed.wait()
+
+
+async def serve(runtime: Runtime, turns: Turns) -> dict[str, Any]:
+    """The ``serve`` phase: a worker's loop drives what is started and decided."""
+    worker = Worker(runtime, poll_seconds=0.05)
+    stop = asyncio.Event()
+    loop = asyncio.create_task(worker.run(stop))
+    await asyncio.sleep(0)  # the loop has begun: it takes runs from now on
+    try:
+        started = await runtime.start(AGENT, "refund order A1", requester=REQUESTER, wait=False)
+        if started.status is not RunStatus.RUNNING:
+            raise SystemExit(f"the start was not handed to the worker: {started.status}")
+        await turns.reach(1)
+        parked = await runtime.get(started.run_id)
+        print(json.dumps({"parked": parked.run_id}), flush=True)
+        decided = await runtime.approve(parked.pending[0], resume=False)
+        if decided.status is not RunStatus.RUNNING:
+            raise SystemExit(f"the decision was not handed to the worker: {decided.status}")
+        await turns.reach(2)
+        return result_json(await runtime.get(started.run_id))
+    finally:
+        stop.set()
+        await loop
+        await worker.drain(5)
+
+
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     """Run one phase; return the JSON-able state of the database afterwards."""
     ledger = Path(args.ledger)
@@ -228,15 +275,23 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     url = args.db if "://" in args.db else f"sqlite+aiosqlite:///{args.db}"
     store = SQLStore.from_url(url, busy_timeout_ms=750, synchronous="full")
     await store.migrate()
+    turns = Turns()
+
+    def checkpoint(point: str, info: dict[str, Any]) -> None:
+        killer.checkpoint(point, info)
+        turns.checkpoint(point, info)
+
     runtime = Runtime(
         store,
         [agent],
         lease_seconds=args.lease,
-        checkpoint=killer.checkpoint,
+        checkpoint=checkpoint,
     )
     output: dict[str, Any] = {"phase": args.phase, "pid": os.getpid()}
     try:
-        if args.phase in ("start", "park"):
+        if args.phase == "serve":
+            output["result"] = await serve(runtime, turns)
+        elif args.phase in ("start", "park"):
             result = await runtime.start(AGENT, "refund order A1", requester=REQUESTER)
             print(json.dumps({"parked": result.run_id}), flush=True)
             output["parked"] = result_json(result)
@@ -277,7 +332,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--kill-count", type=int, default=1)
     parser.add_argument(
         "--phase",
-        choices=["start", "park", "approve", "recover", "resolve"],
+        choices=["start", "serve", "park", "approve", "recover", "resolve"],
         required=True,
     )
     parser.add_argument("--resolve", choices=["result", "retry", "abort"], default="result")
