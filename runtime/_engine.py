@@ -515,6 +515,7 @@ class Driver:
             case _:
                 assert_never(stop)
         ends = unusable is not None or not response.tool_calls
+        waits = runnable = False
         async with self.deps.store.transaction() as tx:
             if ends:
                 await delegation.lock_parent(tx, run)
@@ -540,10 +541,7 @@ class Driver:
                 # cut short, and a refusal is not an answer to report as done.
                 await self._fail_in(tx, unusable)
                 await self._save(tx)
-                self.deps.reach("model_call_committed", run_id=run.run_id)
-                self._reach_child_finished()
-                return False
-            if not response.tool_calls:
+            elif not response.tool_calls:
                 run.final_text = response.text or ""
                 self._release(RunStatus.DONE)
                 await delegation.settle_parent(self.deps, tx, run)
@@ -556,28 +554,30 @@ class Driver:
                     {"status": "done", "text": run.final_text, "thread_id": run.thread_id},
                 )
                 await self._save(tx)
-                self.deps.reach("model_call_committed", run_id=run.run_id)
-                self._reach_child_finished()
-                return False
-            run.batch += 1
-            waits = False
-            runnable = False
-            proposed: list[CallRecord] = []
-            self._calls = (run.batch, proposed)
-            for seq, request in enumerate(response.tool_calls):
-                call = await self._propose(
-                    tx, agent, seq, request.id, request.name, request.arguments, response.text
-                )
-                proposed.append(call)
-                waits = waits or (not call.state.settled and call.state is not CallState.APPROVED)
-                runnable = runnable or call.state is CallState.APPROVED
-            # Two or more approvals in one turn: chat offers "Allow all N" once all are shown.
-            await offer_batch(self.deps, tx, run, proposed)
-            if waits and not runnable:
-                self._release(RunStatus.AWAITING)
-                await record(tx, run.run_id, now, "run_awaiting")
-            await self._save(tx)
+            else:
+                run.batch += 1
+                proposed: list[CallRecord] = []
+                self._calls = (run.batch, proposed)
+                for seq, request in enumerate(response.tool_calls):
+                    call = await self._propose(
+                        tx, agent, seq, request.id, request.name, request.arguments, response.text
+                    )
+                    proposed.append(call)
+                    settled = call.state.settled or call.state is CallState.APPROVED
+                    waits = waits or not settled
+                    runnable = runnable or call.state is CallState.APPROVED
+                # Two or more approvals in one turn: chat offers "Allow all N" once all are
+                # shown.
+                await offer_batch(self.deps, tx, run, proposed)
+                if waits and not runnable:
+                    self._release(RunStatus.AWAITING)
+                    await record(tx, run.run_id, now, "run_awaiting")
+                await self._save(tx)
+        # Reached once the transaction committed, whichever way the turn went.
         self.deps.reach("model_call_committed", run_id=run.run_id)
+        if ends:
+            self._reach_child_finished()
+            return False
         return not (waits and not runnable)
 
     async def _propose(

@@ -141,6 +141,15 @@ class Starter:
                 thread_id=run.thread_id,
                 origin=run.origin,
             )
+            if run.lease_owner is not None:  # inserted claimed: the claim is recorded too
+                await record(
+                    tx,
+                    run.run_id,
+                    run.created_at,
+                    "run_claimed",
+                    worker=run.lease_owner,
+                    fence=run.fence,
+                )
         return None
 
     async def use_keys(

@@ -369,11 +369,14 @@ def test_a_handed_over_run_killed_mid_tool_follows_its_policy(place: Place, kill
 
 def test_a_served_run_uncrashed_is_claimed_only_in_its_commits(place: Place) -> None:
     """Without a crash the worker drives the run to its end, and no claim of the loop's
-    own was needed: the decision's commit is the one claim recorded."""
+    own was needed: the start's commit and the decision's are the two claims recorded."""
     s = scenario(place, "manual")
-    dump = s.run("serve")
+    # A lease that outlasts a loaded machine's pauses: nothing here is to be recovered.
+    dump = s.run("serve", lease="30")
     assert dump["result"]["status"] == "done"
     run = only_run(dump)
     assert_finished(run)
-    assert kinds(run).count("run_claimed") == 1
+    claims = [e for e in run["events"] if e["kind"] == "run_claimed"]
+    assert [c["data"]["fence"] for c in claims] == [1, 2]
+    assert kinds(run).index("run_claimed") == kinds(run).index("run_started") + 1
     assert len(s.tool_runs()) == 1

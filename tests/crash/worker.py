@@ -225,21 +225,23 @@ def result_json(result: RunResult) -> dict[str, Any]:
 
 
 class Turns:
-    """Counts committed model calls (the first parks the run, the second ends it)."""
+    """Signals each committed model call (the first parks the run, the second ends it)."""
 
     def __init__(self) -> None:
-        self.count = 0
         self.changed = asyncio.Event()
 
     def checkpoint(self, point: str, info: dict[str, Any]) -> None:
         if point == "model_call_committed":
-            self.count += 1
             self.changed.set()
 
-    async def reach(self, count: int) -> None:
+    async def until(self, runtime: Runtime, run_id: str, status: RunStatus) -> RunResult:
+        """The run once it has `status` (looked at again after every model call)."""
         async with asyncio.timeout(30):
-            while self.count < count:
+            while True:
                 self.changed.clear()
+                current = await runtime.get(run_id)
+                if current.status is status:
+                    return current
                 await self.changed.wait()
 
 
@@ -253,14 +255,12 @@ async def serve(runtime: Runtime, turns: Turns) -> dict[str, Any]:
         started = await runtime.start(AGENT, "refund order A1", requester=REQUESTER, wait=False)
         if started.status is not RunStatus.RUNNING:
             raise SystemExit(f"the start was not handed to the worker: {started.status}")
-        await turns.reach(1)
-        parked = await runtime.get(started.run_id)
+        parked = await turns.until(runtime, started.run_id, RunStatus.AWAITING)
         print(json.dumps({"parked": parked.run_id}), flush=True)
         decided = await runtime.approve(parked.pending[0], resume=False)
         if decided.status is not RunStatus.RUNNING:
             raise SystemExit(f"the decision was not handed to the worker: {decided.status}")
-        await turns.reach(2)
-        return result_json(await runtime.get(started.run_id))
+        return result_json(await turns.until(runtime, started.run_id, RunStatus.DONE))
     finally:
         stop.set()
         await loop

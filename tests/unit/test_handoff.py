@@ -93,9 +93,11 @@ async def test_a_start_goes_to_a_free_place_claimed_in_its_own_commit(
         await turns.turn(1)
         parked = await rt.get(started.run_id)
         assert parked.status is RunStatus.AWAITING
-    # Nobody had to find the run queued and claim it.
+    # Nobody had to find the run queued and claim it: the start's commit did.
     assert turns.claims == []
-    assert "run_claimed" not in await events(rt, started.run_id)
+    kinds = await events(rt, started.run_id)
+    assert kinds[:2] == ["run_started", "run_claimed"]
+    assert kinds.count("run_claimed") == 1
 
 
 async def test_with_every_place_taken_a_start_is_queued_for_the_loop(
@@ -128,9 +130,10 @@ async def test_a_decision_that_makes_its_run_ready_hands_it_over(runtime_factory
         assert (await rt.get(parked.run_id)).status is RunStatus.DONE
     assert turns.claims == []
     kinds = await events(rt, parked.run_id)
-    # Claimed in the decision's transaction: one claim, right after the run was ready.
-    assert kinds.count("run_claimed") == 1
-    assert kinds.index("run_claimed") == kinds.index("run_ready") + 1
+    # Claimed in the decision's transaction, right after the run was ready (the other
+    # claim is the start's, which drove the run to its ticket).
+    assert kinds.count("run_claimed") == 2
+    assert kinds[kinds.index("run_ready") + 1] == "run_claimed"
 
 
 async def test_a_stopped_worker_takes_nothing(runtime_factory: Any) -> None:
