@@ -98,6 +98,11 @@ def move_run(run: RunRecord, new: RunStatus) -> None:
     run.status = new
 
 
+async def record_claim(tx: Transaction, run: RunRecord, at: datetime) -> None:
+    """The event of `run` claimed, by its lease owner under its (new) fence."""
+    await record(tx, run.run_id, at, "run_claimed", worker=run.lease_owner, fence=run.fence)
+
+
 def claim_new(deps: Deps, run: RunRecord, now: datetime) -> None:
     """Make a run about to be inserted already claimed by this worker, its first model
     call marked in flight: the inserting commit is also the claim, and a crash leaves

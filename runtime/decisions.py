@@ -7,7 +7,16 @@ from typing import Any, assert_never
 
 from runtime import grants
 from runtime._engine import blocked_text
-from runtime._support import Deps, display_args, move, move_run, notify, record, to_jsonable
+from runtime._support import (
+    Deps,
+    display_args,
+    move,
+    move_run,
+    notify,
+    record,
+    record_claim,
+    to_jsonable,
+)
 from runtime.driving import Driving
 from runtime.edits import Edit, args_digest, check_edit
 from runtime.errors import NotAwaiting, ResolutionError, UnknownExecutionKey, UnknownTicket
@@ -260,14 +269,7 @@ class Decisions:
                 if resume or slot is not None:
                     # Claim in the same transaction: the run row is locked already.
                     self._driving.claim_locked(run, command.at)
-                    await record(
-                        tx,
-                        run.run_id,
-                        command.at,
-                        "run_claimed",
-                        worker=deps.worker_id,
-                        fence=run.fence,
-                    )
+                    await record_claim(tx, run, command.at)
                     claimed_calls = await tx.calls_for_run(run.run_id, batch=run.batch)
                 else:
                     move_run(run, RunStatus.QUEUED)

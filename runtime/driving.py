@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from runtime._engine import Driver, mark_model_call, record_model_marked, starts_with_model_call
-from runtime._support import Deps, move_run, record
+from runtime._support import Deps, move_run, record_claim
 from runtime.errors import LeaseLost
 from runtime.queries import Queries
 from runtime.results import RunResult, run_result
@@ -74,9 +74,7 @@ class Driving:
                 until=now + timedelta(seconds=deps.lease_seconds),
             )
             if claimed is not None:
-                await record(
-                    tx, run_id, now, "run_claimed", worker=deps.worker_id, fence=claimed.fence
-                )
+                await record_claim(tx, claimed, now)
                 if starts_with_model_call(claimed, deps.agents.get(claimed.agent)):
                     mark_model_call(claimed)
                     await record_model_marked(tx, claimed, now)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from runtime._support import Deps, claim_new, record
+from runtime._support import Deps, claim_new, record, record_claim
 from runtime.agent import Agent
 from runtime.driving import Driving
 from runtime.errors import AccessDenied, IdempotencyConflict
@@ -142,14 +142,7 @@ class Starter:
                 origin=run.origin,
             )
             if run.lease_owner is not None:  # inserted claimed: the claim is recorded too
-                await record(
-                    tx,
-                    run.run_id,
-                    run.created_at,
-                    "run_claimed",
-                    worker=run.lease_owner,
-                    fence=run.fence,
-                )
+                await record_claim(tx, run, run.created_at)
         return None
 
     async def use_keys(

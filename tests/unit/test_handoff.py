@@ -7,44 +7,20 @@ from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any
 
-from runtime import (
-    Actor,
-    Agent,
-    RunStatus,
-    Runtime,
-    ScriptedModel,
-    final_reply,
-    tool_call_reply,
-)
+from test_worker_wakes import Looks, payments
+
+from runtime import Actor, RunStatus, Runtime
 from runtime.worker import Worker
 
 U1 = Actor(id="U1", platform="api")
 
 
-def payments() -> Agent:
-    model = ScriptedModel([tool_call_reply(("pay", {"amount": 5})), final_reply("Paid.")])
-    agent = Agent("payments", "Pay.", model)
-
-    @agent.tool(permission="ask")
-    def pay(amount: int) -> str:
-        """Pay."""
-        return "ok"
-
-    return agent
-
-
-class Turns:
-    """Model turns committed (the runtime's checkpoints) and the loop's own claims."""
+class Turns(Looks):
+    """Model turns committed, and the loop's own claims (`Runtime.drive`)."""
 
     def __init__(self) -> None:
-        self.turns = 0
-        self.turned = asyncio.Event()
+        super().__init__()
         self.claims: list[str] = []
-
-    def checkpoint(self, point: str, info: dict[str, Any]) -> None:
-        if point == "model_call_committed":
-            self.turns += 1
-            self.turned.set()
 
     def count_claims(self, rt: Runtime) -> None:
         drive = rt.drive
@@ -54,13 +30,6 @@ class Turns:
             return await drive(run_id)
 
         rt.drive = counted  # type: ignore[method-assign]
-
-    async def turn(self, number: int) -> None:
-        """Wait until `number` model turns were committed."""
-        async with asyncio.timeout(20):
-            while self.turns < number:
-                self.turned.clear()
-                await self.turned.wait()
 
 
 @asynccontextmanager
