@@ -54,12 +54,19 @@ class Worker:
         self._reserved = 0
         """Places promised to transactions that may claim a run for this worker."""
         self._taking = False
+        self._backlog = False
+        """Ready runs wait in the queue: new ones queue behind them instead of being
+        handed over ahead of them (cleared by a look that leaves nothing waiting)."""
         self._received_due = True
         self._received_at = float("-inf")
 
     def reserve(self) -> Slot | None:
-        """A free place for a run handed over, or None (see `runtime.handoff.Slots`)."""
-        if not self._taking or len(self._active) + self._reserved >= self._concurrency:
+        """A free place for a run handed over, or None (see `runtime.handoff.Slots`):
+        not while runs wait in the queue, which are older and go first."""
+        if not self._taking or self._backlog:
+            return None
+        if len(self._active) + self._reserved >= self._concurrency:
+            self._backlog = True  # the run asking is queued
             return None
         self._reserved += 1
         return _Place(self)
@@ -122,10 +129,17 @@ class Worker:
         taken = len(self._active) + self._reserved
         if taken >= self._concurrency:
             return
-        for run_id in await self._runtime.claimable(limit=self._concurrency):
-            if run_id in self._active or len(self._active) + self._reserved >= self._concurrency:
+        found = await self._runtime.claimable(limit=self._concurrency)
+        left = 0
+        for run_id in found:
+            if run_id in self._active:
+                continue
+            if len(self._active) + self._reserved >= self._concurrency:
+                left += 1
                 continue
             self._active[run_id] = asyncio.create_task(self._drive(run_id, None))
+        # A full page may hide more ready runs: the next look tells.
+        self._backlog = left > 0 or len(found) >= self._concurrency
 
     def _adopt(self, run_id: str, work: Coroutine[Any, Any, object]) -> None:
         """Drive a run handed over, claimed for this worker (`work` drives it)."""

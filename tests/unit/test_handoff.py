@@ -120,11 +120,10 @@ async def test_a_place_is_used_or_given_back_once(runtime_factory: Any) -> None:
     async with serving(rt, concurrency=2) as worker:
         first, second = worker.reserve(), worker.reserve()
         assert first is not None and second is not None
-        assert worker.reserve() is None
         first.release()
         first.release()  # a second release gives back nothing more
         third = worker.reserve()
-        assert third is not None and worker.reserve() is None
+        assert third is not None
         second.release()
         third.release()
         assert worker.reserve() is not None
@@ -174,3 +173,36 @@ async def test_resuming_in_place_does_not_hand_over(runtime_factory: Any) -> Non
         done = await rt.approve(parked.pending[0], actor=U1, resume=True)
         assert done.status is RunStatus.DONE  # driven by the caller, to its end
         assert worker.active == 0
+
+
+async def test_runs_waiting_in_the_queue_go_before_new_ones(runtime_factory: Any) -> None:
+    turns = Turns()
+    rt = runtime_factory(payments(), checkpoint=turns.checkpoint)
+    turns.count_claims(rt)
+    emptied = asyncio.Event()  # a look of the loop found no ready run
+    claimable = rt.claimable
+
+    async def looked(limit: int = 10) -> list[str]:
+        found = await claimable(limit)
+        if not found:
+            emptied.set()
+        return found
+
+    rt.claimable = looked  # type: ignore[method-assign]
+    async with serving(rt, concurrency=1) as worker:
+        held = worker.reserve()
+        assert held is not None
+        older = await rt.start("payments", "pay 5", requester="U1", wait=False)
+        assert older.status is RunStatus.QUEUED  # no place: queued
+        held.release()
+        # A place is free again, but a run waits in the queue: the new one queues behind.
+        newer = await rt.start("payments", "pay 6", requester="U1", wait=False)
+        assert newer.status is RunStatus.QUEUED
+        emptied.clear()
+        worker.wake_runs()
+        await turns.turn(2)
+        assert turns.claims == [older.run_id, newer.run_id]
+        # Once a look finds the queue empty, starts are handed over again.
+        await asyncio.wait_for(emptied.wait(), 20)
+        latest = await rt.start("payments", "pay 7", requester="U1", wait=False)
+        assert latest.status is RunStatus.RUNNING
