@@ -5,6 +5,7 @@ Usage::
     python bench/slack_clicks.py                            # 300 clicks at 1, 10, 100 clickers
     python bench/slack_clicks.py --clicks 1000 --levels 10,100 --synchronous normal
     python bench/slack_clicks.py --card-edits 20            # click -> card edited, one channel
+    python bench/slack_clicks.py --event-loop asyncio       # the server on asyncio's own loop
 
 One process holds the server, as `signoff serve` does: a SQLite file store, a `Runtime`,
 a `Worker` (which applies received clicks and drives the runs they make ready), and
@@ -72,7 +73,7 @@ from fake_slack import (  # noqa: E402
 )
 
 from adapters.slack import SlackConfig, add_slack_routes, blocks, build_slack_app  # noqa: E402
-from bot import collector  # noqa: E402
+from bot import collector, event_loop  # noqa: E402
 from bot.app import build_app  # noqa: E402
 from bot.settings import load_settings  # noqa: E402
 from runtime import (  # noqa: E402
@@ -496,12 +497,19 @@ def _correlation(card: Any) -> str:
     raise AssertionError("a card without buttons")
 
 
-async def main() -> None:
+def parse_args() -> argparse.Namespace:
+    """The command line."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clicks", type=int, default=300, help="clicks (and runs) per level")
     parser.add_argument("--levels", default="1,10,100", help="concurrent clickers per level")
     parser.add_argument("--synchronous", choices=["full", "normal"], default="full")
     parser.add_argument("--workers", type=int, default=4, help="the Worker's concurrency")
+    parser.add_argument(
+        "--event-loop",
+        choices=["auto", "uvloop", "asyncio"],
+        default="auto",
+        help="the server's loop, as SIGNOFF_EVENT_LOOP chooses it (the clickers keep asyncio's)",
+    )
     parser.add_argument(
         "--card-edits",
         type=int,
@@ -524,7 +532,10 @@ async def main() -> None:
         metavar="FILE",
         help="cProfile the server during the clicks of the last level into FILE",
     )
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+async def main(args: argparse.Namespace) -> None:
     for name in list(os.environ):  # slack_sdk would route 127.0.0.1 through a proxy
         if name.upper() in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY") or name.startswith("SLACK_"):
             del os.environ[name]
@@ -545,7 +556,8 @@ async def main() -> None:
         return
     print(
         f"python {platform.python_version()}, {os.cpu_count()} cpus, "
-        f"synchronous={args.synchronous}, {args.clicks} clicks per level"
+        f"synchronous={args.synchronous}, {args.clicks} clicks per level, "
+        f"{event_loop.running_name()} event loop"
     )
     print(
         "| clickers | clicks/s | ack p50 ms | ack p99 ms | ack p99 after the first wave ms "
@@ -592,5 +604,6 @@ def print_level(level: int, figures: dict[str, float], what: str = "") -> None:
 
 
 if __name__ == "__main__":
+    arguments = parse_args()
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(main())
+        event_loop.run(main(arguments), arguments.event_loop)

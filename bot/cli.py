@@ -24,6 +24,7 @@ from typing import Any, TypeVar, assert_never
 
 import click
 
+from bot import event_loop
 from bot.settings import Settings, load_settings
 from bot.wiring import (
     LoadedAgents,
@@ -1278,7 +1279,7 @@ def serve(database_url: str | None) -> None:
 
     settings = _state().settings(database_url)
     configure_logging(settings.log_level)
-    _run(serve_forever(settings))
+    event_loop.run(serve_forever(settings), settings.event_loop)
 
 
 @cli.command()

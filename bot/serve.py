@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from bot import collector
+from bot import collector, event_loop
 from bot.health import Metrics, add_health_routes
 from bot.notifiers import NOTIFIERS_KEY
 from bot.settings import Settings, require_shared_settings
@@ -221,6 +221,7 @@ async def serve(settings: Settings) -> None:
     collector.serving()
     agents = ", ".join(sorted(service.runtime.agents)) or "none"
     log.warning("signoff is serving at %s (agents: %s)", url, agents, extra={"url": url})
+    log.info("event loop: %s", event_loop.running_name())
     if settings.operator_token is None:
         # The token itself goes to stdout only, once: logs are shipped and kept.
         log.warning(

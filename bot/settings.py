@@ -41,6 +41,7 @@ from pydantic_settings import (
 )
 
 from adapters.models.specs import canonical
+from bot.event_loop import EventLoopChoice
 from runtime import ConfigurationError
 
 ENV_PREFIX = "SIGNOFF_"
@@ -133,6 +134,8 @@ class Settings(BaseSettings):
         port: TCP port of the HTTP server (0 picks a free one).
         log_level: ``DEBUG``, ``INFO``, ``WARNING``, ``ERROR`` or ``CRITICAL``.
         workers: Runs `signoff serve` drives at the same time.
+        event_loop: The event loop `signoff serve` runs on: ``auto`` (uvloop when
+            installed, else asyncio's), ``uvloop`` or ``asyncio``.
         max_queued_runs: Webhooks answer 503 with ``Retry-After`` while this many runs
             wait for a worker (0: never).
         shutdown_grace_seconds: On SIGTERM, how long running tools may take to settle.
@@ -218,6 +221,7 @@ class Settings(BaseSettings):
     port: int = Field(default=8080, ge=0, le=65535)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "WARNING"
     workers: int = Field(default=4, ge=1, le=256)
+    event_loop: EventLoopChoice = "auto"
     max_queued_runs: int = Field(default=1000, ge=0)
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)
     http_idle_timeout_seconds: float = Field(default=15.0, gt=0)
