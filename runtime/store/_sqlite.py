@@ -334,6 +334,16 @@ async def _outlast(future: asyncio.Future[Any]) -> bool:
     return interrupted
 
 
+async def _let_others_run() -> bool:
+    """Yield the event loop once; whether this task was cancelled meanwhile (the caller
+    finishes what it holds first, then raises `CancelledError`)."""
+    try:
+        await asyncio.sleep(0)
+    except asyncio.CancelledError:
+        return True
+    return False
+
+
 async def _settle(future: asyncio.Future[_T]) -> _T:
     """Await `future` to its end even if this task is cancelled meanwhile (then re-raise)."""
     if await _outlast(future):
@@ -508,6 +518,13 @@ class SQLiteWriter:
             self._pass_on(commit_here=False)
             raise
         assert group is not None and member is not None
+        interrupted = False
+        if wait and self._waiting == 0:
+            # About to commit alone: first let what is ready run (a request just read
+            # from a socket, a task woken by the last commit). Without this a task
+            # making transaction after transaction never yields the event loop, and
+            # what it starves cannot queue here to share the commit.
+            interrupted = await _let_others_run()
         if self._pass_on(commit_here=wait):
             # Nobody else is queued: commit here, without a task in between.
             await self._finish(group, release=True)
@@ -518,6 +535,8 @@ class SQLiteWriter:
                 raise StorageError(f"commit failed, outcome unknown: {exc}") from exc
             if member.wrote:
                 self.commits += 1
+        if interrupted:
+            raise asyncio.CancelledError
 
     @asynccontextmanager
     async def exclusive(self) -> AsyncIterator[sqlite3.Connection]:

@@ -274,6 +274,40 @@ async def test_sqlite_statements_run_without_thread_round_trips(
         await store.close()
 
 
+async def test_transactions_one_after_another_let_other_tasks_run(
+    tmp_path: Path, make: Make
+) -> None:
+    # A task writing transaction after transaction (the worker applying stored clicks)
+    # must not starve the event loop: a request waiting to be answered meanwhile gets a
+    # turn between every two of its commits, not only once it is done.
+    store = SQLStore.sqlite(tmp_path / "t.db")
+    try:
+        await store.migrate()
+        committed = 0
+        seen: list[int] = []
+        finished = asyncio.Event()
+
+        async def write_many() -> None:
+            nonlocal committed
+            for n in range(40):
+                async with store.transaction() as tx:
+                    await tx.insert_run(make.run(f"run_{n}"))
+                committed += 1
+            finished.set()
+
+        async def other_work() -> None:
+            while not finished.is_set():
+                seen.append(committed)
+                await asyncio.sleep(0)
+
+        await asyncio.gather(write_many(), other_work())
+        # The other task saw (nearly) every intermediate count.
+        assert len(set(seen)) >= 35, sorted(set(seen))
+        assert store.writer is not None and store.writer.syncs == 40
+    finally:
+        await store.close()
+
+
 async def test_foreign_keys_are_enforced(tmp_path: Path, make: Make) -> None:
     store = SQLStore.sqlite(tmp_path / "t.db")
     try:
