@@ -30,6 +30,13 @@ and prints cycles/s, CPU ms per cycle (this process, every thread), commits per 
 and signoff's ratio to each LangGraph variant. ``disk %`` is cycles/s divided by the
 disk's bound (raw commits/s over commits per cycle; signoff counts the commits it makes
 durable, which transactions running at once share).
+
+``signoff SQL replayed c1`` is the floor under signoff's own row: the statements and
+commits signoff's store ran for `--runs` cycles (recorded in an untimed pass, with their
+bound values), run again in the same order by plain `sqlite3` on a fresh database in the
+same directory, with nothing else (no model, tool, records, JSON or checks). Its ``disk
+%`` is what a runtime writing exactly what signoff writes, at no cost of its own, would
+reach.
 """
 
 from __future__ import annotations
@@ -199,6 +206,104 @@ class Signoff:
         await self.store.close()
 
 
+class StatementLog:
+    """What a SQLite store runs, in order, with bound values: statements and commits.
+
+    Wraps the methods of the store's writer that reach its connection (in this process
+    only; the benchmark's own instrument).
+    """
+
+    def __init__(self, store: SQLStore) -> None:
+        writer = store.writer
+        if writer is None:
+            raise RuntimeError("not a SQLite store")
+        self.entries: list[tuple[str, str, Any]] = []
+        log = self.entries
+        execute, run_sql, commit = writer.execute, writer._sql, writer._commit
+
+        def recording_execute(conn: sqlite3.Connection, statement: Any, params: Any) -> Any:
+            if type(params) is list:
+                if params:
+                    plan = writer.plan(statement, params[0])
+                    log.append(("many", plan.sql, [plan.parameters(p) for p in params]))
+            else:
+                given = params or {}
+                plan = writer.plan(statement, given)
+                sql, values = (
+                    plan.expand(given) if plan.expanding else (plan.sql, plan.parameters(given))
+                )
+                log.append(("one", sql, values))
+            return execute(conn, statement, params)
+
+        def recording_sql(conn: sqlite3.Connection, sql: str) -> None:
+            log.append(("sql", sql, None))
+            run_sql(conn, sql)
+
+        def recording_commit(conn: sqlite3.Connection) -> None:
+            log.append(("commit", "", None))
+            commit(conn)
+
+        writer.execute = recording_execute  # type: ignore[method-assign]
+        writer._sql = recording_sql  # type: ignore[method-assign]
+        writer._commit = recording_commit  # type: ignore[method-assign]
+
+
+async def record_signoff(path: Path, runs: int) -> list[tuple[str, str, Any]]:
+    """signoff's statements for `runs` cycles one at a time, on a database of its own."""
+    signoff = Signoff(path)
+    await signoff.open()
+    try:
+        log = StatementLog(signoff.store)
+        for n in range(runs):
+            await signoff.cycle(n)
+        return log.entries
+    finally:
+        await signoff.close()
+
+
+def replay(path: Path, entries: list[tuple[str, str, Any]], cycles: int) -> Result:
+    """Run recorded statements again with plain `sqlite3` on `path` (WAL, FULL)."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        commits = 0
+        began, cpu = time.perf_counter(), time.process_time()
+        for kind, sql, values in entries:
+            if kind == "one":
+                cursor = conn.execute(sql, values)
+                cursor.fetchall()
+                cursor.close()
+            elif kind == "many":
+                conn.executemany(sql, values)
+            elif kind == "sql":
+                if sql.startswith("BEGIN") and conn.in_transaction:
+                    conn.commit()  # a transaction that wrote nothing ended without a sync
+                conn.execute(sql).close()
+            else:
+                conn.commit()
+                commits += 1
+        if conn.in_transaction:
+            conn.commit()
+        seconds, cpu = time.perf_counter() - began, time.process_time() - cpu
+        return Result("signoff SQL replayed c1", cycles, seconds, cpu, commits)
+    finally:
+        conn.close()
+
+
+async def sql_floor(beside: Path, runs: int) -> Result:
+    """Record signoff's statements for `runs` cycles, then replay them on a fresh file
+    (both in a scratch directory beside `beside`: the same disk)."""
+    with tempfile.TemporaryDirectory(prefix="signoff-floor-", dir=beside.parent) as scratch:
+        directory = Path(scratch)
+        entries = await record_signoff(directory / "recorded.db", runs)
+        target = SQLStore.sqlite(directory / "replayed.db")
+        await target.migrate()
+        await target.close()
+        return replay(directory / "replayed.db", entries, runs)
+
+
 class LangGraph:
     def __init__(self, path: Path, durability: str) -> None:
         self.path = path
@@ -276,6 +381,7 @@ async def one_round(
                     lambda n, s=system, o=offset: s.cycle(o + n),  # type: ignore[misc]
                     system.commits,
                 )
+        results["signoff SQL replayed c1"] = await sql_floor(path, runs)
     finally:
         await signoff.close()
         for graph in graphs.values():
@@ -294,6 +400,11 @@ def report_round(number: int, disk: float, results: dict[str, Result], concurren
         lines.append(
             f"  {name:<22} {r.rate:>9.1f} {1000 * r.cpu_seconds / r.cycles:>13.2f} "
             f"{r.commits_per_cycle:>14.2f} {100 * r.rate / bound:>6.0f}%"
+        )
+    floor = results.get("signoff SQL replayed c1")
+    if floor is not None:
+        lines.append(
+            f"  signoff c1 / its SQL replayed: {results['signoff c1'].rate / floor.rate:.2f}x"
         )
     for tasks in (1, concurrency):
         ours = results[f"signoff c{tasks}"].rate
