@@ -22,6 +22,11 @@ class RunRecord:
     the task key it was started for (unique per parent), its depth (1 for a child of a
     top-level run) and its `lineage`: ``{"run_id", "agent"}`` of every ancestor, the
     top-level run first.
+
+    The transcript (`messages`) only grows: entries are appended, never changed or
+    removed, so a store writes only what was appended since it last wrote the run.
+    ``messages_sealed`` is a store's own bookkeeping of that (how many entries it keeps
+    apart from the run's row); it is not part of the run's value.
     """
 
     run_id: str
@@ -54,6 +59,7 @@ class RunRecord:
     task_key: str | None = None
     depth: int = 0
     lineage: list[dict[str, str]] = field(default_factory=list)
+    messages_sealed: int = field(default=0, compare=False, repr=False)
 
 
 RUN_CREATED_WITH = (

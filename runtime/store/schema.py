@@ -57,7 +57,10 @@ runs = Table(
     Column("created_at", BigInteger, nullable=False),
     Column("updated_at", BigInteger, nullable=False),
     Column("origin", JSON, nullable=False),
-    Column("messages", JSON, nullable=False),
+    # The transcript's newest entries (rewritten with the run); the older ones are in
+    # `run_messages`, `sealed_messages` of them (see `runtime.store.sql`).
+    Column("recent_messages", JSON, nullable=False),
+    Column("sealed_messages", Integer, nullable=False, server_default="0"),
     Column("turns", Integer, nullable=False),
     Column("prompt_tokens", BigInteger, nullable=False),
     Column("completion_tokens", BigInteger, nullable=False),
@@ -90,6 +93,16 @@ runs = Table(
     Index(None, "requester", "created_at"),
     # child_run / child_runs, and one child per task key of a parent
     Index(None, "parent_run_id", "task_key", unique=True),
+)
+
+# A run's older transcript entries, one row each, written once: entry `seq` (from 0) of
+# the transcript. The newest ones stay in `runs.recent_messages`.
+run_messages = Table(
+    "run_messages",
+    metadata,
+    Column("run_id", String(_ID), ForeignKey("runs.run_id"), primary_key=True),
+    Column("seq", Integer, primary_key=True),
+    Column("message", JSON, nullable=False),
 )
 
 tool_calls = Table(

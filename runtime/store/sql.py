@@ -96,6 +96,7 @@ from runtime.store.schema import (
     outbox_pacing,
     received_commands,
     revoked_sessions,
+    run_messages,
     runs,
     schema_revisions,
     tickets,
@@ -110,7 +111,7 @@ if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
-SCHEMA_HEAD = "0008"
+SCHEMA_HEAD = "0009"
 """The newest migration in ``migrations/versions`` (a test checks it against Alembic's).
 
 A database at this revision is current without loading Alembic."""
@@ -168,8 +169,9 @@ def _opt_datetime(value: int | None) -> datetime | None:
     return None if value is None else from_micros(value)
 
 
-def _run_values(run: RunRecord) -> dict[str, Any]:
-    """Every column of a run except the two request flags."""
+def _run_values(run: RunRecord, sealed: int) -> dict[str, Any]:
+    """Every column of a run except the two request flags, with `sealed` transcript
+    entries kept apart (in `run_messages`)."""
     return {
         "run_id": run.run_id,
         "thread_id": run.thread_id,
@@ -181,7 +183,8 @@ def _run_values(run: RunRecord) -> dict[str, Any]:
         "created_at": to_micros(run.created_at),
         "updated_at": to_micros(run.updated_at),
         "origin": run.origin,
-        "messages": run.messages,
+        "recent_messages": run.messages[sealed:],
+        "sealed_messages": sealed,
         "turns": run.turns,
         "prompt_tokens": run.prompt_tokens,
         "completion_tokens": run.completion_tokens,
@@ -203,6 +206,8 @@ def _run_values(run: RunRecord) -> dict[str, Any]:
 
 
 def _run_record(row: Row[Any]) -> RunRecord:
+    """The run of `row`; its transcript holds only the row's own entries until the
+    sealed ones are read (`SQLTransaction._read_sealed`)."""
     return RunRecord(
         run_id=row.run_id,
         thread_id=row.thread_id,
@@ -214,7 +219,7 @@ def _run_record(row: Row[Any]) -> RunRecord:
         created_at=from_micros(row.created_at),
         updated_at=from_micros(row.updated_at),
         origin=row.origin,
-        messages=row.messages,
+        messages=list(row.recent_messages),
         turns=row.turns,
         prompt_tokens=row.prompt_tokens,
         completion_tokens=row.completion_tokens,
@@ -234,6 +239,7 @@ def _run_record(row: Row[Any]) -> RunRecord:
         task_key=row.task_key,
         depth=row.depth,
         lineage=list(row.lineage or ()),
+        messages_sealed=row.sealed_messages,
     )
 
 
@@ -492,14 +498,45 @@ def _grant_record(row: Row[Any]) -> GrantRecord:
     )
 
 
+def _sealing(run: RunRecord) -> int:
+    """How many of the run's transcript entries to keep apart once it is written.
+
+    Raises:
+        ValueError: The transcript has fewer entries than are kept apart already (it
+            may only grow).
+    """
+    total, sealed = len(run.messages), run.messages_sealed
+    if total < sealed:
+        raise ValueError(
+            f"run {run.run_id}: its transcript has {total} entries, {sealed} were stored; "
+            "a transcript only grows"
+        )
+    return total if total - sealed > RECENT_MESSAGES else sealed
+
+
+def _unseal(run: RunRecord, sealed: int) -> None:
+    run.messages_sealed = sealed
+
+
 def _without(values: dict[str, Any], *keys: str) -> dict[str, Any]:
     for key in keys:
         del values[key]
     return values
 
 
+RECENT_MESSAGES = 8
+"""A run's row keeps at most this many of its newest transcript entries, rewritten with
+each write of the run; once more have come, they all move to `run_messages`, one row
+each, written once. A step then costs the same whatever the transcript's length."""
+
 # Statements that take no per-call structure are built once.
 _INSERT_RUN = insert(runs)
+_INSERT_MESSAGE = insert(run_messages)
+_SEALED_MESSAGES = (
+    select(run_messages.c.run_id, run_messages.c.message)
+    .where(run_messages.c.run_id.in_(bindparam("run_ids", expanding=True)))
+    .order_by(run_messages.c.run_id, run_messages.c.seq)
+)
 _GET_RUN = select(runs).where(runs.c.run_id == bindparam("run_id"))
 # Execution parameters name the columns to SET; the WHERE binds are prefixed so they
 # cannot collide with column names.
@@ -891,6 +928,15 @@ class SQLTransaction:
         self._events: list[dict[str, Any]] = []
         # What other processes should look at once this commits (PostgreSQL NOTIFY).
         self._wake: set[str] = set()
+        # Bookkeeping of records to take back if this transaction does not commit.
+        self._undo: list[Callable[[], None]] = []
+
+    def forget(self) -> None:
+        """The transaction did not commit (or its outcome is unknown): take back what it
+        noted in the records it wrote, so that a later write writes it again."""
+        undo, self._undo = self._undo, []
+        for step in reversed(undo):
+            step()
 
     async def _execute(
         self,
@@ -927,12 +973,15 @@ class SQLTransaction:
     async def insert_run(self, run: RunRecord) -> None:
         """Add a new run; `ValueError` if its id exists, `DuplicateKey` if its parent has
         a child for its task key already."""
-        values = _run_values(run)
+        run.messages_sealed = 0
+        sealed = _sealing(run)
+        values = _run_values(run, sealed)
         values["pause_requested"] = run.pause_requested
         values["cancel_requested"] = run.cancel_requested
         child = run.parent_run_id is not None
         await self._execute(_INSERT_RUN, values, violation=DuplicateKey if child else ValueError)
         self.wrote = True
+        await self._seal(run, sealed)
         if run.status is RunStatus.QUEUED:
             self._wake.add(WAKE_RUNS)
 
@@ -940,14 +989,48 @@ class SQLTransaction:
         """Read a run; ``for_update`` locks its row (a no-op on SQLite)."""
         statement = _GET_RUN_LOCKED if for_update else _GET_RUN
         row = (await self._execute(statement, {"run_id": run_id})).first()
-        return None if row is None else _run_record(row)
+        return None if row is None else (await self._whole([_run_record(row)]))[0]
+
+    async def _seal(self, run: RunRecord, sealed: int) -> None:
+        """Write the transcript entries that move out of the run's row (see
+        `RECENT_MESSAGES`) and note it in the record, taken back if this does not commit."""
+        before = run.messages_sealed
+        if sealed == before:
+            return
+        entries = run.messages
+        rows = [
+            {"run_id": run.run_id, "seq": seq, "message": entries[seq]}
+            for seq in range(before, sealed)
+        ]
+        await self._execute(_INSERT_MESSAGE, rows)
+        run.messages_sealed = sealed
+        self._undo.append(partial(_unseal, run, before))
+
+    async def _whole(self, found: list[RunRecord]) -> list[RunRecord]:
+        """Put the entries kept apart back at the head of each run's transcript."""
+        apart = {run.run_id: run for run in found if run.messages_sealed}
+        if not apart:
+            return found
+        older: dict[str, list[dict[str, Any]]] = {run_id: [] for run_id in apart}
+        for row in await self._execute(_SEALED_MESSAGES, {"run_ids": list(apart)}):
+            older[row.run_id].append(row.message)
+        for run_id, run in apart.items():
+            entries = older[run_id]
+            if len(entries) != run.messages_sealed:
+                raise StorageError(
+                    f"run {run_id}: {run.messages_sealed} transcript entries expected in "
+                    f"run_messages, {len(entries)} found"
+                )
+            run.messages[:0] = entries
+        return found
 
     async def update_run(self, run: RunRecord, *, fence: int | None = None) -> RunFlags:
         """Write what a run changes (see `Transaction.update_run`), guarded by `fence`.
 
         Returns the stored request flags (with ``RETURNING`` where the database has it).
         """
-        values = _without(_run_values(run), "run_id", *RUN_CREATED_WITH)
+        sealed = _sealing(run)
+        values = _without(_run_values(run, sealed), "run_id", *RUN_CREATED_WITH)
         values["b_run_id"] = run.run_id
         statement, returning = _UPDATE_RUN, _UPDATE_RUN_FLAGS
         if fence is not None:
@@ -964,6 +1047,7 @@ class SQLTransaction:
                 raise LeaseLost(f"run {run.run_id}: lease fence {fence} was superseded")
             raise ValueError(f"run {run.run_id} does not exist")
         self.wrote = True
+        await self._seal(run, sealed)
         if run.status is RunStatus.QUEUED:
             self._wake.add(WAKE_RUNS)
         assert row is not None
@@ -1002,7 +1086,7 @@ class SQLTransaction:
             if row is None:
                 return None
             self.wrote = True
-            return _run_record(row)
+            return (await self._whole([_run_record(row)]))[0]
         # Without RETURNING (SQLite < 3.35) the follow-up read is still safe: the
         # transaction holds the write lock since BEGIN IMMEDIATE.
         if (await self._execute(_CLAIM, params)).rowcount != 1:
@@ -1048,7 +1132,7 @@ class SQLTransaction:
                 )
             )
         statement = statement.order_by(runs.c.created_at.desc(), runs.c.run_id.desc()).limit(limit)
-        return [_run_record(row) for row in await self._execute(statement)]
+        return await self._whole([_run_record(row) for row in await self._execute(statement)])
 
     async def count_runs(self) -> dict[str, int]:
         """How many runs there are in each status (statuses without runs are absent)."""
@@ -1058,12 +1142,12 @@ class SQLTransaction:
         """The sub-agent run `parent_run_id` started for `task_key`, if any."""
         params = {"parent": parent_run_id, "task_key": task_key}
         row = (await self._execute(_CHILD_RUN, params)).first()
-        return None if row is None else _run_record(row)
+        return None if row is None else (await self._whole([_run_record(row)]))[0]
 
     async def child_runs(self, parent_run_id: str) -> list[RunRecord]:
         """The sub-agent runs `parent_run_id` started, oldest first."""
         rows = await self._execute(_CHILD_RUNS, {"parent": parent_run_id})
-        return [_run_record(row) for row in rows]
+        return await self._whole([_run_record(row) for row in rows])
 
     # tool calls ---------------------------------------------------------------------
     async def insert_call(self, call: CallRecord) -> None:
@@ -1742,33 +1826,39 @@ class SQLStore:
             StorageError: The database failed to begin or commit. After a failed
                 commit the outcome is unknown.
         """
-        if self._writer is not None:
-            async with self._writer.member() as member:
-                tx = SQLTransaction(member, self._engine.dialect)
-                yield tx
-                await tx.flush()
-                member.wrote = tx.wrote
-            return
-        async with self._lock:
-            conn = await self._connect()
-            try:
-                await self._begin(conn)
-                tx = SQLTransaction(conn, conn.dialect)
-                try:
+        made: SQLTransaction | None = None
+        try:
+            if self._writer is not None:
+                async with self._writer.member() as member:
+                    tx = made = SQLTransaction(member, self._engine.dialect)
                     yield tx
                     await tx.flush()
-                except BaseException:
-                    await _rollback_quietly(conn)
-                    raise
+                    member.wrote = tx.wrote
+                return
+            async with self._lock:
+                conn = await self._connect()
                 try:
-                    await conn.commit()
-                except SQLAlchemyError as exc:
-                    raise StorageError(f"commit failed, outcome unknown: {exc}") from exc
-            finally:
-                with contextlib.suppress(SQLAlchemyError):
-                    await conn.close()
-            if tx.wrote:
-                self._commits += 1
+                    await self._begin(conn)
+                    tx = made = SQLTransaction(conn, conn.dialect)
+                    try:
+                        yield tx
+                        await tx.flush()
+                    except BaseException:
+                        await _rollback_quietly(conn)
+                        raise
+                    try:
+                        await conn.commit()
+                    except SQLAlchemyError as exc:
+                        raise StorageError(f"commit failed, outcome unknown: {exc}") from exc
+                finally:
+                    with contextlib.suppress(SQLAlchemyError):
+                        await conn.close()
+                if tx.wrote:
+                    self._commits += 1
+        except BaseException:
+            if made is not None:
+                made.forget()
+            raise
 
     async def _begin(self, conn: AsyncConnection) -> None:
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import TYPE_CHECKING, Any
 
 from alembic import command
@@ -150,6 +151,54 @@ async def test_autogenerate_is_clean_and_downgrade_drops_everything(empty_sql_ur
         assert await store.schema_revision() is None
         await store.migrate()
         assert await schema_diff(store) == []
+    finally:
+        await store.close()
+
+
+def _to(revision: str) -> Any:
+    def move(conn: Connection) -> None:
+        config = alembic_config()
+        config.attributes["connection"] = conn
+        if revision == "head":
+            command.upgrade(config, revision)
+        else:
+            command.downgrade(config, revision)
+
+    return move
+
+
+async def test_transcripts_survive_0009_both_ways(empty_sql_url: str, make: Make) -> None:
+    # 0009 keeps a run's older transcript entries in rows of their own; going back to
+    # 0008 puts every transcript back whole in runs.messages, and forth again keeps it.
+    transcript = [{"role": "user", "content": f"entry {n}"} for n in range(30)]
+    store = SQLStore.from_url(empty_sql_url)
+    try:
+        await store.migrate()
+        async with store.transaction() as tx:
+            await tx.insert_run(make.run("run_1", messages=list(transcript)))
+            await tx.insert_run(make.run("run_2"))
+        async with store.engine.begin() as conn:
+            await conn.run_sync(_to("0008"))
+        async with store.engine.connect() as conn:
+            rows = (await conn.execute(text("SELECT run_id, messages FROM runs"))).all()
+        stored = {
+            run_id: json.loads(value) if isinstance(value, str) else value for run_id, value in rows
+        }
+        assert stored == {"run_1": transcript, "run_2": make.run().messages}
+    finally:
+        await store.close()
+    store = SQLStore.from_url(empty_sql_url)
+    try:
+        await store.migrate()
+        async with store.transaction() as tx:
+            run = await tx.get_run("run_1")
+            assert run is not None and run.messages == transcript
+            run.messages.append({"role": "assistant", "content": "done"})
+            await tx.update_run(run)
+        async with store.transaction() as tx:
+            again = await tx.get_run("run_1")
+            assert again is not None and again.messages == run.messages
+            assert again.messages_sealed == 31
     finally:
         await store.close()
 

@@ -4,6 +4,7 @@ error translation and exact time conversion."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import threading
 from dataclasses import replace
@@ -19,7 +20,7 @@ from sqlalchemy import text
 
 from runtime.errors import StorageError
 from runtime.states import TicketStatus
-from runtime.store.sql import SQLStore, from_micros, to_micros
+from runtime.store.sql import RECENT_MESSAGES, SQLStore, from_micros, to_micros
 from runtime.tickets import Allow, Deny, ToolPermission
 
 if TYPE_CHECKING:
@@ -304,6 +305,54 @@ async def test_transactions_one_after_another_let_other_tasks_run(
         # The other task saw (nearly) every intermediate count.
         assert len(set(seen)) >= 35, sorted(set(seen))
         assert store.writer is not None and store.writer.syncs == 40
+    finally:
+        await store.close()
+
+
+async def test_a_runs_row_keeps_only_its_newest_transcript_entries(
+    sql_url: str, make: Make
+) -> None:
+    # Each write of a run writes at most RECENT_MESSAGES entries, whatever the length of
+    # its transcript; the others are written once each, in rows of their own.
+    store = SQLStore.from_url(sql_url)
+    try:
+        run = make.run(messages=[{"role": "user", "content": "go"}])
+        async with store.transaction() as tx:
+            await tx.insert_run(run)
+        for n in range(40):
+            run.messages.append({"role": "tool", "tool_call_id": f"c{n}", "content": "x" * n})
+            async with store.transaction() as tx:
+                await tx.update_run(run)
+            async with store.engine.connect() as conn:
+                sealed, recent = (
+                    await conn.execute(text("SELECT sealed_messages, recent_messages FROM runs"))
+                ).one()
+                rows = (await conn.execute(text("SELECT count(*) FROM run_messages"))).scalar()
+            recent = json.loads(recent) if isinstance(recent, str) else recent
+            assert len(recent) <= RECENT_MESSAGES
+            assert rows == sealed == run.messages_sealed
+            assert sealed + len(recent) == len(run.messages) == n + 2
+        assert run.messages_sealed > 2 * RECENT_MESSAGES
+        async with store.transaction() as tx:
+            assert await tx.get_run("run_1") == run
+    finally:
+        await store.close()
+
+
+async def test_a_transcript_that_lost_entries_is_refused(sql_url: str, make: Make) -> None:
+    store = SQLStore.from_url(sql_url)
+    try:
+        whole = [{"role": "user", "content": f"m{n}"} for n in range(20)]
+        run = make.run(messages=list(whole))
+        async with store.transaction() as tx:
+            await tx.insert_run(run)
+        del run.messages[5:]
+        with pytest.raises(ValueError, match="only grows"):
+            async with store.transaction() as tx:
+                await tx.update_run(replace(run, turns=9))
+        async with store.transaction() as tx:
+            stored = await tx.get_run("run_1")
+        assert stored is not None and stored.messages == whole and stored.turns == 0
     finally:
         await store.close()
 

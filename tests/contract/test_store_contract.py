@@ -143,7 +143,7 @@ async def test_update_run_writes_every_column_that_changes(store: Store, make: M
     changed = make.run(
         status=RunStatus.DONE,
         updated_at=make.at(5),
-        messages=[{"role": "assistant", "content": "ok"}],
+        messages=[*make.run().messages, {"role": "assistant", "content": "ok"}],
         turns=2,
         prompt_tokens=100,
         completion_tokens=50,
@@ -419,6 +419,73 @@ async def test_list_runs_newest_first_with_filters(store: Store, make: Make) -> 
         assert await tx.list_runs(thread_id="t9") == []
         full = await tx.list_runs(thread_id="t1", statuses=[RunStatus.QUEUED])
         assert full == [make.run("a", created_at=make.at(1), thread_id="t1")]
+
+
+def entry(n: int) -> dict[str, Any]:
+    """A transcript entry, different for each `n`."""
+    if n % 3 == 0:
+        return {"role": "assistant", "content": None, "tool_calls": [{"id": f"c{n}"}]}
+    if n % 3 == 1:
+        return {"role": "tool", "tool_call_id": f"c{n - 1}", "content": f"result {n} " * 20}
+    return {"role": "user", "content": f"message {n}"}
+
+
+async def test_a_growing_transcript_reads_back_whole_from_every_read(
+    store: Store, make: Make
+) -> None:
+    run = make.run(messages=[entry(0)])
+    async with store.transaction() as tx:
+        await tx.insert_run(run)
+    n = 1
+    for step in range(25):
+        # One to three entries per write, like a turn; the same record is written again
+        # and again, as a worker driving the run does, and a read copy now and then.
+        for _ in range(1 + step % 3):
+            run.messages.append(entry(n))
+            n += 1
+        async with store.transaction() as tx:
+            await tx.update_run(run)
+        if step % 5 == 4:
+            run = await read_run(store)
+        assert (await read_run(store)).messages == run.messages
+    assert len(run.messages) == n == 50
+    expected = [entry(k) for k in range(n)]
+    async with store.transaction() as tx:
+        assert (await tx.get_run("run_1", for_update=True)).messages == expected
+        assert [r.messages for r in await tx.list_runs()] == [expected]
+        claimed = await tx.claim_run("run_1", owner="w", now=make.at(1), until=make.at(30))
+        assert claimed is not None and claimed.messages == expected
+
+
+async def test_a_long_first_transcript_round_trips(store: Store, make: Make) -> None:
+    # A follow-up run in a thread starts with the thread's history.
+    history = [entry(k) for k in range(30)]
+    async with store.transaction() as tx:
+        await tx.insert_run(make.run("run_1", messages=list(history)))
+        await tx.insert_run(make.run("run_2", messages=list(history[:3])))
+    assert (await read_run(store)).messages == history
+    assert (await read_run(store, "run_2")).messages == history[:3]
+
+
+async def test_a_transcript_written_by_a_rolled_back_transaction_is_written_again(
+    store: Store, make: Make
+) -> None:
+    run = make.run(messages=[entry(k) for k in range(5)])
+    async with store.transaction() as tx:
+        await tx.insert_run(run)
+    run.messages.extend(entry(k) for k in range(5, 20))
+    with pytest.raises(RuntimeError):
+        async with store.transaction() as tx:
+            await tx.update_run(run)
+            raise RuntimeError("the step failed after writing")
+    assert (await read_run(store)).messages == [entry(k) for k in range(5)]
+    # The same record, written again: nothing it holds may be taken as stored.
+    run.messages.append(entry(20))
+    async with store.transaction() as tx:
+        await tx.update_run(run)
+        run.messages.append(entry(21))
+        await tx.update_run(run)
+    assert (await read_run(store)).messages == [entry(k) for k in range(22)]
 
 
 async def test_count_runs(store: Store, make: Make) -> None:
