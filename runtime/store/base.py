@@ -51,6 +51,11 @@ class Transaction(Protocol):
         `insert_run` writes. Returning the stored flags lets a worker notice a pause or
         cancel request at each write, without reading the row again.
 
+        The transcript (``run.messages``) only grows: entries are appended, never changed
+        or removed, and a store may write only what was appended since the record was
+        read or last written (a SQL store refuses a transcript shorter than what it
+        stored apart with `ValueError`).
+
         Args:
             run: The new row.
             fence: When given, the write only happens if the stored fence still equals

@@ -207,7 +207,7 @@ def _run_values(run: RunRecord, sealed: int) -> dict[str, Any]:
 
 def _run_record(row: Row[Any]) -> RunRecord:
     """The run of `row`; its transcript holds only the row's own entries until the
-    sealed ones are read (`SQLTransaction._read_sealed`)."""
+    sealed ones are read (`SQLTransaction._whole`)."""
     return RunRecord(
         run_id=row.run_id,
         thread_id=row.thread_id,
