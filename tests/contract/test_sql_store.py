@@ -309,6 +309,37 @@ async def test_transactions_one_after_another_let_other_tasks_run(
         await store.close()
 
 
+async def test_a_transaction_cancelled_while_it_lets_others_run_still_commits(
+    tmp_path: Path, make: Make
+) -> None:
+    store = SQLStore.sqlite(tmp_path / "t.db")
+    try:
+        await store.migrate()
+        async with store.transaction() as tx:  # the connection is open from here on
+            await tx.insert_run(make.run("warm"))
+        wrote = asyncio.Event()
+
+        async def write() -> None:
+            async with store.transaction() as tx:
+                await tx.insert_run(make.run("run_1"))
+                wrote.set()
+
+        task = asyncio.create_task(write())
+        await wrote.wait()
+        # The task is now between its writes and its commit, yielding the loop once.
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # Its work was committed before the cancellation surfaced, and the store works.
+        async with store.transaction() as tx:
+            assert await tx.get_run("run_1") is not None
+            await tx.insert_run(make.run("run_2"))
+        async with store.transaction() as tx:
+            assert await tx.count_runs() == {"queued": 3}
+    finally:
+        await store.close()
+
+
 async def test_a_runs_row_keeps_only_its_newest_transcript_entries(
     sql_url: str, make: Make
 ) -> None:
