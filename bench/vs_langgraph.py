@@ -163,12 +163,19 @@ async def timed(
     return Result(name, count, seconds, cpu, commits() - before)
 
 
+def plain_sqlite(path: Path) -> sqlite3.Connection:
+    """A plain `sqlite3` connection to `path` in WAL mode, ``synchronous=FULL``,
+    autocommit (transactions are begun by the statements)."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    return conn
+
+
 def raw_commits(path: Path, seconds: float = 1.0) -> float:
     """Committed transactions per second of plain `sqlite3` on `path` (WAL, FULL)."""
-    conn = sqlite3.connect(path, isolation_level=None)
+    conn = plain_sqlite(path)
     try:
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")
         conn.execute("CREATE TABLE IF NOT EXISTS bench_raw (id INTEGER PRIMARY KEY, v TEXT)")
         done = 0
         began = time.perf_counter()
@@ -263,10 +270,8 @@ async def record_signoff(path: Path, runs: int) -> list[tuple[str, str, Any]]:
 
 def replay(path: Path, entries: list[tuple[str, str, Any]], cycles: int) -> Result:
     """Run recorded statements again with plain `sqlite3` on `path` (WAL, FULL)."""
-    conn = sqlite3.connect(path, isolation_level=None)
+    conn = plain_sqlite(path)
     try:
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=FULL")
         conn.execute("PRAGMA foreign_keys=ON")
         commits = 0
         began, cpu = time.perf_counter(), time.process_time()
