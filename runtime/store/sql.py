@@ -498,6 +498,12 @@ def _grant_record(row: Row[Any]) -> GrantRecord:
     )
 
 
+RECENT_MESSAGES = 8
+"""A run's row keeps at most this many of its newest transcript entries, rewritten with
+each write of the run; once more have come, they all move to `run_messages`, one row
+each, written once. A step then costs the same whatever the transcript's length."""
+
+
 def _sealing(run: RunRecord) -> int:
     """How many of the run's transcript entries to keep apart once it is written.
 
@@ -523,11 +529,6 @@ def _without(values: dict[str, Any], *keys: str) -> dict[str, Any]:
         del values[key]
     return values
 
-
-RECENT_MESSAGES = 8
-"""A run's row keeps at most this many of its newest transcript entries, rewritten with
-each write of the run; once more have come, they all move to `run_messages`, one row
-each, written once. A step then costs the same whatever the transcript's length."""
 
 # Statements that take no per-call structure are built once.
 _INSERT_RUN = insert(runs)
@@ -989,7 +990,7 @@ class SQLTransaction:
         """Read a run; ``for_update`` locks its row (a no-op on SQLite)."""
         statement = _GET_RUN_LOCKED if for_update else _GET_RUN
         row = (await self._execute(statement, {"run_id": run_id})).first()
-        return None if row is None else (await self._whole([_run_record(row)]))[0]
+        return None if row is None else await self._run(row)
 
     async def _seal(self, run: RunRecord, sealed: int) -> None:
         """Write the transcript entries that move out of the run's row (see
@@ -1005,6 +1006,10 @@ class SQLTransaction:
         await self._execute(_INSERT_MESSAGE, rows)
         run.messages_sealed = sealed
         self._undo.append(partial(_unseal, run, before))
+
+    async def _run(self, row: Row[Any]) -> RunRecord:
+        """The run of `row`, its whole transcript read."""
+        return (await self._whole([_run_record(row)]))[0]
 
     async def _whole(self, found: list[RunRecord]) -> list[RunRecord]:
         """Put the entries kept apart back at the head of each run's transcript."""
@@ -1086,7 +1091,7 @@ class SQLTransaction:
             if row is None:
                 return None
             self.wrote = True
-            return (await self._whole([_run_record(row)]))[0]
+            return await self._run(row)
         # Without RETURNING (SQLite < 3.35) the follow-up read is still safe: the
         # transaction holds the write lock since BEGIN IMMEDIATE.
         if (await self._execute(_CLAIM, params)).rowcount != 1:
@@ -1142,7 +1147,7 @@ class SQLTransaction:
         """The sub-agent run `parent_run_id` started for `task_key`, if any."""
         params = {"parent": parent_run_id, "task_key": task_key}
         row = (await self._execute(_CHILD_RUN, params)).first()
-        return None if row is None else (await self._whole([_run_record(row)]))[0]
+        return None if row is None else await self._run(row)
 
     async def child_runs(self, parent_run_id: str) -> list[RunRecord]:
         """The sub-agent runs `parent_run_id` started, oldest first."""
