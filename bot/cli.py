@@ -1413,6 +1413,8 @@ def _grant_until(grant: Grant) -> str:
             return f"revoked {_time(grant.revoked_at)} by {_clip(grant.revoked_by or '?', 24)}"
         case "expired":
             return f"expired {_time(grant.expires_at)}"
+        case "ended":
+            return "ended with its run"
         case "active":
             return _until(grant.expires_at) if grant.expires_at else "with its run"
         case _:

@@ -14,7 +14,9 @@ and the flight recorder's ``grant_applied`` event names the grant. Open tickets 
 same run that a new grant covers are allowed with it at once (`cover_open`).
 
 A grant is seen and revoked by whoever gave it, the requester of the run it was given in,
-and operators (`Grants`); anyone else is told it does not exist.
+and operators (`Grants`); anyone else is told it does not exist, also when they may see
+the run it applies to (a ticket's decider, say). A ``run`` grant ends with its run: once
+the run finished it reads ``ended`` and covers nothing.
 """
 
 from __future__ import annotations
@@ -43,8 +45,8 @@ from runtime.tools import Tool
 DEFAULT_THREAD_HOURS = 8.0
 """How long a thread grant lasts when the approver does not say."""
 
-GrantState = Literal["active", "revoked", "expired"]
-"""Whether a grant covers calls now."""
+GrantState = Literal["active", "revoked", "expired", "ended"]
+"""Whether a grant covers calls now (``ended``: a ``run`` grant whose run finished)."""
 
 _SCOPE_WORDS: dict[str, str] = {"run": "the rest of this run", "thread": "this thread"}
 
@@ -70,7 +72,8 @@ class Grant:
         expires_at: When it stops (None: with its run).
         revoked_at: When it was revoked.
         revoked_by: Who revoked it.
-        state: ``active``, ``revoked`` or ``expired``, when it was read.
+        state: ``active``, ``revoked``, ``expired`` or ``ended`` (a ``run`` grant whose
+            run finished), when it was read.
     """
 
     grant_id: str
@@ -99,12 +102,21 @@ class Grant:
         return f"{self.tool} for {where}{args}"
 
 
-def state_of(grant: GrantRecord, now: datetime) -> GrantState:
-    """Whether `grant` is active, revoked or expired at `now`."""
+def state_of(grant: GrantRecord, now: datetime, *, run_finished: bool = False) -> GrantState:
+    """Whether `grant` is active, revoked, expired or ended at `now`.
+
+    Args:
+        grant: The grant.
+        now: The time to judge it at.
+        run_finished: Whether the run it was given in has finished (a ``run`` grant
+            ends with it).
+    """
     if grant.revoked_at is not None:
         return "revoked"
     if grant.expires_at is not None and now >= grant.expires_at:
         return "expired"
+    if run_finished and grant.scope == "run":
+        return "ended"
     return "active"
 
 
@@ -117,8 +129,10 @@ def _secret(agent: Agent | None, tool_name: str) -> frozenset[str]:
     return tool.secret if tool is not None else frozenset()
 
 
-def view(grant: GrantRecord, agent: Agent | None, now: datetime) -> Grant:
-    """`grant` as people see it, with its state at `now`."""
+def view(
+    grant: GrantRecord, agent: Agent | None, now: datetime, *, run_finished: bool = False
+) -> Grant:
+    """`grant` as people see it, with its state at `now` (see `state_of`)."""
     return Grant(
         grant_id=grant.grant_id,
         agent=grant.agent,
@@ -136,7 +150,7 @@ def view(grant: GrantRecord, agent: Agent | None, now: datetime) -> Grant:
         expires_at=grant.expires_at,
         revoked_at=grant.revoked_at,
         revoked_by=grant.revoked_by,
-        state=state_of(grant, now),
+        state=state_of(grant, now, run_finished=run_finished),
     )
 
 
@@ -400,8 +414,22 @@ class Grants:
     def __init__(self, deps: Deps) -> None:
         self._deps = deps
 
-    def _view(self, grant: GrantRecord, now: datetime) -> Grant:
-        return view(grant, self._deps.agents.get(grant.agent), now)
+    async def _views(self, tx: Transaction, found: list[GrantRecord], now: datetime) -> list[Grant]:
+        """`found` as people see them; a ``run`` grant whose run finished reads ``ended``."""
+        finished: dict[str, bool] = {}
+        for grant in found:
+            if grant.scope == "run" and grant.run_id not in finished:
+                run = await tx.get_run(grant.run_id)
+                finished[grant.run_id] = run is not None and run.status.finished
+        return [
+            view(
+                g,
+                self._deps.agents.get(g.agent),
+                now,
+                run_finished=g.scope == "run" and finished.get(g.run_id, False),
+            )
+            for g in found
+        ]
 
     async def find(
         self,
@@ -415,19 +443,31 @@ class Grants:
         """Grants `viewer` may see, newest first (see `Runtime.grants`)."""
         now = self._deps.clock.now()
         restricted = viewer is not None and not viewer.operator
+        fetch = limit
         async with self._deps.store.transaction() as tx:
-            found = await tx.list_grants(
-                run_id=run_id,
-                thread_id=thread_id,
-                involving=viewer.id if restricted and viewer is not None else None,
-                active_at=now if active else None,
-                limit=limit,
-            )
-        return [self._view(g, now) for g in found if sees_grant(viewer, g)]
+            while True:
+                found = await tx.list_grants(
+                    run_id=run_id,
+                    thread_id=thread_id,
+                    involving=viewer.id if restricted and viewer is not None else None,
+                    active_at=now if active else None,
+                    limit=fetch,
+                )
+                shown = await self._views(tx, [g for g in found if sees_grant(viewer, g)], now)
+                if active:
+                    # The store knows expiry and revocation, not whether a run ended.
+                    shown = [g for g in shown if g.state == "active"]
+                if len(shown) >= limit or len(found) < fetch:
+                    return shown[:limit]
+                fetch *= 4
 
-    async def applying_to(self, run: RunRecord, *, active: bool = True) -> list[Grant]:
-        """Grants that cover (or covered) calls of `run`: its own run grants, and thread
-        grants of its thread for its requester. The caller checked the viewer sees `run`."""
+    async def applying_to(
+        self, run: RunRecord, viewer: Actor | None, *, active: bool = True
+    ) -> list[Grant]:
+        """Grants that cover (or covered) calls of `run` that `viewer` may see: its own
+        run grants, and thread grants of its thread for its requester. The caller checked
+        the viewer sees `run`; seeing a run does not show its grants to everyone who may
+        see it (see `sees_grant`)."""
         now = self._deps.clock.now()
         async with self._deps.store.transaction() as tx:
             own = await tx.list_grants(
@@ -436,31 +476,36 @@ class Grants:
             threads = await tx.list_grants(
                 thread_id=run.thread_id, scope="thread", active_at=now if active else None
             )
-        found = own + [g for g in threads if g.requester == run.requester]
-        found.sort(key=lambda g: (g.created_at, g.grant_id), reverse=True)
-        return [self._view(g, now) for g in found]
+            found = own + [g for g in threads if g.requester == run.requester]
+            found = [g for g in found if sees_grant(viewer, g)]
+            found.sort(key=lambda g: (g.created_at, g.grant_id), reverse=True)
+            shown = await self._views(tx, found, now)
+        return [g for g in shown if g.state == "active"] if active else shown
 
     async def get(self, grant_id: str, viewer: Actor | None) -> Grant:
         """One grant (`UnknownGrant` if there is none the viewer may see)."""
         async with self._deps.store.transaction() as tx:
             found = await tx.get_grant(grant_id)
-        if found is None or not sees_grant(viewer, found):
-            raise UnknownGrant(f"no grant {grant_id!r}")
-        return self._view(found, self._deps.clock.now())
+            if found is None or not sees_grant(viewer, found):
+                raise UnknownGrant(f"no grant {grant_id!r}")
+            [shown] = await self._views(tx, [found], self._deps.clock.now())
+        return shown
 
     async def revoke(self, grant_id: str, actor: Actor) -> Grant:
         """Revoke a grant: from the commit on, it covers no call anywhere.
 
         Raises:
             UnknownGrant: No such grant, or `actor` may not see it.
-            GrantNotActive: It was revoked already, or it expired.
+            GrantNotActive: It was revoked already, it expired, or its run ended.
         """
         now = self._deps.clock.now()
         async with self._deps.store.transaction() as tx:
             found = await tx.get_grant(grant_id)
             if found is None or not sees_grant(actor, found):
                 raise UnknownGrant(f"no grant {grant_id!r}")
-            match state_of(found, now):
+            run = await tx.get_run(found.run_id) if found.scope == "run" else None
+            ended = run is not None and run.status.finished
+            match state_of(found, now, run_finished=ended):
                 case "revoked":
                     raise GrantNotActive(
                         f"grant {grant_id} was already revoked by {found.revoked_by}"
@@ -469,6 +514,10 @@ class Grants:
                     assert found.expires_at is not None
                     raise GrantNotActive(
                         f"grant {grant_id} already expired at {found.expires_at.isoformat()}"
+                    )
+                case "ended":
+                    raise GrantNotActive(
+                        f"grant {grant_id} already ended with its run {found.run_id}"
                     )
                 case "active":
                     pass
@@ -488,4 +537,4 @@ class Grants:
                 platform=actor.platform,
             )
             found.revoked_at, found.revoked_by = now, actor.id
-        return self._view(found, now)
+        return view(found, self._deps.agents.get(found.agent), now)

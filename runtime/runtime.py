@@ -620,7 +620,8 @@ class Runtime:
                 in runs they requested (operators and None: all).
             run_id: Only grants given in this run.
             thread_id: Only grants given in this thread.
-            active: Only grants that cover calls now (False: revoked and expired too).
+            active: Only grants that cover calls now (False: revoked, expired and ended
+                ones too).
             limit: At most this many.
         """
         return await self._grants.find(
@@ -631,13 +632,13 @@ class Runtime:
         self, run_id: str, *, viewer: Actor | None = None, active: bool = True
     ) -> list[Grant]:
         """The grants that cover calls of a run: its own, and its thread's for its
-        requester, newest first.
+        requester, newest first; with `viewer`, only those they may see (see `grant`).
 
         Raises:
             RunNotFound: No such run, or `viewer` may not see it.
         """
         found = await self._queries.find_visible(run_id, viewer)
-        return await self._grants.applying_to(found, active=active)
+        return await self._grants.applying_to(found, viewer, active=active)
 
     async def grant(self, grant_id: str, *, viewer: Actor | None = None) -> Grant:
         """One grant, active or not.

@@ -11,6 +11,7 @@ import pytest
 from testkit import settled
 
 from runtime import (
+    Actor,
     Agent,
     ModelRequest,
     RunResult,
@@ -99,13 +100,14 @@ async def test_an_allow_with_a_run_grant_lets_the_rest_of_the_run_go(shop: Any) 
     applied = [e for e in events["events"] if e["kind"] == "grant_applied"]
     assert [e["data"]["grant_id"] for e in applied] == [grant["grant_id"]] * 2
 
+    # The run is done, so its run grant has ended with it.
     status, one = await shop.api("GET", f"/api/grants/{grant['grant_id']}")
-    assert status == 200 and one == grant
-    status, listing = await shop.api("GET", "/api/grants")
+    assert status == 200 and one == {**grant, "state": "ended"}
+    status, listing = await shop.api("GET", "/api/grants?state=all")
     assert [g["grant_id"] for g in listing["grants"]] == [grant["grant_id"]]
-    status, of_run = await shop.api("GET", f"/api/runs/{parked.run_id}/grants")
+    status, of_run = await shop.api("GET", f"/api/runs/{parked.run_id}/grants?state=all")
     assert [g["grant_id"] for g in of_run["grants"]] == [grant["grant_id"]]
-    status, filtered = await shop.api("GET", f"/api/grants?run={parked.run_id}")
+    status, filtered = await shop.api("GET", f"/api/grants?run={parked.run_id}&state=all")
     assert [g["grant_id"] for g in filtered["grants"]] == [grant["grant_id"]]
 
 
@@ -263,7 +265,7 @@ async def test_a_stranger_sees_no_grant_on_any_route_and_cannot_revoke(shop: Any
         assert grant_id not in str(body) or body["error"] == "unknown_grant"
     status, body = await shop.api("POST", "/api/grants/gr_nope/revoke", token="tok-ops")
     assert status == 404 and body["error"] == "unknown_grant"
-    assert (await shop.runtime.grant(grant_id)).state == "active"
+    assert (await shop.runtime.grant(grant_id)).revoked_at is None
     events = await shop.runtime.events(parked.run_id)
     assert not any(e["kind"] == "grant_revoked" for e in events)
 
@@ -315,11 +317,18 @@ async def test_allowing_for_the_rest_of_the_run_from_the_console(shop: Any) -> N
     html = await page(shop, here)
     assert "and granted it for the rest of the run" in html  # the flash
     assert "Standing grants" in html
-    [grant] = await shop.runtime.grants()
-    assert f'id="grant-{grant.grant_id}"' in html
+    [grant] = await shop.runtime.grants(active=False)
+    assert f'id="grant-{grant.grant_id}" data-state="ended"' in html  # the run is done
     assert f"Allowed by grant {grant.grant_id}" in html  # the timeline
 
-    # Revoked from the grants page, with its button.
+    # A grant of a run still going is revoked from the grants page, with its button.
+    parked = await shop.park("shop")
+    await post(
+        shop,
+        f"/tickets/{parked.pending[0].ticket_id}/decide",
+        {"csrf": csrf, "action": "allow", "grant": "run", "same_args": "true", "next": here},
+    )
+    [grant] = await shop.runtime.grants()
     listing = await page(shop, "/grants")
     assert f"/grants/{grant.grant_id}/revoke" in listing
     await post(shop, f"/grants/{grant.grant_id}/revoke", {"csrf": csrf, "next": "/grants"})
@@ -372,9 +381,89 @@ async def test_a_stranger_cannot_revoke_from_the_console(shop: Any) -> None:
     csrf = await shop.login("tok-u3")
     assert grant_id not in await page(shop, "/grants?state=all")
     await post(shop, f"/grants/{grant_id}/revoke", {"csrf": csrf}, status=404)
-    assert (await shop.runtime.grant(grant_id)).state == "active"
+    assert (await shop.runtime.grant(grant_id)).revoked_at is None
     response = await shop.client.post(
         f"/grants/{grant_id}/revoke", data={"csrf": "wrong"}, allow_redirects=False
     )
     assert response.status == 403
-    assert (await shop.runtime.grant(grant_id)).state == "active"
+    assert (await shop.runtime.grant(grant_id)).revoked_at is None
+
+
+# -- seeing a run is not seeing its grants ---------------------------------------------------
+
+
+async def test_a_decider_who_sees_the_run_does_not_see_its_grants(shop: Any) -> None:
+    # U1 allows the first refund with a grant for these exact arguments only, so the
+    # second refund asks again: U2, who may decide it, now sees the run.
+    parked = await shop.park("shop")
+    status, body = await decide(
+        shop, parked, {"decision": "allow", "grant": {"scope": "run", "args": "same"}}
+    )
+    assert status == 200, body
+    grant_id = body["grant"]["grant_id"]
+    again = await shop.wait(
+        parked.run_id,
+        lambda r: r.status is RunStatus.AWAITING and r.pending[0].ticket_id != body["ticket_id"],
+    )
+    status, seen = await shop.api("GET", f"/api/runs/{parked.run_id}", token="tok-u2")
+    assert status == 200, seen
+
+    status, of_run = await shop.api("GET", f"/api/runs/{parked.run_id}/grants", token="tok-u2")
+    assert status == 200 and of_run == {"run_id": parked.run_id, "grants": []}
+    status, of_run = await shop.api(
+        "GET", f"/api/runs/{parked.run_id}/grants?state=all", token="tok-u2"
+    )
+    assert status == 200 and of_run["grants"] == []
+    status, listing = await shop.api("GET", f"/api/grants?run={parked.run_id}", token="tok-u2")
+    assert status == 200 and listing["grants"] == []
+    status, one = await shop.api("GET", f"/api/grants/{grant_id}", token="tok-u2")
+    assert status == 404 and one["error"] == "unknown_grant"
+    assert await shop.runtime.grants_of_run(parked.run_id, viewer=Actor(id="U2")) == []
+
+    await shop.login("tok-u2")
+    html = await page(shop, f"/runs/{parked.run_id}")
+    assert again.pending[0].ticket_id in html  # the run page, with the ticket U2 decides
+    # The timeline names the grant that came with the decision; no grant is listed.
+    assert f'id="grant-{grant_id}"' not in html and "Standing grants" not in html
+    assert grant_id not in await page(shop, "/grants?state=all")
+
+    # Those the rule names still see it there: the requester, and an operator.
+    status, of_run = await shop.api("GET", f"/api/runs/{parked.run_id}/grants")
+    assert [g["grant_id"] for g in of_run["grants"]] == [grant_id]
+    status, of_run = await shop.api("GET", f"/api/runs/{parked.run_id}/grants", token="tok-ops")
+    assert [g["grant_id"] for g in of_run["grants"]] == [grant_id]
+    await shop.login("tok-u1")
+    assert f'id="grant-{grant_id}"' in await page(shop, f"/runs/{parked.run_id}")
+
+
+# -- a run grant ends with its run ----------------------------------------------------------
+
+
+async def test_a_run_grant_reads_ended_once_its_run_finished(shop: Any) -> None:
+    parked, grant_id = await granted(shop)
+    await shop.finished(parked.run_id)
+
+    status, one = await shop.api("GET", f"/api/grants/{grant_id}")
+    assert status == 200 and one["state"] == "ended"
+    status, listing = await shop.api("GET", "/api/grants")
+    assert listing["grants"] == []
+    status, listing = await shop.api("GET", "/api/grants?state=all")
+    assert [(g["grant_id"], g["state"]) for g in listing["grants"]] == [(grant_id, "ended")]
+    status, of_run = await shop.api("GET", f"/api/runs/{parked.run_id}/grants")
+    assert of_run["grants"] == []
+    status, of_run = await shop.api("GET", f"/api/runs/{parked.run_id}/grants?state=all")
+    assert [g["state"] for g in of_run["grants"]] == ["ended"]
+
+    status, refused = await shop.api("POST", f"/api/grants/{grant_id}/revoke")
+    assert status == 409 and refused["error"] == "grant_not_active"
+    assert "ended with its run" in refused["message"]
+    assert (await shop.runtime.grant(grant_id)).revoked_at is None
+
+    await shop.login("tok-u1")
+    html = await page(shop, f"/runs/{parked.run_id}")
+    row = re.search(rf'<tr id="grant-{grant_id}" data-state="(\w+)"', html)
+    assert row is not None and row.group(1) == "ended"
+    assert f"/grants/{grant_id}/revoke" not in html
+    listing_html = await page(shop, "/grants?state=all")
+    assert 'data-state="ended"' in listing_html
+    assert grant_id not in await page(shop, "/grants")

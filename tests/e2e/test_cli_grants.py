@@ -77,7 +77,10 @@ def test_approve_with_a_grant_then_list_and_revoke_it(env: Env) -> None:
     assert (pending["ticket_id"], pending["grants"]) == (ticket, ["run"])
     assert listed(env, "--all") == []
 
-    done = env.signoff("approve", ticket, "--grant", "run", "--hours", "2", "--as", "ops:alice")
+    # Not resumed here, so the run (and its run grant) goes on.
+    done = env.signoff(
+        "approve", ticket, "--grant", "run", "--hours", "2", "--as", "ops:alice", "--no-resume"
+    )
     assert done.code == 0, done.err
     assert f"approved {ticket} as ops:alice" in done.out
     [grant] = listed(env)
