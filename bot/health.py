@@ -1,15 +1,46 @@
-"""Health, readiness and Prometheus metrics routes."""
+"""Health, readiness and Prometheus metrics routes, and the answer every route gives
+while the database cannot be reached (503 ``storage_unavailable`` with ``Retry-After``)."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from runtime import RunStatus, Runtime
+from adapters.webhook.routes import STORAGE_RETRY_AFTER
+from runtime import RunStatus, Runtime, StorageError
 from runtime.store.sql import SQLStore
+
+log = logging.getLogger("signoff.http")
+
+
+def storage_unavailable(message: str) -> web.Response:
+    """The answer to a request the database could not serve: 503 with ``Retry-After``."""
+    return web.json_response(
+        {"error": "storage_unavailable", "message": message},
+        status=503,
+        headers={"Retry-After": str(STORAGE_RETRY_AFTER)},
+    )
+
+
+@web.middleware
+async def storage_errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Any route whose database failed answers 503 ``storage_unavailable``, not 500.
+
+    Routes that word the failure themselves (the API, webhooks) still do; this covers
+    the rest (console pages, metrics, chat ingress) with one answer.
+    """
+    try:
+        return await handler(request)
+    except StorageError as exc:
+        log.error("%s %s: the database failed: %s", request.method, request.path, exc)
+        return storage_unavailable("The database did not answer; try again")
 
 
 class Metrics:
@@ -72,7 +103,8 @@ def add_health_routes(app: web.Application, runtime: Runtime, metrics: Metrics) 
     ``/readyz`` is ready when the database answers and its schema is this version's
     newest, or newer and backward-compatible (a rolling upgrade in progress); its JSON
     says which revision it sees (``schema.revision``) next to this version's
-    (``schema.code_revision``).
+    (``schema.code_revision``). ``/healthz`` never reads the database: the process is
+    alive while it cannot be reached. Also installs `storage_errors` for every route.
     """
 
     async def healthz(request: web.Request) -> web.Response:
@@ -81,10 +113,12 @@ def add_health_routes(app: web.Application, runtime: Runtime, metrics: Metrics) 
     async def readyz(request: web.Request) -> web.Response:
         problems = []
         schema: dict[str, Any] | None = None
+        unreachable = False
         try:
             async with runtime.store.transaction() as tx:
                 await tx.count_runs()
         except Exception as exc:
+            unreachable = True
             problems.append(f"database unreachable: {exc}")
         else:
             store = runtime.store
@@ -92,6 +126,7 @@ def add_health_routes(app: web.Application, runtime: Runtime, metrics: Metrics) 
                 try:
                     status = await store.schema_status()
                 except Exception as exc:
+                    unreachable = True
                     problems.append(f"database schema unreadable: {exc}")
                 else:
                     schema = {
@@ -106,13 +141,22 @@ def add_health_routes(app: web.Application, runtime: Runtime, metrics: Metrics) 
             body["problems"] = problems
         if schema is not None:
             body["schema"] = schema
-        return web.json_response(body, status=503 if problems else 200)
+        headers: dict[str, str] = {}
+        if unreachable:
+            body["error"] = "storage_unavailable"
+            headers["Retry-After"] = str(STORAGE_RETRY_AFTER)
+        return web.json_response(body, status=503 if problems else 200, headers=headers)
 
     async def metrics_route(request: web.Request) -> web.Response:
-        await metrics.refresh(runtime)
+        try:
+            await metrics.refresh(runtime)
+        except StorageError as exc:
+            log.error("metrics: the database failed: %s", exc)
+            return storage_unavailable("The database did not answer; no figures to report")
         body = generate_latest(metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
+    app.middlewares.append(storage_errors)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_route)

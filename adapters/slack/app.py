@@ -224,6 +224,11 @@ def add_slack_routes(
         if edge is not None and parsed.interaction:
             try:
                 answer = await edge.answer_button(parsed.payload)
+            except StorageError as exc:
+                log.error("could not store a Slack button click: %s", exc)
+                answer = BoltResponse(
+                    status=503, body={"error": "storage_unavailable"}, headers={"Retry-After": "2"}
+                )
             except Exception:
                 log.exception("a Slack button click could not be handled")
                 answer = BoltResponse(status=500, body="")
@@ -238,10 +243,10 @@ def add_slack_routes(
                     body=parsed.text, query=request.query_string, headers=dict(request.headers)
                 )
             )
-        if answer.status >= 500:
+        if answer.status >= 500 and answer.status != 503:
             # bolt answers 500 when a middleware raised (it logged the traceback). Ours
-            # answer a failed store with a 503 themselves, so this is a signed body that
-            # could not be handled; nothing was stored for it.
+            # answer a failed store with a 503 themselves (passed on, so Slack retries),
+            # so this is a signed body that could not be handled; nothing was stored.
             return web.json_response(
                 {"error": "malformed_request", "message": "this request cannot be handled"},
                 status=400,
@@ -461,7 +466,9 @@ class _SlackEdge:
             except StorageError as exc:
                 # Not stored: a non-2xx answer makes Slack deliver the event again.
                 log.error("could not store a run started from Slack: %s", exc)
-                return BoltResponse(status=503, body={"error": "storage_unavailable"})
+                return BoltResponse(
+                    status=503, body={"error": "storage_unavailable"}, headers={"Retry-After": "2"}
+                )
         await next()
         return None
 

@@ -39,6 +39,7 @@ from pydantic import ValidationError
 
 from adapters.web._refusals import Refusal, explain, http_refusal
 from adapters.web.auth import TokenAuth
+from adapters.webhook.routes import STORAGE_RETRY_AFTER
 from runtime import (
     Abort,
     Actor,
@@ -55,6 +56,7 @@ from runtime import (
     GrantRequest,
     InputData,
     PendingEntry,
+    RefusalReason,
     Resolve,
     ResumeCommand,
     Retry,
@@ -81,8 +83,11 @@ def json_response(data: Any, status: int = 200) -> web.Response:
 
 
 def error_response(refusal: Refusal) -> web.Response:
-    """A refusal as a JSON error body."""
-    return json_response(refusal.body(), status=refusal.status)
+    """A refusal as a JSON error body (with ``Retry-After`` when the database failed)."""
+    response = json_response(refusal.body(), status=refusal.status)
+    if refusal.code == RefusalReason.STORAGE.value:
+        response.headers["Retry-After"] = str(STORAGE_RETRY_AFTER)
+    return response
 
 
 # -- what the API shows ---------------------------------------------------------------

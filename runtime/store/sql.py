@@ -965,6 +965,10 @@ class SQLTransaction:
             raise ValueError(f"cannot store value: {exc.orig}") from exc
         except SQLAlchemyError as exc:
             raise StorageError(f"database error: {exc}") from exc
+        except Exception as exc:
+            if not unreachable(exc):
+                raise
+            raise StorageError(f"database error: {_unreachable_reason(exc)}") from exc
 
     async def _run_exists(self, run_id: str) -> bool:
         result = await self._execute(_RUN_EXISTS, {"run_id": run_id})
@@ -1620,8 +1624,9 @@ def _install_sqlite_hooks(
             return  # the writer's connection, tuned already
         cursor = dbapi_connection.cursor()
         try:
-            cursor.execute("PRAGMA journal_mode=WAL")
+            # The busy timeout first: switching to WAL may wait for another connection.
             cursor.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
+            cursor.execute("PRAGMA journal_mode=WAL")
             cursor.execute(f"PRAGMA synchronous={synchronous.upper()}")
             cursor.execute("PRAGMA foreign_keys=ON")
         finally:
@@ -1759,7 +1764,13 @@ class SQLStore:
         )
         cargs, cparams = engine.dialect.create_connect_args(engine.url)
         writer = SQLiteWriter(
-            partial(open_sqlite, cargs, cparams, synchronous=synchronous.lower()),
+            partial(
+                open_sqlite,
+                cargs,
+                cparams,
+                synchronous=synchronous.lower(),
+                busy_timeout_ms=int(busy_timeout_ms),
+            ),
             busy_timeout_ms=int(busy_timeout_ms),
             where=_describe(parsed),
         )
@@ -1855,8 +1866,14 @@ class SQLStore:
                         await conn.commit()
                     except SQLAlchemyError as exc:
                         raise StorageError(f"commit failed, outcome unknown: {exc}") from exc
+                    except Exception as exc:
+                        if not unreachable(exc):
+                            raise
+                        raise StorageError(
+                            f"commit failed, outcome unknown: {_unreachable_reason(exc)}"
+                        ) from exc
                 finally:
-                    with contextlib.suppress(SQLAlchemyError):
+                    with contextlib.suppress(SQLAlchemyError, OSError):
                         await conn.close()
                 if tx.wrote:
                     self._commits += 1
@@ -1872,12 +1889,22 @@ class SQLStore:
             raise StorageError(
                 f"{self._where}: could not begin a transaction: {_reason(exc)}"
             ) from exc
+        except Exception as exc:
+            if not unreachable(exc):
+                raise
+            raise StorageError(
+                f"{self._where}: could not begin a transaction: {_unreachable_reason(exc)}"
+            ) from exc
 
     async def _connect(self) -> AsyncConnection:
         try:
             return await self._engine.connect()
         except SQLAlchemyError as exc:
             raise StorageError(f"cannot open {self._where}: {_reason(exc)}") from exc
+        except Exception as exc:
+            if not unreachable(exc):
+                raise
+            raise StorageError(f"cannot open {self._where}: {_unreachable_reason(exc)}") from exc
 
     def _writer_engine(self, conn: sqlite3.Connection) -> Engine:
         if self._sync_engine is None or self._sync_for is not conn:
@@ -1929,7 +1956,15 @@ class SQLStore:
             except SQLAlchemyError as exc:
                 raise StorageError(f"migrating {self._where} failed: {_reason(exc)}") from exc
             except OpenFailed as exc:
-                raise StorageError(f"migrating {self._where} failed: {exc.reason}") from exc
+                if "locked" not in exc.reason or time.monotonic() > deadline:
+                    raise StorageError(f"migrating {self._where} failed: {exc.reason}") from exc
+                await asyncio.sleep(0.1)
+            except Exception as exc:
+                if not unreachable(exc):
+                    raise
+                raise StorageError(
+                    f"migrating {self._where} failed: {_unreachable_reason(exc)}"
+                ) from exc
 
     async def schema_revision(self) -> str | None:
         """The migration revision the database is at; None for an empty database."""
@@ -1954,6 +1989,12 @@ class SQLStore:
             raise StorageError(
                 f"could not read the schema revision of {self._where}: {_reason(exc)}"
             ) from exc
+        except Exception as exc:
+            if not unreachable(exc):
+                raise
+            raise StorageError(
+                f"could not read the schema revision of {self._where}: {_unreachable_reason(exc)}"
+            ) from exc
 
     async def schema_status(self) -> SchemaStatus:
         """Where the database's schema stands against the migrations this code ships.
@@ -1970,6 +2011,12 @@ class SQLStore:
             return await self._read_schema(_schema_status)
         except SQLAlchemyError as exc:
             raise StorageError(f"could not read the schema revision: {exc}") from exc
+        except Exception as exc:
+            if not unreachable(exc):
+                raise
+            raise StorageError(
+                f"could not read the schema revision: {_unreachable_reason(exc)}"
+            ) from exc
 
     async def listen(
         self,
@@ -2036,6 +2083,23 @@ def _describe(url: URL) -> str:
             return "the in-memory SQLite database"
         return f"the SQLite database {url.database}"
     return f"the database {url.render_as_string(hide_password=True)}"
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether `exc` is the driver failing to reach the database, raised bare.
+
+    SQLAlchemy wraps the driver's errors once a connection exists; while one is being
+    opened, asyncpg's own errors (``CannotConnectNowError``, ``TooManyConnectionsError``
+    ...) and the socket's (a refused connection, an unknown host, a timeout) come
+    through as they are.
+    """
+    if isinstance(exc, OSError | TimeoutError):
+        return True
+    return type(exc).__module__.split(".")[0] == "asyncpg"
+
+
+def _unreachable_reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def _reason(exc: SQLAlchemyError) -> str:
