@@ -9,7 +9,8 @@ thread instead, so the event loop never waits on the disk or on another process:
 - ``BEGIN IMMEDIATE`` when another process holds the write lock (a first try on the
   loop fails at once; the worker thread then waits up to the busy timeout);
 - ``COMMIT`` of a transaction that wrote something (the ``fsync`` of the WAL);
-- opening the file.
+- opening the file, which waits up to the busy timeout for another process's lock too
+  (see `wait_for_locks`).
 
 **Group commit.** Transactions that queue while one runs join the same SQLite
 transaction, each inside its own ``SAVEPOINT`` (so a failing one rolls back alone); the
@@ -28,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import logging
 import operator
 import queue
 import sqlite3
@@ -50,11 +52,16 @@ from runtime.errors import StorageError
 
 _T = TypeVar("_T")
 
+log = logging.getLogger("signoff.store")
+
 _GROUP_MEMBERS = 128
 """At most this many transactions share a commit..."""
 _GROUP_SECONDS = 0.02
 """...and a commit waits at most this long for transactions still queueing."""
 _PLAN_CACHE = 512
+_LOCK_PAUSE_SECONDS = (0.001, 0.05)
+"""First and longest pause between two tries of a statement SQLite refused at once
+because another connection holds a lock (see `wait_for_locks`)."""
 _REQUIRED: Any = object()
 
 
@@ -789,8 +796,55 @@ def _begin_waiting(conn: sqlite3.Connection, busy_timeout_ms: int) -> None:
         conn.execute("PRAGMA busy_timeout=0").close()
 
 
+def wait_for_locks(
+    conn: sqlite3.Connection, busy_timeout_ms: int, fn: Callable[[], _T], *, where: str
+) -> _T:
+    """Run ``fn()`` on `conn` (on a thread that may block), waiting up to the busy
+    timeout while another connection holds a lock it needs; leave the busy timeout 0.
+
+    SQLite's own busy handler waits for most locks, but where waiting could deadlock it
+    refuses at once without calling it: e.g. ``PRAGMA journal_mode=WAL`` on a file not in
+    WAL mode yet while another connection has begun writing, as when two processes open
+    a new file at the same time. Such a refusal is tried again after a short pause,
+    until the busy timeout has passed.
+
+    Raises:
+        sqlite3.Error: What ``fn`` raised; "database is locked" once the busy timeout
+            has passed.
+    """
+    try:
+        return fn()
+    except sqlite3.OperationalError as exc:
+        if not _is_busy(exc) or busy_timeout_ms <= 0:
+            raise
+    log.info(
+        "%s is locked by another connection; waiting up to %.1fs for it",
+        where,
+        busy_timeout_ms / 1000,
+    )
+    deadline = time.monotonic() + busy_timeout_ms / 1000
+    pause, longest = _LOCK_PAUSE_SECONDS
+    conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}").close()
+    try:
+        while True:
+            try:
+                return fn()
+            except sqlite3.OperationalError as exc:
+                left = deadline - time.monotonic()
+                if not _is_busy(exc) or left <= 0:
+                    raise
+            time.sleep(min(pause, left))
+            pause = min(pause * 2, longest)
+    finally:
+        conn.execute("PRAGMA busy_timeout=0").close()
+
+
 def open_sqlite(
-    args: Sequence[Any], options: Mapping[str, Any], *, synchronous: str
+    args: Sequence[Any],
+    options: Mapping[str, Any],
+    *,
+    synchronous: str,
+    busy_timeout_ms: int = 0,
 ) -> sqlite3.Connection:
     """Open the transactions' connection: WAL, `synchronous`, foreign keys, no busy wait.
 
@@ -799,17 +853,24 @@ def open_sqlite(
             the URL).
         options: Its keyword arguments.
         synchronous: ``full`` or ``normal``.
+        busy_timeout_ms: How long opening waits for another connection's lock (see
+            `wait_for_locks`).
 
-    The busy timeout is 0 because statements run on the event loop's thread: only
-    ``BEGIN IMMEDIATE`` waits for other processes, and it does on the worker thread.
+    The busy timeout is 0 once open, because statements run on the event loop's thread:
+    only ``BEGIN IMMEDIATE`` waits for other processes, and it does on the worker thread.
     """
-    given = {**options, "isolation_level": None, "check_same_thread": False}
+    given = {**options, "timeout": 0, "isolation_level": None, "check_same_thread": False}
     conn: sqlite3.Connection = sqlite3.connect(*args, **given)
-    try:
+    where = str(args[0]) if args else "the database"
+
+    def tune() -> None:
         conn.execute("PRAGMA journal_mode=WAL").close()
         conn.execute(f"PRAGMA synchronous={synchronous.upper()}").close()
         conn.execute("PRAGMA foreign_keys=ON").close()
+
+    try:
         conn.execute("PRAGMA busy_timeout=0").close()
+        wait_for_locks(conn, busy_timeout_ms, tune, where=where)
     except BaseException:
         conn.close()
         raise

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pytest
 from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
@@ -131,6 +137,95 @@ async def test_concurrent_migrations_from_two_stores(empty_sql_url: str) -> None
     finally:
         await first.close()
         await second.close()
+
+
+@contextmanager
+def lock_waits() -> Iterator[asyncio.Event]:
+    """An event set when the store reports waiting for another connection's lock (it
+    logs that from its worker thread)."""
+    loop = asyncio.get_running_loop()
+    met = asyncio.Event()
+
+    class Seen(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "locked by another connection" in record.getMessage():
+                loop.call_soon_threadsafe(met.set)
+
+    logger = logging.getLogger("signoff.store")
+    handler, level = Seen(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield met
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+async def first_of(signal: asyncio.Event, task: asyncio.Task[Any]) -> None:
+    """Wait until `signal` is set or `task` ends; a task that failed raises here."""
+    waiter = asyncio.ensure_future(signal.wait())
+    try:
+        await asyncio.wait({waiter, task}, timeout=60, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+    if task.done():
+        task.result()
+    assert signal.is_set(), "the store never met the lock"
+
+
+@pytest.mark.parametrize("lock", ["BEGIN IMMEDIATE", "BEGIN EXCLUSIVE"])
+async def test_opening_and_migrating_wait_for_another_connections_lock(
+    tmp_path: Path, lock: str
+) -> None:
+    # A new file is not in WAL mode yet; while another connection writes to it, SQLite
+    # refuses the switch to WAL at once (IMMEDIATE: waiting could deadlock) or after its
+    # busy handler (EXCLUSIVE). Two processes opening a new file at once meet this.
+    path = tmp_path / "signoff.db"
+    holder = sqlite3.connect(path, isolation_level=None)
+    store = SQLStore.sqlite(path, busy_timeout_ms=60_000)
+    try:
+        holder.execute("CREATE TABLE other (x INTEGER)")
+        holder.execute(lock)
+        with lock_waits() as met:
+            migrating = asyncio.create_task(store.migrate())
+            await first_of(met, migrating)
+        holder.rollback()
+        await migrating
+        assert await store.migrations_current() is True
+    finally:
+        holder.close()
+        await store.close()
+
+
+async def test_a_transaction_opening_the_file_waits_for_another_connections_lock(
+    tmp_path: Path, make: Make
+) -> None:
+    path = tmp_path / "signoff.db"
+    migrated = SQLStore.sqlite(path)
+    await migrated.migrate()
+    await migrated.close()
+    # Back to a rollback journal, as a tool may leave it: the next open switches to WAL.
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("PRAGMA journal_mode=DELETE")
+    store = SQLStore.sqlite(path, busy_timeout_ms=60_000)
+
+    async def insert() -> None:
+        async with store.transaction() as tx:
+            await tx.insert_run(make.run())
+
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        with lock_waits() as met:
+            inserting = asyncio.create_task(insert())
+            await first_of(met, inserting)
+        holder.rollback()
+        await inserting
+        async with store.transaction() as tx:
+            assert await tx.get_run("run_1") == make.run()
+    finally:
+        holder.close()
+        await store.close()
 
 
 def _check_and_downgrade(conn: Connection) -> None:
