@@ -7,10 +7,16 @@ to tests, all of which must hold::
 
 A plain value means equal; a one-entry object names an operator: ``eq``, ``ne``, ``gt``,
 ``ge``, ``lt``, ``le`` (numbers), ``in``, ``not_in`` (a list), ``glob`` (a string
-pattern). A test on a missing argument, or on a value of another type, does not hold.
-This is the language of the agents file's ``ask_if`` conditions; nothing is evaluated as
-code. `normalize` turns a constraint into its stored form (every test as ``{op:
-operand}``), `holds` checks a call's arguments against it.
+pattern). A test on a missing argument, or on a value of another type, does not hold;
+values are compared with their types, nested ones too (``true`` is not ``1``, ``{"a":
+true}`` is not ``{"a": 1}``; ``2`` and ``2.0`` are one JSON number). This is the language
+of the agents file's ``ask_if`` conditions; nothing is evaluated as code. `normalize`
+turns a constraint into its stored form (every test as ``{op: operand}``), `holds`
+checks a call's arguments against it.
+
+`exactly` is the constraint of a grant for "the same arguments": every argument equal to
+its value, and one more test no person writes, on the whole argument object (the empty
+path, `WHOLE`): ``{"only": [names]}``, the call has no argument but these.
 """
 
 from __future__ import annotations
@@ -39,6 +45,11 @@ NUMERIC = frozenset({"gt", "ge", "lt", "le"})
 """The operators that compare numbers."""
 MAX_TESTS = 50
 
+WHOLE = ""
+"""The path of the call's whole argument object (only `exactly` tests it)."""
+ONLY = "only"
+"""The test on `WHOLE`: the call has no argument but the listed names."""
+
 
 def is_number(value: Any) -> bool:
     """A number, and not a boolean."""
@@ -46,9 +57,28 @@ def is_number(value: Any) -> bool:
 
 
 def _same(a: Any, b: Any) -> bool:
-    # True == 1 in Python; a constraint must not confuse them.
+    # True == 1 in Python, also inside lists and objects; a constraint must not confuse
+    # them, so JSON values are compared kind by kind, all the way down.
     if isinstance(a, bool) or isinstance(b, bool):
         return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if is_number(a) or is_number(b):
+        return is_number(a) and is_number(b) and a == b
+    if isinstance(a, str) or isinstance(b, str):
+        return isinstance(a, str) and isinstance(b, str) and a == b
+    if isinstance(a, Mapping) or isinstance(b, Mapping):
+        return (
+            isinstance(a, Mapping)
+            and isinstance(b, Mapping)
+            and a.keys() == b.keys()
+            and all(_same(a[key], b[key]) for key in a)
+        )
+    if isinstance(a, list | tuple) or isinstance(b, list | tuple):
+        return (
+            isinstance(a, list | tuple)
+            and isinstance(b, list | tuple)
+            and len(a) == len(b)
+            and all(_same(x, y) for x, y in zip(a, b, strict=True))
+        )
     return bool(a == b)
 
 
@@ -86,8 +116,15 @@ def normalize(raw: Any) -> Constraint:
 
 
 def exactly(args: Mapping[str, Any]) -> Constraint:
-    """A constraint every argument of a call must meet: each equal to its value here."""
-    return {name: {"eq": value} for name, value in args.items()}
+    """The constraint of exactly these arguments: each equal to its value here (nested
+    values too, with their types), and no other argument."""
+    pinned: Constraint = {name: {"eq": value} for name, value in args.items()}
+    pinned[WHOLE] = {ONLY: sorted(args)}
+    return pinned
+
+
+def _parts(path: str) -> list[str]:
+    return [] if path == WHOLE else path.split(".")
 
 
 def lookup(args: Mapping[str, Any], path: Sequence[str]) -> tuple[bool, Any]:
@@ -124,6 +161,8 @@ def passes(op: str, value: Any, operand: Any) -> bool:
             return not any(_same(value, item) for item in operand)
         case "glob":
             return isinstance(value, str) and fnmatch.fnmatchcase(value, operand)
+        case "only":  # written by exactly() alone, on the whole argument object
+            return isinstance(value, Mapping) and set(value) == set(operand)
         case _:  # normalize() admits only the operators above
             return False
 
@@ -134,7 +173,7 @@ def holds(constraint: Constraint | None, args: Mapping[str, Any]) -> bool:
         return True
     for path, test in constraint.items():
         for op, operand in test.items():
-            found, value = lookup(args, path.split("."))
+            found, value = lookup(args, _parts(path))
             if not found or not passes(op, value, operand):
                 return False
     return True
@@ -142,7 +181,7 @@ def holds(constraint: Constraint | None, args: Mapping[str, Any]) -> bool:
 
 def argument_names(constraint: Constraint) -> set[str]:
     """The top-level arguments a constraint looks at."""
-    return {path.split(".", 1)[0] for path in constraint}
+    return {path.split(".", 1)[0] for path in constraint if path != WHOLE}
 
 
 def masked(constraint: Constraint | None, secret: frozenset[str]) -> Constraint | None:
@@ -156,11 +195,22 @@ def masked(constraint: Constraint | None, secret: frozenset[str]) -> Constraint 
 
 
 def describe(constraint: Constraint | None) -> str:
-    """E.g. ``amount <= 300, currency == 'EUR'``; ``any arguments`` for None."""
+    """E.g. ``amount <= 300, currency == 'EUR'``; ``any arguments`` for None; the
+    arguments of `exactly` end with ``no other arguments``."""
     if constraint is None:
         return "any arguments"
     return ", ".join(
-        f"{path} {OPERATORS.get(op, op)} {operand!r}"
+        _describe_test(constraint, path, op, operand)
         for path, test in constraint.items()
         for op, operand in test.items()
     )
+
+
+def _describe_test(constraint: Constraint, path: str, op: str, operand: Any) -> str:
+    if path == WHOLE and op == ONLY and isinstance(operand, list):
+        if not operand:
+            return "no arguments"
+        if set(operand) <= argument_names(constraint):
+            return "no other arguments"
+        return "no arguments but " + ", ".join(str(name) for name in operand)
+    return f"{path} {OPERATORS.get(op, op)} {operand!r}"

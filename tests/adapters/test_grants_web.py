@@ -121,7 +121,11 @@ async def test_a_thread_grant_with_hours_and_the_same_arguments(shop: Any) -> No
     assert status == 200, body
     grant = body["grant"]
     assert grant["scope"] == "thread" and grant["thread_id"] == parked.thread_id
-    assert grant["args"] == {"order": {"eq": "A1"}, "amount": {"eq": 40.0}}
+    assert grant["args"] == {
+        "order": {"eq": "A1"},
+        "amount": {"eq": 40.0},
+        "": {"only": ["amount", "order"]},
+    }
     assert grant["expires_at"] == (shop.clock.now() + timedelta(hours=1.5)).isoformat()
     # The next call (A2) differs from A1: it asks.
     waiting = await shop.wait(parked.run_id, lambda r: len(r.pending) == 1 and r.turns == 2)
@@ -357,6 +361,7 @@ async def test_a_thread_grant_from_the_console_with_hours(shop: Any) -> None:
     assert grant.scope == "thread" and grant.constraint == {
         "order": {"eq": "A1"},
         "amount": {"eq": 40.0},
+        "": {"only": ["amount", "order"]},
     }
     assert grant.expires_at is not None
     assert (grant.expires_at - grant.created_at).total_seconds() == 7200

@@ -200,7 +200,14 @@ async def test_a_grant_for_the_same_arguments_covers_only_identical_calls(
     assert [r["amount"] for r in shop.ran] == [20, 20]
     assert result.pending[0].call.arguments == {"order": "A1", "amount": 21}
     [grant] = await shop.runtime.grants()
-    assert grant.constraint == {"order": {"eq": "A1"}, "amount": {"eq": 20}}
+    assert grant.constraint == {
+        "order": {"eq": "A1"},
+        "amount": {"eq": 20},
+        "": {"only": ["amount", "order"]},
+    }
+    assert grant.covers == (
+        "refund for the rest of this run (order == 'A1', amount == 20.0, no other arguments)"
+    )
 
 
 async def test_a_same_arguments_grant_given_with_edits_covers_the_edited_arguments(
@@ -220,7 +227,11 @@ async def test_a_same_arguments_grant_given_with_edits_covers_the_edited_argumen
     assert result.status is RunStatus.AWAITING  # the original arguments still ask
     assert result.pending[0].call.arguments == {"order": "A1", "amount": 249}
     [grant] = await shop.runtime.grants()
-    assert grant.constraint == {"order": {"eq": "A1"}, "amount": {"eq": 200}}
+    assert grant.constraint == {
+        "order": {"eq": "A1"},
+        "amount": {"eq": 200},
+        "": {"only": ["amount", "order"]},
+    }
 
 
 async def test_a_grant_with_a_constraint_covers_the_calls_that_meet_it(
@@ -265,7 +276,11 @@ async def test_secret_arguments_are_masked_in_a_grants_constraint(runtime_factor
     parked = await runtime.start("vault", "pay", requester="U1")
     await runtime.approve(parked.pending[0], actor=ANA, grant=GrantRequest(args="same"))
     [grant] = await runtime.grants()
-    assert grant.constraint == {"to": {"eq": "acme"}, "key": {"eq": "••••••"}}
+    assert grant.constraint == {
+        "to": {"eq": "acme"},
+        "key": {"eq": "••••••"},
+        "": {"only": ["key", "to"]},
+    }
     events = await runtime.export_events(parked.run_id)
     assert "s3cret" not in events
 
