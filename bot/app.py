@@ -56,20 +56,34 @@ def api_tokens(settings: Settings, operator_token: str) -> list[ApiToken]:
 
 
 def build_app(
-    settings: Settings, runtime: Runtime, worker: Worker, operator_token: str
+    settings: Settings,
+    runtime: Runtime,
+    worker: Worker,
+    operator_token: str,
+    *,
+    cookie_secret: bytes | None = None,
 ) -> web.Application:
     """The aiohttp application: console, JSON API and webhooks (health is added later).
+
+    Args:
+        settings: The settings.
+        runtime: The runtime the edges drive.
+        worker: Woken when a run became ready.
+        operator_token: The built-in operator's sign-in token.
+        cookie_secret: The key signing console cookies (None: ``SIGNOFF_COOKIE_SECRET``,
+            else a random one for this process; see `bot.console_secrets`).
 
     Raises:
         ConfigurationError: A hook names an agent that is not loaded, or another bad value.
     """
     app = web.Application(client_max_size=1024 * 1024)
     auth = TokenAuth(api_tokens(settings, operator_token))
-    cookie_secret = (
-        settings.cookie_secret.get_secret_value().encode()
-        if settings.cookie_secret is not None
-        else secrets.token_bytes(32)
-    )
+    if cookie_secret is None:
+        cookie_secret = (
+            settings.cookie_secret.get_secret_value().encode()
+            if settings.cookie_secret is not None
+            else secrets.token_bytes(32)
+        )
     hooks = hook_configs(settings)
     # These edges start runs and apply decisions themselves: they receive nothing.
     add_api_routes(app, runtime, auth, worker.wake_runs)

@@ -17,7 +17,6 @@ import asyncio
 import contextlib
 import errno
 import logging
-import secrets
 import signal
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -25,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from bot import collector, event_loop
+from bot.console_secrets import ConsoleSecrets, console_secrets
 from bot.health import Metrics, add_health_routes
 from bot.notifiers import NOTIFIERS_KEY
 from bot.settings import Settings, require_shared_settings
@@ -58,6 +58,7 @@ class Service:
     app: web.Application
     url: str = ""
     operator_token: str = ""
+    console_secrets: ConsoleSecrets | None = None
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     _runner: web.AppRunner | None = None
@@ -186,12 +187,9 @@ async def build_service(settings: Settings) -> Service:
     try:
         runtime, store = await build_runtime(settings, loaded.agents, checkpoint=metrics.observe)
         worker = Worker(runtime, concurrency=settings.workers, poll_seconds=settings.poll_seconds)
-        operator_token = (
-            settings.operator_token.get_secret_value()
-            if settings.operator_token is not None
-            else secrets.token_urlsafe(18)
-        )
-        app = build_app(settings, runtime, worker, operator_token)
+        kept = console_secrets(settings)
+        operator_token = kept.operator_token
+        app = build_app(settings, runtime, worker, operator_token, cookie_secret=kept.cookie_secret)
     except BaseException:
         await loaded.close()
         raise
@@ -209,6 +207,7 @@ async def build_service(settings: Settings) -> Service:
         worker=worker,
         app=app,
         operator_token=operator_token,
+        console_secrets=kept,
         discord_settings=discord_settings,
         loaded=loaded,
     )
@@ -220,13 +219,18 @@ async def serve(settings: Settings) -> None:
     url = await service.start()
     collector.serving()
     agents = ", ".join(sorted(service.runtime.agents)) or "none"
-    log.warning("signoff is serving at %s (agents: %s)", url, agents, extra={"url": url})
+    log.info("signoff is serving at %s (agents: %s)", url, agents, extra={"url": url})
     log.info("event loop: %s", event_loop.running_name())
-    if settings.operator_token is None:
-        # The token itself goes to stdout only, once: logs are shipped and kept.
+    kept = service.console_secrets
+    # The token itself goes to stdout only, once: logs are shipped and kept.
+    if kept is not None and kept.token_origin == "made":
+        log.info("made up a console sign-in token (printed on stdout), kept in %s", kept.path)
+    elif kept is not None and kept.token_origin == "kept":
+        log.info("console sign-in token (printed on stdout) read from %s", kept.path)
+    elif kept is not None and kept.token_origin == "process":
         log.warning(
-            "made up a console sign-in token for this process (printed on stdout); "
-            "set SIGNOFF_OPERATOR_TOKEN to fix it"
+            "made up a console sign-in token for this process only (printed on stdout): "
+            "an in-memory database keeps nothing, so it changes with every start"
         )
     print(f"signoff serving at {url}", flush=True)
     print(f"  console: {url}/login", flush=True)
@@ -239,8 +243,8 @@ async def serve(settings: Settings) -> None:
     try:
         await stop.wait()
     finally:
-        log.warning(
+        log.info(
             "shutting down: no new work; running tools get %ss", settings.shutdown_grace_seconds
         )
         await service.stop()
-        log.warning("signoff stopped")
+        log.info("signoff stopped")

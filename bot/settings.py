@@ -144,7 +144,8 @@ class Settings(BaseSettings):
         http_body_timeout_seconds: A request body that has not fully arrived after this
             long is answered 408 and the connection closed.
         operator_token: Sign-in token of the built-in operator (console and API). Unset:
-            a random one is made at start-up and printed.
+            made up once and kept next to a SQLite file (`bot.console_secrets`), and
+            printed at start-up.
         api_tokens: More tokens, each standing for a user id (JSON list of
             ``{"token", "actor", "operator", "name", "groups"}``; ``groups`` are approver
             groups the user belongs to).
@@ -152,7 +153,8 @@ class Settings(BaseSettings):
             "input_template", "approvals", "requester", "callback_url",
             "callback_hosts", "max_body_bytes"}``).
         cookie_secret: Key signing console session cookies (at least 32 characters).
-            Unset: random per process, so sessions end with a restart.
+            Unset: made up once and kept with the operator token (in memory: random per
+            process, so sessions end with a restart).
         secure_cookies: Mark console cookies ``Secure`` (serve behind HTTPS).
         slack_bot_token: The Slack app's bot token (``xoxb-...``).
         slack_signing_secret: The Slack app's signing secret (HTTP mode).
