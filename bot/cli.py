@@ -68,6 +68,7 @@ from runtime import (
     UnknownGrant,
     usage_of_events,
 )
+from runtime.jsontext import NonFiniteNumber, loads_strict
 from runtime.store.sql import SchemaStatus
 
 # --- exit codes --------------------------------------------------------------------------
@@ -289,11 +290,13 @@ def _actor(as_user: str | None, operator: bool) -> Actor:
 def _parse_json(value: str, option: str) -> Any:
     text = sys.stdin.read() if value == "-" else value
     try:
-        return json.loads(text)
+        return loads_strict(text)
     except RecursionError:
         raise click.BadParameter(
             "not valid JSON (nested too deeply)", param_hint=f"'{option}'"
         ) from None
+    except NonFiniteNumber as exc:
+        raise click.BadParameter(f"not valid JSON ({exc})", param_hint=f"'{option}'") from None
     except json.JSONDecodeError as exc:
         hint = ""
         if option == "--result":

@@ -9,9 +9,12 @@ answer then fits the schema is decided once, by `validate_resume`.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from runtime.jsontext import NonFiniteNumber, loads_strict
 
 FieldType = Literal["string", "integer", "number", "boolean", "enum", "json"]
 """How a property is typed in: free text, a whole number, a number, yes/no, one of a
@@ -169,9 +172,12 @@ def parse_number(text: str) -> float:
         ValueError: With a message for the person typing.
     """
     try:
-        return float(text.strip())
+        value = float(text.strip())
     except ValueError:
         raise ValueError("Enter a number.") from None
+    if not math.isfinite(value):
+        raise ValueError("Enter a finite number (not NaN or Infinity).")
+    return value
 
 
 _TRUE = frozenset({"true", "yes", "y", "1", "on"})
@@ -209,7 +215,9 @@ def parse_typed(field: SchemaField, text: str) -> Any:
             raise ValueError("Choose one of the options.")
         case "json":
             try:
-                return json.loads(text)
+                return loads_strict(text)
+            except NonFiniteNumber:
+                raise ValueError("Enter JSON with finite numbers (no NaN).") from None
             except (ValueError, RecursionError):
                 raise ValueError("Enter valid JSON.") from None
     raise ValueError(f"unsupported field type {field.type}")
@@ -243,6 +251,6 @@ def parse_result(text: str) -> Any:
     """A verified result someone recorded: JSON when it reads as JSON, else the text."""
     stripped = text.strip()
     try:
-        return json.loads(stripped)
+        return loads_strict(stripped)
     except (ValueError, RecursionError):
         return stripped

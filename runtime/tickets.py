@@ -33,6 +33,7 @@ from runtime.errors import (
     StaleTicket,
     Unauthorized,
 )
+from runtime.jsontext import non_finite_path
 from runtime.states import TicketStatus
 
 ANYONE = "*"
@@ -675,6 +676,7 @@ def validate_resume(
         run_id=command.run_id,
         thread_id=command.thread_id,
     )
+    _check_finite(command.answer)
     match fit(checked.target, command.answer):
         case InputDecision(target=target, answer=InputData(data=data)):
             check_input(target.schema_, data)
@@ -690,6 +692,20 @@ def validate_resume(
             )
         case _ as unexpected:
             assert_never(unexpected)
+
+
+def _check_finite(answer: Answer) -> None:
+    # NaN passes every numeric rule (nan > 1000 is false); JSON edges refuse it when
+    # parsing, this refuses it from any other caller.
+    for name, value in answer.model_dump(mode="python", exclude={"kind"}).items():
+        where = non_finite_path(value)
+        if where is not None:
+            path = "" if where == "(root)" else where
+            message = "numbers must be finite (not NaN or Infinity)"
+            raise InvalidAnswer(
+                f"{name}{'/' + path if path else ''}: {message}",
+                [{"path": path, "message": message}],
+            )
 
 
 def check_input(schema: dict[str, Any], data: dict[str, Any]) -> None:

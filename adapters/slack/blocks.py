@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from runtime.jsontext import loads_strict
 from runtime.tickets import describe_chain, describe_deciders
 
 Block = dict[str, Any]
@@ -198,7 +199,7 @@ def parse_ref(value: Any) -> TicketRef | None:
     if not isinstance(value, str) or len(value) > MAX_SECTION_TEXT:
         return None
     try:
-        data = json.loads(value)
+        data = loads_strict(value)
     except (ValueError, RecursionError):
         return None
     if not isinstance(data, dict):

@@ -10,13 +10,14 @@ reason and goes no further. Only then does bolt see it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from slack_sdk.signature import SignatureVerifier
 from yarl import query_to_pairs
+
+from runtime.jsontext import loads_strict
 
 FORM = "application/x-www-form-urlencoded"
 _INTERACTIONS_NEEDING_VIEW = ("view_submission", "view_closed")
@@ -93,7 +94,7 @@ def parse(body: bytes, content_type: str) -> SlackRequest:
 
 def _json_object(text: str, what: str) -> dict[str, Any]:
     try:
-        value = json.loads(text)
+        value = loads_strict(text)
     except (ValueError, RecursionError):
         raise MalformedRequest(f"{what} is not valid JSON") from None
     if not isinstance(value, dict):

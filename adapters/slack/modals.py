@@ -33,6 +33,7 @@ from adapters.slack.blocks import (
 )
 from runtime import EditForm, forms
 from runtime.forms import FieldView, SchemaField, read_typed, schema_fields
+from runtime.jsontext import NonFiniteNumber, loads_strict
 
 VIEW_DENY_REASON = "signoff.deny_reason"
 VIEW_INPUT = "signoff.input"
@@ -354,7 +355,9 @@ def read_input(
     if not fields:
         text = _raw(state, f"{FIELD_BLOCK_PREFIX}json")
         try:
-            whole = json.loads(text) if isinstance(text, str) else None
+            whole = loads_strict(text) if isinstance(text, str) else None
+        except NonFiniteNumber:
+            return {}, {f"{FIELD_BLOCK_PREFIX}json": "Numbers must be finite (no NaN or Infinity)."}
         except (ValueError, RecursionError):
             whole = None
         if not isinstance(whole, dict):

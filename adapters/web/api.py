@@ -66,6 +66,8 @@ from runtime import (
     SignoffError,
 )
 from runtime.batches import MAX_BATCH
+from runtime.constraints import is_number
+from runtime.jsontext import loads_strict
 
 Handler = Callable[[web.Request, Actor], Awaitable[web.StreamResponse]]
 
@@ -234,7 +236,7 @@ async def read_object(request: web.Request) -> dict[str, Any]:
     if not raw.strip():
         return {}
     try:
-        body = json.loads(raw)
+        body = loads_strict(raw)
     except ValueError as exc:
         raise BadRequest(f"the body is not valid JSON: {exc}") from exc
     except RecursionError:
@@ -304,6 +306,10 @@ def grant_from_json(raw: Any) -> GrantRequest | None:
         return None
     if not isinstance(raw, dict):
         raise BadRequest('"grant" must be an object such as {"scope": "run"}')
+    hours = raw.get("hours")
+    # Pydantic would read true as 1 hour and "5" as 5 hours; JSON says what a number is.
+    if hours is not None and not is_number(hours):
+        raise BadRequest(f"invalid grant: hours: must be a number, not {json.dumps(hours)}")
     try:
         return GrantRequest.model_validate(raw)
     except ValidationError as exc:

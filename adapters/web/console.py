@@ -23,7 +23,6 @@ Pages::
 
 from __future__ import annotations
 
-import json
 import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -84,6 +83,7 @@ from runtime import (
     UnknownTicket,
 )
 from runtime.batches import MAX_BATCH
+from runtime.jsontext import NonFiniteNumber, loads_strict
 
 TEMPLATES = Path(__file__).parent / "templates"
 ACTIVE = (RunStatus.QUEUED, RunStatus.RUNNING)
@@ -693,7 +693,9 @@ class _Console:
                 answer = None if state.errors else InputData(data=data)
             case "resolve":
                 try:
-                    answer = Resolve(result=json.loads(_text(posted.get("result"))))
+                    answer = Resolve(result=loads_strict(_text(posted.get("result"))))
+                except NonFiniteNumber:
+                    state.errors["result"] = "Numbers must be finite (no NaN or Infinity)."
                 except (ValueError, RecursionError):
                     state.errors["result"] = 'Enter the verified result as JSON (e.g. "sent").'
             case "retry":

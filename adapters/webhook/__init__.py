@@ -11,6 +11,7 @@ from adapters.webhook.callback import CallbackNotifier
 from adapters.webhook.config import HookConfig, TemplateError
 from adapters.webhook.routes import add_hook_routes
 from adapters.webhook.signing import (
+    CALLBACK,
     BadSignature,
     MissingSignature,
     SignatureError,
@@ -18,9 +19,11 @@ from adapters.webhook.signing import (
     sign,
     signed_headers,
     verify,
+    verify_headers,
 )
 
 __all__ = [
+    "CALLBACK",
     "BadSignature",
     "CallbackNotifier",
     "HookConfig",
@@ -32,4 +35,5 @@ __all__ = [
     "sign",
     "signed_headers",
     "verify",
+    "verify_headers",
 ]

@@ -9,11 +9,12 @@ the hook has a callback, ``callback_url``. `CallbackNotifier` POSTs::
 
 to the URL *configured on the hook now* (the stored URL only says that a callback was
 wanted), refusing any host not in the hook's ``callback_hosts``. The request is signed
-with the hook's secret exactly like incoming requests (`adapters.webhook.signing`) and
-carries ``Idempotency-Key: <outbox id>``, stable across retries, so a receiver can drop
-a duplicate. Outcomes: 2xx delivered; 408, 429, 5xx, timeouts and connection errors are
-retried with backoff (``Retry-After`` honoured); redirects and other 4xx are permanent
-(the outbox marks the item failed and records ``notification_failed`` on the run).
+with the hook's secret under the `adapters.webhook.signing.CALLBACK` purpose label (so
+it is never also a valid request to the hook) and carries ``Idempotency-Key: <outbox
+id>``, stable across retries, so a receiver can drop a duplicate. Outcomes: 2xx
+delivered; 408, 429, 5xx, timeouts and connection errors are retried with backoff
+(``Retry-After`` honoured); redirects and other 4xx are permanent (the outbox marks the
+item failed and records ``notification_failed`` on the run).
 
 One outbox item, one effect
 --------------------------
@@ -35,7 +36,7 @@ from typing import Any
 import aiohttp
 
 from adapters.webhook.config import HookConfig
-from adapters.webhook.signing import signed_headers
+from adapters.webhook.signing import CALLBACK, signed_headers
 from runtime import Clock, SystemClock
 from runtime.notifications import Delivery, Notification, RunCallback, RunFinished
 from runtime.outbox import DeliveryError
@@ -150,7 +151,7 @@ class CallbackNotifier:
             "Content-Type": "application/json",
             "User-Agent": USER_AGENT,
             "Idempotency-Key": delivery.outbox_id,
-            **signed_headers(hook.secret, body, self._clock.now().timestamp()),
+            **signed_headers(hook.secret, body, self._clock.now().timestamp(), purpose=CALLBACK),
         }
         timeout = aiohttp.ClientTimeout(total=hook.callback_timeout_seconds)
         try:

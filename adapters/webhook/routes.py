@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -42,6 +41,7 @@ from runtime import (
     Runtime,
     StorageError,
 )
+from runtime.jsontext import loads_strict
 
 log = logging.getLogger("signoff.webhook")
 
@@ -108,17 +108,13 @@ def _idempotency_key(request: web.Request) -> str | None:
     return key
 
 
-def _reject_constant(name: str) -> NoReturn:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def _parse_object(body: bytes) -> tuple[dict[str, Any], str]:
     try:
         raw = body.decode("utf-8")
     except UnicodeDecodeError:
         _stop(400, "malformed_json", "the body is not UTF-8 text")
     try:
-        parsed = json.loads(raw, parse_constant=_reject_constant)
+        parsed = loads_strict(raw)
     except ValueError as exc:
         _stop(400, "malformed_json", f"the body is not valid JSON: {exc}")
     except RecursionError:

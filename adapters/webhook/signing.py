@@ -1,10 +1,18 @@
 """Signing and verifying webhook requests and completion callbacks (pure functions).
 
-Scheme (the same for requests to ``POST /hooks/{name}`` and for the completion
-callbacks signoff sends)::
+Scheme for requests to ``POST /hooks/{name}``::
 
     X-Signoff-Timestamp: <unix seconds>
     X-Signoff-Signature: v1=<hex HMAC-SHA256(secret, "<timestamp>." + raw body bytes)>
+
+Completion callbacks signoff sends carry the same two headers, but their MAC covers a
+purpose label first (`CALLBACK`)::
+
+    X-Signoff-Signature: v1=<hex HMAC-SHA256(secret, "callback.<timestamp>." + raw body)>
+
+so a callback, which the receiver may log or forward, is never also a valid request to
+the hook that sent it (a request's signed text starts with a digit, a callback's with
+``callback.``).
 
 - The MAC is computed over the ASCII timestamp exactly as sent in the header, one dot,
   then the raw request body bytes, unmodified (no JSON re-serialisation); the key is the
@@ -51,6 +59,8 @@ SIGNATURE_HEADER = "X-Signoff-Signature"
 SCHEME = "v1"
 DEFAULT_TOLERANCE = 300
 """Seconds a timestamp may differ from the receiver's clock (five minutes)."""
+CALLBACK = "callback"
+"""The purpose label of completion callbacks: their MAC covers ``"callback." + ...``."""
 
 # Bounds that keep a hostile header from costing more than a few MACs.
 _MAX_SIGNATURES = 8
@@ -85,29 +95,38 @@ def _key(secret: str | bytes) -> bytes:
     return secret.encode("utf-8") if isinstance(secret, str) else secret
 
 
-def _digest(secret: str | bytes, timestamp: str, body: bytes) -> str:
-    message = timestamp.encode("utf-8") + b"." + body
+def _digest(secret: str | bytes, timestamp: str, body: bytes, purpose: str | None) -> str:
+    label = f"{purpose}." if purpose else ""
+    message = (label + timestamp).encode("utf-8") + b"." + body
     return hmac.new(_key(secret), message, hashlib.sha256).hexdigest()
 
 
-def sign(secret: str | bytes, timestamp: int | str, body: bytes) -> str:
+def sign(
+    secret: str | bytes, timestamp: int | str, body: bytes, *, purpose: str | None = None
+) -> str:
     """The ``X-Signoff-Signature`` value for `body` sent at `timestamp`.
 
     Args:
         secret: The hook's shared secret.
         timestamp: Unix seconds, exactly as sent in ``X-Signoff-Timestamp``.
         body: The raw body bytes, exactly as sent.
+        purpose: None for a request to a hook; `CALLBACK` for a completion callback.
 
     Returns:
         ``"v1=<lowercase hex HMAC-SHA256>"``.
     """
-    return f"{SCHEME}={_digest(secret, str(timestamp), body)}"
+    return f"{SCHEME}={_digest(secret, str(timestamp), body, purpose)}"
 
 
-def signed_headers(secret: str | bytes, body: bytes, now: float) -> dict[str, str]:
-    """Both signature headers for sending `body` at Unix time `now`."""
+def signed_headers(
+    secret: str | bytes, body: bytes, now: float, *, purpose: str | None = None
+) -> dict[str, str]:
+    """Both signature headers for sending `body` at Unix time `now` (see `sign`)."""
     timestamp = str(int(now))
-    return {TIMESTAMP_HEADER: timestamp, SIGNATURE_HEADER: sign(secret, timestamp, body)}
+    return {
+        TIMESTAMP_HEADER: timestamp,
+        SIGNATURE_HEADER: sign(secret, timestamp, body, purpose=purpose),
+    }
 
 
 def _parse_timestamp(text: str) -> int:
@@ -134,6 +153,8 @@ def verify(
     body: bytes,
     now: float,
     tolerance: int = DEFAULT_TOLERANCE,
+    *,
+    purpose: str | None = None,
 ) -> int:
     """Check a request's signature headers against its raw body.
 
@@ -144,6 +165,7 @@ def verify(
         body: The raw body bytes, before any parsing.
         now: The receiver's current Unix time in seconds.
         tolerance: Seconds the timestamp may be off, in the past or the future.
+        purpose: None for a request to a hook; `CALLBACK` to check a completion callback.
 
     Returns:
         The verified timestamp.
@@ -160,7 +182,7 @@ def verify(
     sent = headers_timestamp.strip()
     timestamp = _parse_timestamp(sent)
     # The MAC covers the timestamp text as sent, not a re-formatted number.
-    expected = _digest(secret, sent, body).encode("ascii")
+    expected = _digest(secret, sent, body, purpose).encode("ascii")
     matched = False
     # Compare every candidate (no early exit) so timing does not tell which one matched.
     for candidate in _candidates(headers_signature):
@@ -186,6 +208,8 @@ def verify_headers(
     body: bytes,
     now: float,
     tolerance: int = DEFAULT_TOLERANCE,
+    *,
+    purpose: str | None = None,
 ) -> int:
     """`verify` reading both headers from a case-insensitive header mapping."""
     return verify(
@@ -195,4 +219,5 @@ def verify_headers(
         body,
         now,
         tolerance,
+        purpose=purpose,
     )

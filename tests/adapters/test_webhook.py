@@ -28,6 +28,7 @@ from sqlalchemy import text
 from testkit import deliver_item, settled
 
 from adapters.webhook import (
+    CALLBACK,
     CallbackNotifier,
     HookConfig,
     add_hook_routes,
@@ -384,6 +385,7 @@ REFUSALS: list[tuple[str, str, bytes, Callable[[bytes], dict[str, str]], int, st
     ),
     ("malformed-json", "refunds", b'{"order_id": ', _valid, 400, "malformed_json", "not valid"),
     ("nan-json", "refunds", b'{"amount": NaN}', _valid, 400, "malformed_json", "NaN"),
+    ("huge-number", "refunds", b'{"amount": 1e999}', _valid, 400, "malformed_json", "too large"),
     ("not-utf8", "refunds", b'{"a": "\xff"}', _valid, 400, "malformed_json", "UTF-8"),
     ("array-json", "refunds", b"[1, 2]", _valid, 400, "not_an_object", "not an array"),
     ("string-json", "refunds", b'"hi"', _valid, 400, "not_an_object", "not a string"),
@@ -688,6 +690,7 @@ def _check_signed(headers: dict[str, str], body: bytes) -> None:
         headers.get("X-Signoff-Signature"),
         body,
         now=time.time(),
+        purpose=CALLBACK,
     )
 
 
