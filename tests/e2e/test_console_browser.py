@@ -22,7 +22,10 @@ from aiohttp import web
 
 from adapters.web import ApiToken, TokenAuth, add_api_routes, add_console_routes
 from runtime import (
+    Actor,
     Agent,
+    Allow,
+    GrantRequest,
     ModelRequest,
     Runtime,
     ScriptedModel,
@@ -315,3 +318,86 @@ async def test_allow_selected_decides_a_runs_calls_together_in_the_browser(
         ("delete_branch", {"name": "release-2.4"}),
         ("send_email", {"to": "team@example.com", "subject": "Release 2.4 is out"}),
     ]
+
+
+# -- phone width ------------------------------------------------------------------------------
+
+PHONE = {"width": 375, "height": 800}
+
+
+async def _fits(page: Any, what: str) -> None:
+    """The page does not scroll sideways at phone width."""
+    width = await page.evaluate("document.scrollingElement.scrollWidth")
+    assert width <= PHONE["width"], f"{what} scrolls sideways ({width} px)"
+
+
+async def _reachable(page: Any, locator: Any) -> None:
+    """`locator` lies inside the viewport once scrolled to (not clipped by a table's box)."""
+    from playwright.async_api import expect
+
+    await expect(locator).to_be_visible()
+    # Scroll the page down to it only: nothing sideways, neither the page nor a box in it.
+    await locator.evaluate(
+        "el => window.scrollBy(0, el.getBoundingClientRect().top - innerHeight / 3)"
+    )
+    box = await locator.bounding_box()
+    assert box is not None
+    assert box["x"] >= 0 and box["x"] + box["width"] <= PHONE["width"], box
+    assert box["y"] >= 0 and box["y"] + box["height"] <= PHONE["height"], box
+    # What is drawn at the button's centre is the button itself, not something over it.
+    centre = await locator.evaluate(
+        "el => { const r = el.getBoundingClientRect();"
+        " const hit = document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2);"
+        " return hit === el || el.contains(hit); }"
+    )
+    assert centre, "something covers the button"
+
+
+async def test_every_page_fits_a_phone_and_revoke_stays_reachable(
+    served: Served, tmp_path: Path
+) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    grace = Actor(id="ops:grace", operator=True, name="Grace")
+    started = await served.runtime.start(
+        "demo", "wrap up release 2.4 " + "with a long input " * 10, requester="ops:grace"
+    )
+    email = next(p for p in started.pending if p.call.name == "send_email")
+    await served.runtime.decide(email.ticket_id, Allow(grant=GrantRequest(scope="run")), grace)
+    [grant] = await served.runtime.grants()
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            context = await browser.new_context(viewport=PHONE)
+            page = await context.new_page()
+            page.set_default_timeout(15_000)
+            await page.goto(served.url + "/login")
+            await _fits(page, "/login")
+            await page.fill("#token", TOKEN)
+            await page.click("button:has-text('Sign in')")
+
+            for path in ("/runs", f"/runs/{started.run_id}", "/tickets", "/grants", "/start"):
+                await page.goto(served.url + path)
+                await _fits(page, path)
+                await page.screenshot(
+                    path=str(tmp_path / f"{path.count('/')}-{len(path)}.png"), full_page=True
+                )
+
+            # On the run page: the pending call's buttons, and the grant's Revoke.
+            await page.goto(f"{served.url}/runs/{started.run_id}")
+            ticket = page.locator("section.ticket[data-tool='delete_branch']")
+            await _reachable(page, ticket.locator("button[value='allow']"))
+            await _reachable(page, ticket.locator("button:has-text('Deny with reason')"))
+            await _reachable(page, page.locator(f"#grant-{grant.grant_id} button"))
+
+            # On the grants page, Revoke is on screen and works with a tap.
+            await page.goto(served.url + "/grants")
+            revoke = page.locator(f"#grant-{grant.grant_id} button:has-text('Revoke')")
+            await _reachable(page, revoke)
+            await page.screenshot(path=str(tmp_path / "grants-phone.png"), full_page=True)
+            await revoke.click()
+            await expect(page.locator(".flash")).to_contain_text("Revoked the grant of")
+            assert (await served.runtime.grant(grant.grant_id)).state == "revoked"
+            await context.close()
+        finally:
+            await browser.close()
