@@ -5,9 +5,12 @@ over the call's arguments: an argument it does not name keeps its value. Before 
 changes the edit is checked (`check_edit`, part of the one validation every decision
 passes, on every edge alike):
 
+- secret arguments are never shown to an editor and never changed: one given as its
+  mask is left as it is, one given as anything else is refused first, before any other
+  check and with the same refusal whatever the value (so a refusal tells nothing about
+  the secret) — `NotEditable`;
 - the tool must allow edits (``editable``) and every changed argument must be one it
-  lets change; secret arguments are never shown to an editor and never changed (giving
-  one as its mask, or as its current value, leaves it as it is) — `NotEditable`;
+  lets change — `NotEditable`;
 - the merged arguments must fit the tool's argument schema — `InvalidEdit`, with one
   ``{"path", "message"}`` per problem;
 - the tool's permission rule runs again on them: ``deny`` refuses the edit
@@ -139,13 +142,17 @@ def check_edit(tool: Tool | None, target: ToolPermission, given: Mapping[str, An
     if tool is None:
         raise NotEditable(f"tool {target.tool!r} is not loaded, so its call cannot be edited")
     secret = tool.secret
-    kept = {
-        name: value
-        for name, value in given.items()
-        # A secret argument is never shown to an editor: its mask (or its own value)
-        # sent back by a form means "keep it".
-        if not (name in secret and (value == MASK or value == original.get(name)))
-    }
+    # A secret argument is never shown to an editor: its mask sent back by a form means
+    # "keep it". Any other value is refused before anything looks at it, so the answer
+    # is the same whether it guesses the secret right or wrong.
+    guessed = sorted(name for name, value in given.items() if name in secret and value != MASK)
+    if guessed:
+        raise NotEditable(
+            f"{tool.name}: {', '.join(repr(n) for n in guessed)} may not be changed "
+            "(secret: it is never shown or changed; send it as its mask or leave it out)",
+            [_problem(name, "secret: it is never shown or changed") for name in guessed],
+        )
+    kept = {name: value for name, value in given.items() if name not in secret}
     touched = [
         name for name, value in kept.items() if name not in original or original[name] != value
     ]
@@ -165,11 +172,10 @@ def check_edit(tool: Tool | None, target: ToolPermission, given: Mapping[str, An
     allowed = set(tool.editable_arguments())
     refused = [name for name in touched if name not in allowed]
     if refused:
-        why = {name: "secret: it is never shown or changed" for name in refused if name in secret}
         raise NotEditable(
             f"{tool.name}: {', '.join(repr(n) for n in refused)} may not be changed "
             f"(changeable: {', '.join(sorted(allowed)) or 'none'})",
-            [_problem(name, why.get(name, "may not be changed")) for name in refused],
+            [_problem(name, "may not be changed") for name in refused],
         )
     parsed, errors = tool.check_arguments({**original, **kept})
     if parsed is None:
@@ -178,9 +184,10 @@ def check_edit(tool: Tool | None, target: ToolPermission, given: Mapping[str, An
     try:
         permission = tool.permission_for(parsed)
     except Exception as exc:  # a rule that cannot judge the new arguments refuses them
+        # The rule's own text may quote any argument, secret ones too.
+        what = type(exc).__name__ if secret else f"{type(exc).__name__}: {exc}"
         raise EditDenied(
-            f"the permission rule of {tool.name} failed on the changed arguments: "
-            f"{type(exc).__name__}: {exc}"
+            f"the permission rule of {tool.name} failed on the changed arguments: {what}"
         ) from None
     if permission is Permission.DENY:
         raise EditDenied(

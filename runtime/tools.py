@@ -273,22 +273,22 @@ class Tool:
         self, raw: dict[str, Any]
     ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
         """Validate arguments; the parsed ones, or None and one ``{"path", "message"}``
-        per problem (``path`` is the dotted argument name, empty for the whole call)."""
+        per problem (``path`` is the dotted argument name, empty for the whole call).
+
+        A message never quotes the value of a secret argument, nor an object holding
+        one: such a problem is told from the failing check and the schema alone.
+        """
         if self._schema is not None:
-            found = sorted(self._validator.iter_errors(raw), key=lambda e: list(e.absolute_path))
+            found = sorted(
+                self._validator.iter_errors(raw), key=lambda e: [str(p) for p in e.absolute_path]
+            )
             if found:
-                return None, [
-                    {"path": ".".join(str(p) for p in e.absolute_path), "message": e.message}
-                    for e in found
-                ]
+                return None, [_schema_problem(e, raw, self.secret) for e in found]
             return dict(raw), []
         try:
             parsed = self._args_model.model_validate(raw)
         except ValidationError as exc:
-            return None, [
-                {"path": ".".join(str(p) for p in e["loc"]), "message": e["msg"]}
-                for e in exc.errors()
-            ]
+            return None, [_model_problem(e, self.secret) for e in exc.errors()]
         return {name: getattr(parsed, name) for name in type(parsed).model_fields}, []
 
     def editable_arguments(self) -> tuple[str, ...]:
@@ -339,6 +339,145 @@ class Tool:
             "permission": permission,
             "replay_policy": self.replay_policy,
         }
+
+
+# -- problems with arguments, told without a secret's value ---------------------------
+
+SECRET_VALUE = "the secret value"
+"""How a problem with a secret argument names its value (never quoted)."""
+_SECRET_OBJECT = "the argument object"
+_SOME_VALUE = "a value"
+
+# Checks whose messages name argument names and the schema only, never a value.
+_NAMES_ONLY = frozenset(
+    {
+        "required",
+        "additionalProperties",
+        "unevaluatedProperties",
+        "dependentRequired",
+        "dependencies",
+    }
+)
+
+
+def _shows_secret(
+    error: jsonschema.ValidationError, raw: dict[str, Any], secret: frozenset[str]
+) -> str | None:
+    """How to name the value `error` is about when it is (or holds) a secret; else None."""
+    if not secret:
+        return None
+    path = list(error.absolute_path)
+    if path:
+        return SECRET_VALUE if str(path[0]) in secret else None
+    if error.instance is raw:
+        return _SECRET_OBJECT if any(name in secret for name in raw) else None
+    # An error without a path about another value than the whole object lost its place
+    # (jsonschema drops the path of a false schema's error): it may be a secret.
+    return _SOME_VALUE
+
+
+def _clause(error: jsonschema.ValidationError) -> str:
+    """What failed, from the check and its schema value (the instance is never read)."""
+    # A false schema's error has no check (None), whatever the stubs say.
+    kind: Any = error.validator
+    expected = error.validator_value
+    match kind:
+        case "type":
+            types = expected if isinstance(expected, list) else [expected]
+            return "is not of type " + ", ".join(repr(t) for t in types)
+        case "enum":
+            return f"is not one of {expected!r}"
+        case "const":
+            return f"is not {expected!r}"
+        case "pattern":
+            return f"does not match {expected!r}"
+        case "format":
+            return f"is not a {expected!r}"
+        case "minLength":
+            return f"is shorter than {expected!r} characters"
+        case "maxLength":
+            return f"is longer than {expected!r} characters"
+        case "minimum":
+            return f"is less than the minimum of {expected!r}"
+        case "maximum":
+            return f"is greater than the maximum of {expected!r}"
+        case "exclusiveMinimum":
+            return f"is less than or equal to the minimum of {expected!r}"
+        case "exclusiveMaximum":
+            return f"is greater than or equal to the maximum of {expected!r}"
+        case "multipleOf":
+            return f"is not a multiple of {expected!r}"
+        case "minItems":
+            return f"has fewer than {expected!r} items"
+        case "maxItems":
+            return f"has more than {expected!r} items"
+        case "uniqueItems":
+            return "has non-unique elements"
+        case "minProperties":
+            return f"has fewer than {expected!r} properties"
+        case "maxProperties":
+            return f"has more than {expected!r} properties"
+        case "anyOf":
+            return "is not valid under any of the given schemas"
+        case "oneOf":
+            # Without sub-errors, more than one schema matched.
+            if error.context:
+                return "is not valid under any of the given schemas"
+            return "is valid under more than one of the given schemas"
+        case "not":
+            return f"should not be valid under {expected!r}"
+        case None:
+            return "is not allowed here"
+        case _:
+            return f"does not pass {kind!r}"
+
+
+def _schema_problem(
+    error: jsonschema.ValidationError, raw: dict[str, Any], secret: frozenset[str]
+) -> dict[str, Any]:
+    path = ".".join(str(p) for p in error.absolute_path)
+    subject = _shows_secret(error, raw, secret)
+    if subject is None or error.validator in _NAMES_ONLY:
+        return {"path": path, "message": error.message}
+    return {"path": path, "message": f"{subject} {_clause(error)}"}
+
+
+# Context entries of pydantic errors that come from the schema, not from the value.
+_SCHEMA_CONTEXT = frozenset(
+    {
+        "gt",
+        "ge",
+        "lt",
+        "le",
+        "multiple_of",
+        "min_length",
+        "max_length",
+        "pattern",
+        "expected",
+        "class_name",
+        "class",
+        "field_type",
+        "max_digits",
+        "decimal_places",
+        "whole_digits",
+        "expected_schemes",
+        "expected_version",
+        "tz_expected",
+        "encoding",
+        "discriminator",
+        "expected_tags",
+    }
+)
+
+
+def _model_problem(error: Any, secret: frozenset[str]) -> dict[str, Any]:
+    loc = list(error["loc"])
+    path = ".".join(str(p) for p in loc)
+    context = error.get("ctx") or {}
+    if loc and str(loc[0]) in secret and not set(context) <= _SCHEMA_CONTEXT:
+        # Its message would carry text made from the value (a parser's or a validator's).
+        return {"path": path, "message": f"{SECRET_VALUE} is not valid ({error['type']})"}
+    return {"path": path, "message": error["msg"]}
 
 
 def _coerce_permission(value: Permission | str | PermissionRule) -> Permission | PermissionRule:
