@@ -4,12 +4,67 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from datetime import UTC, datetime
 from typing import Any
 
+from aiohttp.http_exceptions import HttpProcessingError
+
 # Attributes every LogRecord has; anything else came in through `extra=` and is kept.
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
+
+# Credentials as they appear in header values and in the reprs of refused header lines.
+_CREDENTIAL = re.compile(r"(?i)\b(bearer|basic)(\s+)[^\s\"',;\\]+")
+_CREDENTIAL_HEADER = re.compile(
+    r"(?i)\b(authorization|cookie|x-signoff-signature|x-slack-signature)(\s*:\s*)[^\r\n'\"]+"
+)
+REDACTED = "[redacted]"
+
+
+def redact(text: str) -> str:
+    """`text` with bearer/basic credentials and credential header values masked."""
+    text = _CREDENTIAL.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
+    return _CREDENTIAL_HEADER.sub(lambda m: f"{m.group(1)}{m.group(2)}{REDACTED}", text)
+
+
+class RedactingFilter(logging.Filter):
+    """Keeps request header values and credentials out of every log line.
+
+    aiohttp logs a request its parser refuses (a control character in a header value, a
+    malformed header line) at ERROR with the exception, whose text quotes the offending
+    line, header value (a token) included. Such a record becomes one line naming only
+    the client, the kind of error and the status. Every other record's message and
+    exception text lose bearer/basic credentials and credential header values.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Rewrite `record` in place; never drops it."""
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            remote = record.args[0] if isinstance(record.args, tuple) and record.args else None
+            record.msg = "refused a malformed HTTP request from %s: %s (HTTP %s)"
+            record.args = (remote or "an unknown client", type(exc).__name__, exc.code)
+            record.exc_info = None
+            record.exc_text = None
+            if record.levelno > logging.WARNING:
+                record.levelno, record.levelname = logging.WARNING, "WARNING"
+            return True
+        message = record.getMessage()
+        cleaned = redact(message)
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
+        if record.exc_info:
+            text = logging.Formatter().formatException(record.exc_info)
+            record.exc_text = redact(text)
+            record.exc_info = None
+        return True
+
+
+def _exception_text(formatter: logging.Formatter, record: logging.LogRecord) -> str | None:
+    if record.exc_info:
+        return redact(formatter.formatException(record.exc_info))
+    return record.exc_text or None
 
 
 class JsonFormatter(logging.Formatter):
@@ -25,8 +80,9 @@ class JsonFormatter(logging.Formatter):
         for key, value in vars(record).items():
             if key not in _STANDARD and not key.startswith("_"):
                 entry[key] = value
-        if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
+        exception = _exception_text(self, record)
+        if exception:
+            entry["exception"] = exception
         return json.dumps(entry, default=str)
 
 
@@ -43,8 +99,9 @@ class TextFormatter(logging.Formatter):
         line = f"{stamp} {record.levelname:<7} {record.name}: {record.getMessage()}"
         if extras:
             line += f"  {extras}"
-        if record.exc_info:
-            line += "\n" + self.formatException(record.exc_info)
+        exception = _exception_text(self, record)
+        if exception:
+            line += "\n" + exception
         return line
 
 
@@ -76,11 +133,13 @@ def configure_logging(level: str = "INFO", *, json_lines: bool | None = None) ->
     """Send logs to stderr, as JSON unless stderr is a terminal.
 
     `level` applies to signoff's own loggers (``signoff.*``); the libraries in
-    `QUIET_LIBRARIES` log warnings and errors only.
+    `QUIET_LIBRARIES` log warnings and errors only. No line holds a request header value
+    or a credential (`RedactingFilter`).
     """
     use_json = (not sys.stderr.isatty()) if json_lines is None else json_lines
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if use_json else TextFormatter())
+    handler.addFilter(RedactingFilter())
     root = logging.getLogger()
     for existing in list(root.handlers):
         root.removeHandler(existing)
