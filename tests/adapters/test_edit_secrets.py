@@ -9,6 +9,7 @@ API and the console on an aiohttp server on 127.0.0.1.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -145,6 +146,18 @@ async def test_a_secret_that_fails_its_schema_is_in_no_answer_of_the_api(service
     assert "the secret value does not match" in answers[2]  # the jsonl export has the event
     for text in answers:
         assert SECRET not in text
+
+    # The console's run page shows the flight recorder: the error, without the value.
+    page = await service.client.get("/login")
+    csrf = re.search(r'name="csrf" value="([^"]+)"', await page.text())
+    assert csrf is not None
+    signed = await service.client.post(
+        "/login", data={"csrf": csrf.group(1), "token": "tok-u1"}, allow_redirects=False
+    )
+    assert signed.status == 303
+    html = await (await service.client.get(f"/runs/{done.run_id}")).text()
+    assert "the secret value does not match" in html
+    assert SECRET not in html
 
 
 async def test_a_refused_edit_of_a_root_any_of_schema_is_a_422_without_the_secret(

@@ -11,6 +11,7 @@ from pydantic import AfterValidator
 
 from runtime import (
     Agent,
+    EditDenied,
     InvalidEdit,
     ModelRequest,
     NotEditable,
@@ -244,3 +245,18 @@ async def test_a_right_guess_through_approve_changes_nothing(runtime_factory: An
     assert ran == []
     done = await runtime.approve(parked.pending[0], resume=True)
     assert done.status is RunStatus.DONE and ran == [args]
+
+
+def test_a_permission_rule_failing_on_an_edit_does_not_quote_a_secret() -> None:
+    def rule(args: dict[str, Any]) -> str:
+        if args["user"] == "bo":
+            raise ValueError(f"no token {args['token']} for bo")
+        return "ask"
+
+    login = _login(permission=rule)
+    target = ToolPermission(call_id="c1", tool="login", args={"user": "ana", "token": TOKEN})
+    with pytest.raises(EditDenied) as raised:
+        check_edit(login, target, {"user": "bo"})
+    assert str(raised.value) == (
+        "the permission rule of login failed on the changed arguments: ValueError"
+    )
