@@ -8,6 +8,8 @@ Pure functions, so the translation is tested on recorded payloads:
   error the model got for them follows as the tool result);
 - ``tool`` messages become ``tool_result`` blocks of a user turn, and consecutive turns
   of one role are merged (the API wants the results of one turn in one user message);
+  the results the runtime writes for a failed or refused call (``Error: ...``,
+  ``Permission denied...``) carry ``is_error``;
 - tool call ids are kept, with characters Anthropic does not accept replaced, the same
   way on both sides.
 """
@@ -21,6 +23,9 @@ from typing import Any
 from runtime import ModelResponse, StopReason, ToolCallRequest, Usage
 
 _ID_FORBIDDEN = re.compile(r"[^a-zA-Z0-9_-]")
+
+# How the runtime begins the results of calls that failed or were refused.
+_ERROR_PREFIXES = ("Error: ", "Permission denied")
 
 # Anthropic's stop reasons; unknown future ones read as an ordinary end of turn.
 _STOPS: dict[str, StopReason] = {
@@ -105,16 +110,15 @@ def to_messages(transcript: list[dict[str, Any]]) -> tuple[str, list[dict[str, A
                 )
             add("assistant", blocks)
         elif role == "tool":
-            add(
-                "user",
-                [
-                    {
-                        "type": "tool_result",
-                        "tool_use_id": tool_id(message.get("tool_call_id")),
-                        "content": _text(message.get("content")) or "(no output)",
-                    }
-                ],
-            )
+            content = _text(message.get("content")) or "(no output)"
+            result: dict[str, Any] = {
+                "type": "tool_result",
+                "tool_use_id": tool_id(message.get("tool_call_id")),
+                "content": content,
+            }
+            if content.startswith(_ERROR_PREFIXES):
+                result["is_error"] = True
+            add("user", [result])
     return "\n\n".join(system), turns
 
 

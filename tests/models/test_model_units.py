@@ -80,6 +80,7 @@ def test_transcript_to_anthropic_messages() -> None:
                     "type": "tool_result",
                     "tool_use_id": "call_2",
                     "content": "Error: not valid JSON",
+                    "is_error": True,
                 },
             ],
         },
