@@ -265,6 +265,12 @@ def ticket_payload(ticket: ResumeTicket, agent: Agent | None) -> dict[str, Any]:
         # The arguments an approver may change (runtime.edits): cards offer an edit form.
         tool = agent.tools.get(ticket.target.tool)
         described["editable"] = list(tool.editable_arguments()) if tool is not None else []
+    named = getattr(ticket.target, "tool", None)
+    called = agent.tools.get(named) if agent is not None and isinstance(named, str) else None
+    if called is not None:
+        # What the tool says it does, and where an MCP tool comes from: cards show both.
+        described["tool_description"] = called.description
+        described["tool_server"] = called.server
     return described
 
 

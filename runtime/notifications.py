@@ -54,6 +54,10 @@ class _TicketNote(_Note):
     """For a sub-agent's request: the agents from the top-level run down to the asking one."""
     editable: list[str] = []
     """For an approval: the arguments an approver may change before allowing."""
+    tool_description: str | None = None
+    """What the tool says it does (its docstring, or an MCP tool's description)."""
+    tool_server: str | None = None
+    """The MCP server an MCP tool comes from (None: not an MCP tool)."""
 
     @model_validator(mode="before")
     @classmethod

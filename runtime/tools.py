@@ -136,6 +136,7 @@ class Tool:
         editable: Whether an approver may change the arguments before allowing a call:
             True (any argument but secret ones), False (none), or the names of the
             arguments that may change (see `runtime.edits`).
+        server: The MCP server it comes from (None: not an MCP tool); cards show it.
     """
 
     name: str
@@ -150,6 +151,7 @@ class Tool:
     on_expiry: OnExpiry | None = None
     grants: tuple[GrantScope, ...] | None = None
     editable: bool | frozenset[str] = True
+    server: str | None = None
     _args_model: type[BaseModel] = field(default=BaseModel, repr=False, compare=False)
     # Set by `from_schema`: the arguments' JSON schema as given, and its validator.
     _schema: dict[str, Any] | None = field(default=None, repr=False, compare=False)
@@ -171,6 +173,7 @@ class Tool:
         on_expiry: OnExpiry | str | None = None,
         grants: Sequence[str] | None = None,
         editable: bool | Sequence[str] = True,
+        server: str | None = None,
     ) -> Tool:
         """A tool whose arguments are described by a JSON schema instead of type hints.
 
@@ -193,6 +196,7 @@ class Tool:
             on_expiry: As for `tool`.
             grants: As for `tool`.
             editable: As for `tool`; names of the schema's properties.
+            server: The MCP server it comes from, shown on approval cards.
 
         Raises:
             ConfigurationError: The schema is not a valid JSON schema, or an option is bad.
@@ -225,6 +229,7 @@ class Tool:
             on_expiry=coerce_expiry(on_expiry),
             grants=coerce_grants(name, grants, four_eyes),
             editable=allowed,
+            server=server,
             _schema=schema,
         )
 

@@ -39,6 +39,8 @@ EMBED_TOTAL = 6000
 EMBED_FIELDS = 25
 LABEL_LENGTH = 80
 ARGS_LENGTH = 3000
+TOOL_DESCRIPTION_LENGTH = 300
+"""Characters of a tool's own description a card shows (the rest is cut with "…")."""
 """Room for the arguments' JSON in a card's description."""
 
 COLOR_PENDING = 0xF1C40F
@@ -108,6 +110,14 @@ def agent_label(agent: str, payload: Mapping[str, Any]) -> str:
     """The asking agent; for a sub-agent's request, with the agents that delegated to it."""
     above = describe_chain([str(a) for a in payload.get("chain") or ()], escape)
     return f"{escape(agent)}, sub-agent of {above}" if above else escape(agent)
+
+
+def tool_label(tool: str, payload: Mapping[str, Any]) -> str:
+    """The tool, and for an MCP tool the server it comes from."""
+    server = payload.get("tool_server")
+    if server:
+        return f"{code(tool)} (MCP server {code(clip(str(server), 100))})"
+    return code(tool)
 
 
 def who_may_decide(
@@ -258,9 +268,14 @@ def card(
     requester = payload.get("requester")
     fields = [
         _field("Agent", agent_label(agent, payload)),
-        _field("Tool", code(tool)),
+        _field("Tool", tool_label(tool, payload)),
         _field("Requested by", user(requester)),
     ]
+    described = " ".join(str(payload.get("tool_description") or "").split())
+    if described:
+        fields.append(
+            _field("What it does", escape(clip(described, TOOL_DESCRIPTION_LENGTH)), inline=False)
+        )
     components: list[dict[str, Any]] = []
     # Standing-grant buttons get a row of their own (a row holds at most five).
     granting: list[dict[str, Any]] = []

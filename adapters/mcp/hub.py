@@ -182,6 +182,7 @@ class McpHub:
             secret=secret,
             on_expiry=settled.on_expiry,
             grants=settled_grants(connection.config.prefix + item.name, settled),
+            server=connection.name,
             # Names a glob entry gave that this tool lacks are left out, as for secret.
             editable=(
                 True
@@ -218,6 +219,7 @@ class McpHub:
                         _invoker(connection, name),
                         permission=_Unavailable(connection),
                         secret=settled.secret or (),
+                        server=connection.name,
                     )
                 )
             problems: list[str] = []

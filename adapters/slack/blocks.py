@@ -33,6 +33,8 @@ MAX_MODAL_TITLE = 24
 MAX_FALLBACK_TEXT = 3000
 MAX_FIELD_TEXT = 2000
 MAX_BUTTON_TEXT = 75
+MAX_TOOL_DESCRIPTION = 300
+"""Characters of a tool's own description a card shows (the rest is cut with "…")."""
 
 ACTION_ALLOW = "signoff.allow"
 ACTION_DENY = "signoff.deny"
@@ -272,6 +274,19 @@ def agent_label(payload: Mapping[str, Any]) -> str:
     return f"{agent}, sub-agent of {above}" if above else agent
 
 
+def about_tool(payload: Mapping[str, Any]) -> Block | None:
+    """What the tool says it does (cut short, on one line) and, for an MCP tool, its
+    server; None when the payload has neither."""
+    parts: list[dict[str, Any]] = []
+    described = " ".join(str(payload.get("tool_description") or "").split())
+    if described:
+        parts.append(mrkdwn(escape(truncate(described, MAX_TOOL_DESCRIPTION))))
+    server = payload.get("tool_server")
+    if server:
+        parts.append(mrkdwn(f"MCP server `{escape(truncate(str(server), 100))}`"))
+    return {"type": "context", "elements": parts} if parts else None
+
+
 def _actions(ticket_id: str, buttons: Sequence[dict[str, Any]]) -> Block:
     return {"type": "actions", "block_id": f"signoff:{ticket_id}"[:255], "elements": list(buttons)}
 
@@ -313,6 +328,9 @@ def approval_card(
         _section(code_block(target.get("args") or {})),
         _details(payload, groups),
     ]
+    about = about_tool(payload)
+    if about is not None:
+        blocks.insert(2, about)
     if target.get("reason"):
         blocks.append(_context(f"Why: {escape(str(target['reason']))}"))
     if outcome is not None:
@@ -405,6 +423,9 @@ def uncertain_card(
         _details(payload, groups),
         _context(f"Execution key: `{escape(str(target.get('execution_key') or '?'))}`"),
     ]
+    about = about_tool(payload)
+    if about is not None:
+        blocks.insert(3, about)
     if outcome is not None:
         blocks.append(_section(outcome))
     if ref is not None:

@@ -88,6 +88,7 @@ from runtime.jsontext import NonFiniteNumber, loads_strict
 TEMPLATES = Path(__file__).parent / "templates"
 ACTIVE = (RunStatus.QUEUED, RunStatus.RUNNING)
 REFRESH_SECONDS = 2
+TOOL_DESCRIPTION_SHOWN = 300
 STATUS_FILTERS = [s.value for s in RunStatus]
 _HEADERS = {
     "Cache-Control": "no-store",
@@ -126,6 +127,10 @@ class TicketCard:
     grants: tuple[str, ...] = ()
     edit_fields: list[FormField] = field(default_factory=list)
     """For an approval: the arguments that may change, pre-filled (none: not editable)."""
+    tool_description: str = ""
+    """What the tool says it does, cut to `TOOL_DESCRIPTION_SHOWN` characters."""
+    tool_server: str | None = None
+    """The MCP server the tool comes from (None: not an MCP tool)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -522,6 +527,9 @@ class _Console:
         ticket = entry.ticket
         may_decide = ticket.may_decide(actor)
         editable = may_decide and entry.status == "approval" and bool(entry.editable)
+        agent = self.runtime.agents.get(ticket.agent)
+        tool = agent.tools.get(entry.call.name) if agent is not None else None
+        described = " ".join(tool.description.split()) if tool is not None else ""
         return TicketCard(
             entry=entry,
             arguments=pretty(entry.call.arguments),
@@ -531,6 +539,8 @@ class _Console:
             why_not=None if may_decide else why_not(ticket, actor),
             grants=entry.grants,
             edit_fields=edit_form_fields(self.runtime.edit_form(ticket)) if editable else [],
+            tool_description=_shorten(described, TOOL_DESCRIPTION_SHOWN),
+            tool_server=tool.server if tool is not None else None,
         )
 
     async def grants(
@@ -828,3 +838,7 @@ def batch_summary(action: str, outcomes: list[BatchOutcome]) -> str:
 
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
+
+
+def _shorten(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -184,3 +184,25 @@ def test_expiry_and_withdrawal_outcomes() -> None:
     assert (
         outcome("ticket_voided", {"reason": "run cancelled"}).text == "✖️ Withdrawn: run cancelled"
     )
+
+
+def test_the_tools_own_description_and_mcp_server_are_shown_cut_and_escaped() -> None:
+    hostile = "Moves @everyone's *money* <@1> `now`.\n\n" + "x" * 2000
+    shown = card(
+        "approval_requested",
+        {**payload(args={"amount": 1}), "tool_description": hostile, "tool_server": "bank`api"},
+        TOKEN,
+    )
+    [embed] = shown["embeds"]
+    fields = {f["name"]: f["value"] for f in embed["fields"]}
+    assert fields["Tool"] == "`transfer` (MCP server `bank\u02cbapi`)"
+    about = fields["What it does"]
+    assert about.startswith(r"Moves @everyone's \*money\* \<@1\> \`now\`. xxx")
+    assert about.endswith("x…") and len(about) < 400
+    assert shown["allowed_mentions"]["parse"] == []  # @everyone pings nobody
+    assert embed_length(embed) <= EMBED_TOTAL
+
+    plain = card("approval_requested", payload(args={}), TOKEN)
+    names = [f["name"] for f in plain["embeds"][0]["fields"]]
+    assert "What it does" not in names
+    assert {f["name"]: f["value"] for f in plain["embeds"][0]["fields"]}["Tool"] == "`transfer`"

@@ -101,7 +101,7 @@ async def test_allow_for_the_rest_of_the_run_lets_the_rest_of_the_run_go(shop: H
     assert result.status is RunStatus.DONE
     assert refunds(shop) == ["A1", "A2", "A3"]
     runtime = shop.bots[-1].runtime
-    [grant] = await runtime.grants()
+    [grant] = await runtime.grants(active=False)  # ended with its run
     assert (grant.scope, grant.granted_by, grant.platform) == ("run", str(ALICE.id), "discord")
     edited = await shop.outcome(card)
     shown = outcome_text(edited)
@@ -214,7 +214,7 @@ async def test_a_run_grant_allows_the_other_open_call_of_the_turn_and_its_card_s
 
     await shop.finished(run_id)
     assert sorted(refunds(shop)) == ["B1", "B2"]
-    [grant] = await shop.bots[-1].runtime.grants()
+    [grant] = await shop.bots[-1].runtime.grants(active=False)
     edited = await shop.outcome(second)
     assert f"With standing grant `{grant.grant_id}`" in outcome_text(edited)
     assert all(b["disabled"] for row in edited["components"] for b in row["components"])

@@ -226,3 +226,21 @@ def test_modals_fit_slack_limits() -> None:
         assert len(view["blocks"]) <= 100
         check_limits(view["blocks"])
         assert len(view.get("private_metadata", "")) <= 3000
+
+
+def test_the_tools_own_description_and_mcp_server_are_shown_cut_and_escaped() -> None:
+    hostile = "Moves <!channel> money & more.\n\n" + "x" * 5000
+    card = blocks.approval_card(
+        payload({"amount": 1}, tool_description=hostile, tool_server="bank<api>"), REF
+    )
+    check_limits(card)
+    [about] = [b for b in card if b["type"] == "context" and "MCP server" in json.dumps(b)]
+    described, server = (e["text"] for e in about["elements"])
+    assert described.startswith("Moves &lt;!channel&gt; money &amp; more. xxx")
+    assert described.endswith("x…") and len(described) <= blocks.MAX_TOOL_DESCRIPTION + 20
+    assert server == "MCP server `bank&lt;api&gt;`"
+    # Right under the call's own lines, before who asked and who may decide.
+    assert card.index(about) == 2
+
+    plain = blocks.approval_card(payload({"amount": 1}), REF)
+    assert "MCP server" not in json.dumps(plain) and len(plain) == len(card) - 1
