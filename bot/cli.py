@@ -11,12 +11,14 @@ import asyncio
 import getpass
 import json
 import logging
+import os
 import re
 import sys
 import tempfile
+import threading
 import traceback
 from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -67,6 +69,7 @@ from runtime import (
     UnknownExecutionKey,
     UnknownGrant,
     usage_of_events,
+    visibility,
 )
 from runtime.jsontext import NonFiniteNumber, loads_strict
 from runtime.store.sql import SchemaStatus
@@ -84,22 +87,25 @@ EXIT_UNAUTHORIZED = 7
 EXIT_STALE = 8
 EXIT_BAD_ANSWER = 9
 EXIT_STORAGE = 10
+EXIT_RUN_FAILED = 11
 EXIT_INTERRUPTED = 130
 
 EXIT_CODES: dict[int, str] = {
     EXIT_OK: "success",
     EXIT_INTERNAL: "unexpected internal error (a bug: please report it)",
-    EXIT_USAGE: "bad command line: unknown option, missing argument, invalid JSON",
+    EXIT_USAGE: "bad command line: unknown option, missing argument, invalid JSON, no "
+    "answer at a prompt (end of standard input)",
     EXIT_CONFIG: "configuration error: an invalid SIGNOFF_* setting or SIGNOFF_APP",
     EXIT_NOT_FOUND: "no such run, ticket, execution key or grant",
     EXIT_NOT_AWAITING: "nothing to decide: the ticket was already decided, voided or the run "
     "cannot do that now (or the grant was already revoked or expired)",
     EXIT_EXPIRED: "the ticket's decision deadline has passed",
-    EXIT_UNAUTHORIZED: "the acting user may not decide this ticket",
+    EXIT_UNAUTHORIZED: "the acting user may not decide this ticket or control this run",
     EXIT_STALE: "the agent or its tools changed since the run parked",
     EXIT_BAD_ANSWER: "the answer does not fit the ticket (or fails its input schema)",
     EXIT_STORAGE: "the database failed",
-    EXIT_INTERRUPTED: "interrupted (Ctrl-C, or no answer at a prompt)",
+    EXIT_RUN_FAILED: "signoff demo: the run failed (its model or a tool failed)",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
 }
 
 # Most specific first: the first matching class decides the code and the label.
@@ -305,6 +311,29 @@ def _parse_json(value: str, option: str) -> Any:
             f"not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}){hint}",
             param_hint=f"'{option}'",
         ) from None
+
+
+async def _controlled(runtime: Runtime, run_or_thread: str, actor: Actor, action: str) -> str:
+    """The id of the run `actor` asks to pause, cancel or resume (a thread id stands for
+    its latest run the actor may see), once `visibility.may_control` lets them.
+
+    Raises:
+        RunNotFound: No such run or thread, or the actor may not see it.
+        Unauthorized: The actor sees the run but neither is an operator nor started it.
+    """
+    try:
+        current = await runtime.get(run_or_thread, viewer=actor)
+    except RunNotFound:
+        latest = await runtime.list_runs(thread_id=run_or_thread, limit=1, viewer=actor)
+        if not latest:
+            raise
+        current = latest[0]
+    if not visibility.may_control(actor, current.requester):
+        raise Unauthorized(
+            f"only an operator or the requester ({current.requester or 'nobody'}) may "
+            f"{action} run {current.run_id}; {actor.id} is neither (nothing was changed)"
+        )
+    return current.run_id
 
 
 @asynccontextmanager
@@ -562,7 +591,7 @@ def cli(ctx: click.Context, config: Path | None) -> None:
     help="What the customer asks (default: a double charge of 249.00 on order A1001, "
     "which needs approval; order A1002 is small enough to be refunded at once).",
 )
-def demo(database: Path | None, yes: bool, message: str | None) -> None:
+def demo(database: Path | None, yes: bool, message: str | None) -> int:
     """Run the refunds example end to end in the terminal.
 
     The agent (a scripted model, no network, unless SIGNOFF_MODEL names a real one)
@@ -570,7 +599,7 @@ def demo(database: Path | None, yes: bool, message: str | None) -> None:
     Refunds over 100 need a person: the run parks in a SQLite database, the pending call
     is shown, and you decide from the keyboard: y allows it, n denies it, r denies it
     with a reason the model gets to see. The run then continues and the flight recorder
-    is printed.
+    is printed. A run that fails (its model cannot be reached, say) exits with 11.
 
     \b
     Examples:
@@ -586,14 +615,20 @@ def demo(database: Path | None, yes: bool, message: str | None) -> None:
         settings = state.settings(f"sqlite+aiosqlite:///{path}")
         agent = refunds.build_agent()
         text = message or refunds.DEMO_INPUT
-        _run(_demo(settings, agent, text, yes=yes, kept=path if database else None))
+        ended: RunResult = _run(
+            _demo(settings, agent, text, yes=yes, kept=path if database else None)
+        )
+    if ended.status is RunStatus.FAILED:
+        return _fail("run failed", ended.error or "unknown error", EXIT_RUN_FAILED)
+    return EXIT_OK
 
 
 async def _demo(
     settings: Settings, agent: Agent, text: str, *, yes: bool, kept: Path | None
-) -> None:
+) -> RunResult:
     login = _login()
     me = Actor(id=f"cli:{login}", platform="cli", name=login)
+    keyboard = None if yes else _Keyboard()
     runtime, store = await build_runtime(settings, agents=with_model_setting(settings, [agent]))
     try:
         model = runtime.agents[agent.name].model_name
@@ -602,17 +637,19 @@ async def _demo(
         click.echo(f"Database: {kept or 'a temporary SQLite file'}")
         click.echo(f"\n{me.id} asks: {text}\n")
         result = await runtime.start(agent.name, text, requester=me.id)
-        if not result.pending:
-            click.echo("No call needed a decision (refunds of 100 or less run at once).")
+        if result.status is RunStatus.DONE:
+            click.echo("No call needed a decision.")
         while result.status is RunStatus.AWAITING and result.pending:
             entry = result.pending[0]
             click.echo(f"Run {result.run_id} parked; it waits for a decision:\n")
             _print_pending(entry)
             click.echo("")
-            result = await _decide_at_keyboard(runtime, entry, me, yes)
+            result = await _decide_at_keyboard(runtime, entry, me, keyboard)
         click.echo("")
         if result.status is RunStatus.DONE:
             click.echo(f"Answer: {_one_line(result.text or '')}")
+        elif result.status is RunStatus.FAILED:
+            click.echo(f"The run failed: {_one_line(result.error or 'unknown error')}")
         click.echo(
             f"Run {result.run_id}: {result.status} · {result.turns} model calls · "
             f"{result.total_tokens} tokens\n"
@@ -623,44 +660,89 @@ async def _demo(
                 f"\nLook again: signoff runs show {result.run_id} --events "
                 f"--database-url sqlite+aiosqlite:///{kept}"
             )
+        return result
     finally:
         await runtime.aclose()
         await store.close()
 
 
-def _ask(question: str) -> str:
-    try:
-        return _one_line(str(click.prompt(question, prompt_suffix=" ")))
-    except click.Abort:
-        if not sys.stdin.isatty():
+class _Keyboard:
+    """Lines typed on standard input, read by a daemon thread while the event loop waits.
+
+    A prompt read on the loop's own thread would block it, and asyncio's Ctrl-C handler
+    (which only cancels the main task at its next step) would let the first Ctrl-C pass
+    unnoticed; the signal may even reach another thread and not interrupt the read at
+    all. Awaiting the line instead, the first Ctrl-C cancels the demo at once.
+    """
+
+    def __init__(self) -> None:
+        self._unread = b""
+
+    def _line(self) -> str | None:
+        """The next line, or None at the end of the input (blocks: runs in the thread)."""
+        while b"\n" not in self._unread:
+            chunk = os.read(sys.stdin.fileno(), 4096)
+            if not chunk:
+                rest, self._unread = self._unread, b""
+                return rest.decode(errors="replace") if rest else None
+            self._unread += chunk
+        line, self._unread = self._unread.split(b"\n", 1)
+        return line.decode(errors="replace")
+
+    async def ask(self, question: str) -> str:
+        """Print `question` and wait for the answer (a usage error at the end of input)."""
+        click.echo(f"{question} ", nl=False)
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[str | None] = loop.create_future()
+
+        def settle(line: str | None, error: OSError | None) -> None:
+            if answer.done():
+                return
+            if error is not None:
+                answer.set_exception(error)
+            else:
+                answer.set_result(line)
+
+        def read() -> None:
+            try:
+                line, error = self._line(), None
+            except OSError as exc:
+                line, error = None, exc
+            with suppress(RuntimeError):  # the loop is closed: the demo was stopped
+                loop.call_soon_threadsafe(settle, line, error)
+
+        threading.Thread(target=read, name="signoff-keyboard", daemon=True).start()
+        line = await answer
+        if line is None:
+            click.echo("")
             raise click.UsageError(
                 "no answer on standard input; pass --yes to approve without asking"
-            ) from None
-        raise
+            )
+        return _one_line(line)
 
 
 async def _decide_at_keyboard(
-    runtime: Runtime, entry: PendingEntry, me: Actor, yes: bool
+    runtime: Runtime, entry: PendingEntry, me: Actor, keyboard: _Keyboard | None
 ) -> RunResult:
     if entry.status != "approval":
         raise click.UsageError(
             f"the demo only decides approvals; answer {entry.ticket_id} with `signoff`"
         )
-    if yes:
+    if keyboard is None:
         click.echo("Allow? [y/n/r=deny with reason] y (--yes)")
         choice = "y"
     else:
-        choice = _ask("Allow? [y/n/r=deny with reason]").lower()
+        choice = (await keyboard.ask("Allow? [y/n/r=deny with reason]")).lower()
         while choice not in ("y", "yes", "n", "no", "r"):
             click.echo("Please answer y (allow), n (deny) or r (deny with a reason).")
-            choice = _ask("Allow? [y/n/r=deny with reason]").lower()
+            choice = (await keyboard.ask("Allow? [y/n/r=deny with reason]")).lower()
     if choice in ("y", "yes"):
         click.echo(f"Allowed by {me.id}; the tool runs now.")
         return await runtime.approve(entry, actor=me, resume=True)
     reason = None
-    if choice == "r":
+    if choice == "r" and keyboard is not None:
         while not reason:
-            reason = _ask("Reason (the model sees it):")
+            reason = await keyboard.ask("Reason (the model sees it):")
     click.echo(f"Denied by {me.id}; the tool does not run, the model is told.")
     return await runtime.decline(entry, actor=me, reason=reason, resume=True)
 
@@ -691,24 +773,42 @@ def runs() -> None:
     "--limit", default=20, show_default=True, type=click.IntRange(1, 10_000), help="At most N."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@actor_options
 @database_option
 def runs_list(
-    statuses: tuple[str, ...], limit: int, as_json: bool, database_url: str | None
+    statuses: tuple[str, ...],
+    limit: int,
+    as_json: bool,
+    as_user: str | None,
+    operator: bool,
+    database_url: str | None,
 ) -> None:
     """List runs, newest first, with how many decisions each waits on.
+
+    With --no-operator, only the runs --as USER may see: those they started, and those
+    with a ticket they may decide or decided.
 
     \b
     Examples:
       signoff runs list
       signoff runs list --status awaiting --status paused --limit 50
+      signoff runs list --as U024BE7LH --no-operator
     """
+    viewer = _actor(as_user, operator)
 
     async def body() -> list[dict[str, Any]]:
         async with _runtime(database_url) as runtime:
             rows = []
+            wanted = [RunStatus(s) for s in statuses]
+            visible = [
+                r.run_id
+                for r in await runtime.list_runs(statuses=wanted, limit=limit, viewer=viewer)
+            ]
             async with runtime.store.transaction() as tx:
-                found = await tx.list_runs(statuses=[RunStatus(s) for s in statuses], limit=limit)
-                for run in found:
+                for run_id in visible:
+                    run = await tx.get_run(run_id)
+                    if run is None:
+                        continue
                     open_tickets = await tx.tickets_for_run(run.run_id, status=TicketStatus.OPEN)
                     pending = sum(1 for t in open_tickets if t.call_id is not None)
                     rows.append(
@@ -763,9 +863,19 @@ def runs_list(
     is_flag=True,
     help="Print only the flight recorder, as JSON lines (secret arguments masked).",
 )
+@actor_options
 @database_option
-def runs_show(run_id: str, with_events: bool, jsonl: bool, database_url: str | None) -> None:
+def runs_show(
+    run_id: str,
+    with_events: bool,
+    jsonl: bool,
+    as_user: str | None,
+    operator: bool,
+    database_url: str | None,
+) -> None:
     """Show one run: status, answer, usage, its tool calls and what it waits on.
+
+    With --no-operator, only a run --as USER may see (else it does not exist, exit 4).
 
     \b
     Examples:
@@ -773,17 +883,18 @@ def runs_show(run_id: str, with_events: bool, jsonl: bool, database_url: str | N
       signoff runs show run_8c1d... --events
       signoff runs show run_8c1d... --jsonl > run.jsonl
     """
+    viewer = _actor(as_user, operator)
 
     async def body() -> None:
         async with _runtime(database_url) as runtime:
             if jsonl:
-                click.echo(await runtime.export_events(run_id), nl=False)
+                click.echo(await runtime.export_events(run_id, viewer=viewer), nl=False)
                 return
-            result = await runtime.get(run_id)
+            result = await runtime.get(run_id, viewer=viewer)
             async with runtime.store.transaction() as tx:
                 record = await tx.get_run(run_id)
                 calls = await tx.calls_for_run(run_id)
-            events = await runtime.events(run_id)
+            events = await runtime.events(run_id, viewer=viewer)
             agent = runtime.agents.get(result.agent)
         assert record is not None
         fields = [
@@ -855,22 +966,27 @@ def runs_show(run_id: str, with_events: bool, jsonl: bool, database_url: str | N
     "--limit", default=100, show_default=True, type=click.IntRange(1, 10_000), help="At most N."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@actor_options
 @database_option
-def tickets(limit: int, as_json: bool, database_url: str | None) -> None:
+def tickets(
+    limit: int, as_json: bool, as_user: str | None, operator: bool, database_url: str | None
+) -> None:
     """List open tickets (pending approvals, input requests, uncertain calls), oldest first.
 
     Decide one with `signoff approve`, `deny`, `answer` or `resolve`, naming the ticket id
-    or the call's execution key.
+    or the call's execution key. With --no-operator, only those --as USER may decide.
 
     \b
     Examples:
       signoff tickets
       signoff tickets --json | jq '.[].ticket_id'
+      signoff tickets --as U024BE7LH --no-operator
     """
+    viewer = _actor(as_user, operator)
 
     async def body() -> list[PendingEntry]:
         async with _runtime(database_url) as runtime:
-            found: list[PendingEntry] = await runtime.open_tickets(limit=limit)
+            found: list[PendingEntry] = await runtime.open_tickets(limit=limit, viewer=viewer)
             return found
 
     entries: list[PendingEntry] = _run(body())
@@ -1153,7 +1269,8 @@ def resume(
 
     async def body() -> RunResult:
         async with _runtime(database_url) as runtime:
-            done: RunResult = await runtime.resume(run_or_thread, actor=actor)
+            run_id = await _controlled(runtime, run_or_thread, actor, "resume")
+            done: RunResult = await runtime.resume(run_id, actor=actor)
             return done
 
     _print_run(_run(body()))
@@ -1176,6 +1293,7 @@ def pause(run_id: str, as_user: str | None, operator: bool, database_url: str | 
 
     async def body() -> RunResult:
         async with _runtime(database_url) as runtime:
+            await _controlled(runtime, run_id, actor, "pause")
             done: RunResult = await runtime.pause(run_id, actor=actor)
             return done
 
@@ -1208,6 +1326,7 @@ def cancel(
 
     async def body() -> RunResult:
         async with _runtime(database_url) as runtime:
+            await _controlled(runtime, run_id, actor, "cancel")
             done: RunResult = await runtime.cancel(run_id, actor=actor, reason=reason)
             return done
 
@@ -1632,6 +1751,10 @@ def run(argv: Sequence[str] | None = None) -> int:
             prog_name="signoff",
             standalone_mode=False,
         )
+    except click.exceptions.NoArgsIsHelpError as exc:
+        # A group named without its command: its help as click prints it, not one line.
+        click.echo(exc.ctx.get_help(), err=True)
+        return EXIT_USAGE
     except click.UsageError as exc:
         where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
         return _fail("usage", exc.format_message() + where, EXIT_USAGE)

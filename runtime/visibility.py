@@ -5,6 +5,7 @@
   run with a ticket they decided. Everything else does not exist for them: edges answer
   as if the run were unknown, so its existence is not revealed.
 - Open tickets are listed only to those who may decide them.
+- A run may be paused, cancelled or resumed only by an operator or its requester.
 - A run may be started in an existing thread only by someone who takes part in it (the
   requester of one of its runs) or an operator. Chat threads (``slack:...``,
   ``discord:...``) follow their platform's visibility and can never be joined by naming
@@ -35,6 +36,12 @@ def sees_run(viewer: Actor, requester: str | None, tickets: Iterable[ResumeTicke
     if viewer.operator or (requester is not None and viewer.id == requester):
         return True
     return any(sees_ticket(viewer, ticket) for ticket in tickets)
+
+
+def may_control(viewer: Actor, requester: str | None) -> bool:
+    """Whether `viewer` may pause, cancel or resume a run requested by `requester`:
+    operators control any run, anyone else only the runs they started."""
+    return viewer.operator or (requester is not None and viewer.id == requester)
 
 
 def is_chat_thread(thread_id: str) -> bool:

@@ -64,6 +64,7 @@ from runtime import (
     RunStatus,
     Runtime,
     SignoffError,
+    visibility,
 )
 from runtime.batches import MAX_BATCH
 from runtime.constraints import is_number
@@ -402,8 +403,9 @@ def parse_limit(raw: str | None, default: int = 50) -> int:
 
 
 def may_control(actor: Actor, result: RunResult) -> bool:
-    """Operators control any run; other people only the runs they started."""
-    return actor.operator or actor.id == result.requester
+    """Operators control any run; other people only the runs they started
+    (`runtime.visibility.may_control`)."""
+    return visibility.may_control(actor, result.requester)
 
 
 # -- routes ---------------------------------------------------------------------------

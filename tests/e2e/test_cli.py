@@ -577,5 +577,5 @@ def test_help_lists_the_exit_codes() -> None:
     result = CliRunner().invoke(cli, ["--help"], prog_name="signoff")
 
     assert "Exit codes:" in result.output
-    for code in ("0", "2", "3", "4", "5", "6", "7", "8", "9", "10", "130"):
+    for code in ("0", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "130"):
         assert f"\n    {code} " in result.output
