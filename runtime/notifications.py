@@ -10,7 +10,7 @@ store or open transactions; they turn a value into a platform message.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -277,6 +277,9 @@ class Delivery:
         first_message: The platform reference of the run's first message delivered to
             this destination's channel (to keep a run's messages in one thread).
         members: For `BatchOffered`: each call's ticket and card, in the batch's order.
+        pace: For a message posted in a paced channel: await it right before posting. It
+            holds the channel's slot, shared by every process on the database, and waits
+            while another process holds it (None: not paced).
     """
 
     outbox_id: str
@@ -286,6 +289,7 @@ class Delivery:
     card: PostedCard | None = None
     first_message: Mapping[str, Any] | None = None
     members: tuple[BatchMember, ...] = ()
+    pace: Callable[[], Awaitable[None]] | None = None
 
     @property
     def platform(self) -> str | None:

@@ -15,11 +15,21 @@ a process whose claim expired and was taken over records nothing. Per-channel pa
 messages posted in a channel, not to edits of posted cards or replies only one person
 sees, which platforms limit far more loosely. Items for different channels are delivered
 side by side, those of one channel in order.
+
+Pacing holds at two moments. A claim takes at most one item per paced channel, and only
+once the channel's claim slot is free (so a channel's items are claimed in order, one at
+a time, by whichever process). And the message itself is posted only while its item holds
+the channel's *post slot*: a named lease (``post:<platform>:<channel>``) taken for the
+pacing interval right before the notifier is called, and taken again by the notifier
+right before it posts (`Delivery.pace`). A process that was slow between its claim and its
+post (a long pause, a loaded machine) therefore waits for another process's post instead
+of following it too closely.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,7 +57,7 @@ from runtime.notifications import (
 )
 from runtime.states import TicketStatus
 from runtime.store.base import Store, Transaction
-from runtime.store.records import OutboxRecord, channel_key
+from runtime.store.records import OutboxRecord, channel_key, pacing_key
 
 log = logging.getLogger("signoff.outbox")
 
@@ -152,6 +162,28 @@ class Claim:
     pacing: Mapping[str, float] = field(default_factory=dict)
 
 
+_PACE_STEPS = 20
+"""A post slot held by another process is looked at again this often per interval..."""
+_PACE_PATIENCE = 10
+"""...for at most this many intervals; then the item is retried later."""
+
+
+@dataclass(frozen=True)
+class Round:
+    """What one `deliver_round` did.
+
+    Attributes:
+        claimed: Items claimed.
+        delivered: Items delivered.
+        look_again: Seconds until a paced channel of an item claimed now takes its next
+            item (its claim slot is free again); None: no paced item was claimed.
+    """
+
+    claimed: int
+    delivered: int
+    look_again: float | None
+
+
 async def deliver_due(
     store: Store,
     clock: Clock,
@@ -162,6 +194,21 @@ async def deliver_due(
     claim: Claim | None = None,
 ) -> int:
     """Claim due outbox items and try each once. Returns how many were delivered."""
+    done = await deliver_round(store, clock, notifier, limit=limit, policy=policy, claim=claim)
+    return done.delivered
+
+
+async def deliver_round(
+    store: Store,
+    clock: Clock,
+    notifier: Notifier,
+    *,
+    limit: int = 50,
+    policy: RetryPolicy | None = None,
+    claim: Claim | None = None,
+) -> Round:
+    """Claim due outbox items and try each once (`deliver_due`), and say when a paced
+    channel whose item was claimed takes its next one."""
     retry = policy or RetryPolicy()
     how = claim or Claim()
     now = clock.now()
@@ -173,6 +220,9 @@ async def deliver_due(
             until=now + timedelta(seconds=how.lease_seconds),
             pacing=how.pacing,
         )
+    intervals = [_interval(how, item) for item in due]
+    paced = [interval for interval in intervals if interval is not None]
+    look_again = min(paced) if paced else None
     silent: list[OutboxRecord] = []
     # One channel's items in order; different channels side by side.
     lanes: dict[str, list[OutboxRecord]] = {}
@@ -182,11 +232,55 @@ async def deliver_due(
         else:
             lanes.setdefault(channel_key(item.destination) or item.outbox_id, []).append(item)
     counts = await asyncio.gather(
-        *(_deliver_lane(store, clock, notifier, lane, retry) for lane in lanes.values())
+        *(_deliver_lane(store, clock, notifier, lane, retry, how) for lane in lanes.values())
     )
+    delivered = sum(counts)
     if silent:
-        return sum(counts) + await _record_silent(store, clock, silent, retry)
-    return sum(counts)
+        delivered += await _record_silent(store, clock, silent, retry)
+    return Round(len(due), delivered, look_again)
+
+
+def _interval(how: Claim, item: OutboxRecord) -> float | None:
+    """The pacing interval of `item`'s channel, if it posts a message there and is paced."""
+    key = pacing_key(item.kind, item.destination)
+    if key is None:
+        return None
+    interval = how.pacing.get(key.split(":", 1)[0])
+    return interval if interval is not None and interval > 0 else None
+
+
+@dataclass(frozen=True)
+class _PostSlot:
+    """Holds a paced channel's post slot for one item (`Delivery.pace`).
+
+    The slot is a named lease owned by the item for the pacing interval from now; taking
+    it again while the item holds it extends it. When another process's item holds it,
+    this waits (looking again `_PACE_STEPS` times per interval) until it is free.
+    """
+
+    store: Store
+    clock: Clock
+    name: str
+    owner: str
+    interval: float
+
+    async def __call__(self) -> None:
+        step = self.interval / _PACE_STEPS
+        for _ in range(_PACE_STEPS * _PACE_PATIENCE):
+            now = self.clock.now()
+            async with self.store.transaction() as tx:
+                held = await tx.take_lease(
+                    self.name,
+                    owner=self.owner,
+                    now=now,
+                    until=now + timedelta(seconds=self.interval),
+                )
+            if held is not None:
+                return
+            await asyncio.sleep(step)
+        raise DeliveryError(
+            f"{self.name} stayed taken by other processes", retry_after=self.interval
+        )
 
 
 def _posts_nothing(notifier: Notifier, item: OutboxRecord) -> bool:
@@ -243,22 +337,35 @@ async def _deliver_lane(
     notifier: Notifier,
     items: Sequence[OutboxRecord],
     retry: RetryPolicy,
+    how: Claim,
 ) -> int:
     delivered = 0
     for item in items:
-        if await _deliver_one(store, clock, notifier, item, retry):
+        if await _deliver_one(store, clock, notifier, item, retry, how):
             delivered += 1
     return delivered
 
 
 async def _deliver_one(
-    store: Store, clock: Clock, notifier: Notifier, item: OutboxRecord, retry: RetryPolicy
+    store: Store,
+    clock: Clock,
+    notifier: Notifier,
+    item: OutboxRecord,
+    retry: RetryPolicy,
+    how: Claim,
 ) -> bool:
     fence = item.fence
     try:
         note = read_notification(item.kind, item.payload)
         async with store.transaction() as tx:
             delivery = await delivery_of(tx, item, note)
+        interval = _interval(how, item)
+        if interval is not None:
+            key = pacing_key(item.kind, item.destination)
+            pace = _PostSlot(store, clock, f"post:{key}", item.outbox_id, interval)
+            # Held from here for any notifier; one that posts later takes it again then.
+            await pace()
+            delivery = dataclasses.replace(delivery, pace=pace)
         reference = await notifier.deliver(note, delivery)
     except UnreadableNotification as exc:
         await _failed(store, clock, item, DeliveryError(str(exc), permanent=True), retry)

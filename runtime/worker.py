@@ -3,8 +3,9 @@
 Several processes (replicas) may run these loops on one database: runs, received chat
 decisions and outbox items are each claimed by one process under a lease, and a ticket
 expires exactly once (a compare-and-set on the ticket). Each loop polls, and wakes up
-early when told to (`Worker.wake`, the ``wake`` event of `outbox_loop`), e.g. by a
-PostgreSQL ``NOTIFY`` from another replica.
+early when told to (`Worker.wake`, the ``wake`` event of `outbox_loop`), e.g. by what
+`SQLStore.listen` hears: a commit of this process that made work ready, or on PostgreSQL
+another replica's ``NOTIFY``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from runtime.handoff import Slot
-from runtime.outbox import Claim, Notifier, RetryPolicy, deliver_due
+from runtime.outbox import Claim, Notifier, RetryPolicy, deliver_round
 from runtime.runtime import Runtime
 
 log = logging.getLogger("signoff.worker")
@@ -260,21 +261,41 @@ async def outbox_loop(
         policy: Retries of failed deliveries.
         claim: How items are claimed (owner, lease, per-channel pacing); by default
             under the runtime's worker id.
-        wake: Set it to look at once (a notification was queued).
+        wake: Set it to look at once (a notification was queued). Without it the loop
+            still wakes itself when a paced channel it posted to takes its next item.
     """
     how = claim or Claim(owner=runtime.worker_id)
+    woken = wake if wake is not None else asyncio.Event()
+    loop = asyncio.get_running_loop()
+    timers: set[asyncio.TimerHandle] = set()
+
+    def look_again(delay: float) -> None:
+        # A paced channel's next item (e.g. a run's answer after its card) waits for the
+        # channel's slot: look when it is free rather than at the next poll.
+        def fire() -> None:
+            timers.discard(handle)
+            woken.set()
+
+        handle = loop.call_later(delay, fire)
+        timers.add(handle)
 
     async def step() -> None:
         # Keep going while full batches come back, so a backlog drains at the platforms'
         # pace rather than one batch per interval.
         while not stop.is_set():
-            delivered = await deliver_due(
+            done = await deliver_round(
                 runtime.store, runtime.clock, notifier, limit=50, policy=policy, claim=how
             )
-            if delivered < 50:
+            if done.look_again is not None:
+                look_again(done.look_again)
+            if done.claimed < 50:
                 return
 
-    await every(seconds, stop, step, "outbox", wake=wake)
+    try:
+        await every(seconds, stop, step, "outbox", wake=woken)
+    finally:
+        for handle in timers:
+            handle.cancel()
 
 
 async def deadline_loop(runtime: Runtime, stop: asyncio.Event, *, seconds: float = 1.0) -> None:

@@ -18,12 +18,13 @@ A run's thread is the Slack thread its origin names (``thread_ts``); a run start
 elsewhere (a webhook routed to a channel) threads under its first posted message.
 
 Delivery respects Slack's limits: about one message posted per second per channel
-(`ChannelLimiter`; edits and ephemeral replies are not held back by it, Slack limits them
-per method), HTTP 429 becomes ``DeliveryError(retry_after=Retry-After)``,
-transient failures (5xx, timeouts, connection errors) are retried by the outbox, and
-permanent ones (``channel_not_found``, ``not_in_channel``, ``invalid_auth`` ...) are
-given up loudly: the outbox marks the item failed and writes the error to the run's
-flight recorder.
+(`ChannelLimiter` within the process, and across processes the channel's slot in the
+database, `Delivery.pace`, taken right before the post; edits and ephemeral replies are
+not held back by them, Slack limits them per method), HTTP 429 becomes
+``DeliveryError(retry_after=Retry-After)``, transient failures (5xx, timeouts,
+connection errors) are retried by the outbox, and permanent ones (``channel_not_found``,
+``not_in_channel``, ``invalid_auth`` ...) are given up loudly: the outbox marks the item
+failed and writes the error to the run's flight recorder.
 """
 
 from __future__ import annotations
@@ -300,7 +301,9 @@ class SlackNotifier:
         }
         if thread_ts:
             arguments["thread_ts"] = thread_ts
-        response = await self._call("chat_postMessage", channel, note, arguments)
+        response = await self._call(
+            "chat_postMessage", channel, note, arguments, pace=delivery.pace
+        )
         return {"channel": str(response.get("channel") or channel), "ts": str(response["ts"])}
 
     @staticmethod
@@ -382,7 +385,13 @@ class SlackNotifier:
 
     # -- the Web API -------------------------------------------------------------------
     async def _call(
-        self, method: str, channel: str, note: Notification, arguments: dict[str, Any]
+        self,
+        method: str,
+        channel: str,
+        note: Notification,
+        arguments: dict[str, Any],
+        *,
+        pace: Callable[[], Awaitable[None]] | None = None,
     ) -> Mapping[str, Any]:
         what = f"Slack {method.replace('_', '.')} for {note.kind} of run {note.run_id}"
         # Slack's one message per second per channel is about posting; edits and
@@ -390,6 +399,10 @@ class SlackNotifier:
         paced = method == "chat_postMessage"
         if paced:
             await self._limiter.wait(channel)
+        if pace is not None:
+            # The channel's slot shared with other processes, held from this moment: the
+            # pace holds where the message is posted, however long getting here took.
+            await pace()
         try:
             response = await getattr(self._client, method)(**arguments)
         except SlackApiError as exc:

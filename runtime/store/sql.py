@@ -929,6 +929,8 @@ class SQLTransaction:
         self._events: list[dict[str, Any]] = []
         # What other processes should look at once this commits (PostgreSQL NOTIFY).
         self._wake: set[str] = set()
+        self.woke: frozenset[str] = frozenset()
+        """What this transaction makes ready once committed, as `flush` found it."""
         # Bookkeeping of records to take back if this transaction does not commit.
         self._undo: list[Callable[[], None]] = []
 
@@ -1289,6 +1291,7 @@ class SQLTransaction:
         if self._wake and self._dialect == "postgresql":
             payload = ",".join(sorted(self._wake))
             await self._execute(_NOTIFY, {"channel": WAKE_CHANNEL, "payload": payload})
+        self.woke = frozenset(self._wake)
         self._wake.clear()
 
     async def events(self, run_id: str, *, after: int = 0) -> list[EventRecord]:
@@ -1711,6 +1714,8 @@ class SQLStore:
         self._commits = 0
         self._sync_engine: Engine | None = None
         self._sync_for: sqlite3.Connection | None = None
+        # SQLite: `listen` callers of this process, told of this store's own commits.
+        self._listeners: list[Callable[[frozenset[str]], object]] = []
 
     @classmethod
     def from_url(
@@ -1850,6 +1855,7 @@ class SQLStore:
                     yield tx
                     await tx.flush()
                     member.wrote = tx.wrote
+                self._committed(tx.woke)
                 return
             async with self._lock:
                 conn = await self._connect()
@@ -1877,6 +1883,8 @@ class SQLStore:
                         await conn.close()
                 if tx.wrote:
                     self._commits += 1
+                if self._is_sqlite:
+                    self._committed(tx.woke)
         except BaseException:
             if made is not None:
                 made.forget()
@@ -2025,17 +2033,21 @@ class SQLStore:
         *,
         retry_seconds: float = 1.0,
     ) -> None:
-        """Report wake-ups from other processes until `stop` is set (PostgreSQL only).
+        """Report wake-ups (work a commit made ready) until `stop` is set.
 
         Holds one connection that ``LISTEN``s on `WAKE_CHANNEL`; every ``NOTIFY`` a
         committed transaction sent (see `SQLTransaction.flush`) calls `on_wake` with
         what became ready (`WAKE_RUNS`, `WAKE_OUTBOX`). A lost connection is opened
         again after `retry_seconds`, and `on_wake` is then called with everything, for
-        what was missed meanwhile. On SQLite it just waits for `stop`: there the
-        callers poll.
+        what was missed meanwhile. On SQLite only this store's own commits are heard
+        (another process's are found by polling): `on_wake` is called as each commits.
         """
         if self._is_sqlite:
-            await stop.wait()
+            self._listeners.append(on_wake)
+            try:
+                await stop.wait()
+            finally:
+                self._listeners.remove(on_wake)
             return
         everything = frozenset({WAKE_RUNS, WAKE_OUTBOX})
         while not stop.is_set():
@@ -2055,6 +2067,16 @@ class SQLStore:
                 log.warning("listening for wake-ups failed (%s); retrying", exc)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=retry_seconds)
+
+    def _committed(self, woke: frozenset[str]) -> None:
+        """SQLite: tell this process's listeners what a commit of this store made ready."""
+        if not woke:
+            return
+        for on_wake in list(self._listeners):
+            try:
+                on_wake(woke)
+            except Exception:  # a listener's bug must not fail a committed transaction
+                log.exception("a wake-up listener failed")
 
     async def close(self) -> None:
         """Close the writer's connection (SQLite) and every pooled connection."""

@@ -19,10 +19,13 @@ import itertools
 import json
 import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import WSMsgType, web
+
+T = TypeVar("T")
 
 BOT_TOKEN = "xoxb-test-bot-token"
 APP_TOKEN = "xapp-test-app-token"
@@ -79,6 +82,7 @@ class FakeSlack:
     _sockets: list[web.WebSocketResponse] = field(default_factory=list)
     _ack_waiters: dict[str, asyncio.Future[dict[str, Any]]] = field(default_factory=dict)
     _connected: asyncio.Event = field(default_factory=asyncio.Event)
+    _called: asyncio.Event = field(default_factory=asyncio.Event)
 
     # -- serving -------------------------------------------------------------------------
     async def start(self) -> str:
@@ -133,8 +137,28 @@ class FakeSlack:
             if any(b.get("block_id", "").startswith("signoff:") for b in m.blocks) or m.updates
         ]
 
+    async def wait_for(self, check: Callable[[], T | None], what: str, within: float = 20) -> T:
+        """What `check` returns once it is truthy, looked at again after each Web API call
+        this fake answers; AssertionError after `within` seconds."""
+        try:
+            async with asyncio.timeout(within):
+                while True:
+                    self._called.clear()
+                    value = check()
+                    if value:
+                        return value
+                    await self._called.wait()
+        except TimeoutError:
+            raise AssertionError(f"timed out waiting for {what}") from None
+
     # -- the Web API ---------------------------------------------------------------------
     async def _api(self, request: web.Request) -> web.Response:
+        try:
+            return await self._answer(request)
+        finally:
+            self._called.set()
+
+    async def _answer(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
         args: dict[str, Any] = dict(request.query)
         if request.can_read_body:
