@@ -36,7 +36,13 @@ from runtime.states import CallState, RunStatus, TicketStatus
 from runtime.store.base import Transaction
 from runtime.store.records import CallRecord, RunFlags, RunRecord
 from runtime.tickets import Actor, Child, Pause, RemoteInput, Uncertain
-from runtime.tools import ArgumentError, InputRequest, Permission, ReplayPolicy
+from runtime.tools import (
+    ArgumentError,
+    InputRequest,
+    Permission,
+    ReplayPolicy,
+    describe_permission,
+)
 
 # How many times a safe or idempotent call whose outcome came back unknown is run again
 # at once, before the model is told.
@@ -658,6 +664,9 @@ class Driver:
             args=shown,
             permission=permission.value,
             execution_key=call.execution_key,
+            # Where the permission came from, so a call that runs without asking says
+            # what let it through.
+            **({"rule": describe_permission(tool.permission)} if tool is not None else {}),
         )
         # A standing grant, read from the database now, may stand in for the person.
         if (

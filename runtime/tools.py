@@ -85,6 +85,21 @@ PermissionRule = Callable[[dict[str, Any]], "Permission | str"]
 """A callable deciding the permission from the call's validated arguments."""
 
 
+def describe_permission(permission: Permission | PermissionRule) -> str:
+    """How a tool's permission is set, in words, for the flight recorder: ``permission
+    allow`` for a fixed one; for a rule its own description (the first line of its
+    docstring, as the agents file's rules give) or its name."""
+    if isinstance(permission, Permission):
+        return f"permission {permission.value}"
+    doc = (getattr(permission, "__doc__", None) or "").strip()
+    name = str(getattr(permission, "__name__", "") or "")
+    if doc and type(permission).__doc__ != doc:
+        return f"rule: {doc.splitlines()[0]}"
+    if name and name != "<lambda>":
+        return f"rule {name}"
+    return "a rule over the arguments"
+
+
 @dataclass(frozen=True)
 class InputRequest:
     """Returned by a tool to ask a person for typed input before it goes on.

@@ -53,7 +53,7 @@ from adapters.web.forms import (
     form_fields,
     read_fields,
 )
-from adapters.web.timeline import pretty, timeline
+from adapters.web.timeline import calls, pretty, timeline
 from runtime import (
     MAX_GRANT_HOURS,
     Abort,
@@ -494,6 +494,7 @@ class _Console:
             cards=cards,
             batch=batch_form(cards, checked=True),
             items=timeline(events),
+            calls=[c for c in calls(events) if not c.waiting],
             grants=standing,
             may_control=may_control(actor, result),
             next=here,

@@ -131,6 +131,11 @@ def _grant_created(d: dict[str, Any], actor: str | None) -> Described:
     return title, details, "ok"
 
 
+def _is_rule(described: Any) -> bool:
+    """Whether a recorded permission source is a rule (not a fixed permission)."""
+    return isinstance(described, str) and not described.startswith("permission ")
+
+
 _SIMPLE: dict[str, Callable[[dict[str, Any], str | None], Described]] = {
     "run_started": lambda d, a: (
         f"Run of {_d(d, 'agent')} started by {a or 'someone'}",
@@ -151,7 +156,8 @@ _SIMPLE: dict[str, Callable[[dict[str, Any], str | None], Described]] = {
         "warn",
     ),
     "tool_proposed": lambda d, a: (
-        f"Tool call {_d(d, 'tool')} proposed (permission: {_d(d, 'permission')})",
+        f"Tool call {_d(d, 'tool')} proposed (permission: {_d(d, 'permission')}"
+        + (f", by the tool's {d['rule']})" if _is_rule(d.get("rule")) else ")"),
         [("arguments", d.get("args", {}))],
         "info",
     ),
@@ -259,3 +265,165 @@ def timeline(events: list[dict[str, Any]]) -> list[TimelineItem]:
             )
         )
     return items
+
+
+# -- calls, one card each ------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class CallSummary:
+    """One tool call of a run as its card on the run page shows it, once nobody needs to
+    decide it any more.
+
+    Attributes:
+        call_id: The call.
+        tool: The tool.
+        arguments: Its arguments as shown (secret ones masked), pretty and cut.
+        proposed_at: When the model asked for it (ISO).
+        outcome: How it was let through or stopped: who decided, or what allowed it
+            without asking (the tool's permission or rule, or a standing grant).
+        decided_by: Who decided it, if a person did.
+        decided_at: When it was decided (ISO), if it was.
+        reason: The reason given with the decision.
+        changed: For an allow with changes, what changed.
+        state: ``proposed``, ``waiting``, ``allowed``, ``running``, ``completed``,
+            ``failed``, ``denied``, ``uncertain``, ``expired`` or ``withdrawn``.
+        result: The result or error, pretty and cut.
+        tone: ``ok``, ``bad``, ``warn``, ``info`` or ``muted`` (colour only).
+    """
+
+    call_id: str
+    tool: str
+    arguments: str
+    proposed_at: str
+    outcome: str = ""
+    decided_by: str | None = None
+    decided_at: str | None = None
+    reason: str | None = None
+    changed: str | None = None
+    state: str = "proposed"
+    result: str | None = None
+    tone: str = "info"
+    _rule: str | None = field(default=None, repr=False)
+
+    @property
+    def waiting(self) -> bool:
+        """Whether it still waits for a person (its card with buttons shows it)."""
+        return self.state == "waiting"
+
+
+MAX_RESULT_SHOWN = 1000
+_VERBS = {"allow": "Allowed", "deny": "Denied", "input": "Answered", "resolve": "Resolved"}
+
+
+def _decided_words(d: dict[str, Any], actor: str | None) -> str:
+    who = d.get("actor_name") or d.get("actor") or actor or "someone"
+    decision = str(d.get("decision") or "decided")
+    verb = _VERBS.get(decision, decision.capitalize())
+    edit = d.get("edit")
+    if decision == "allow" and isinstance(edit, dict) and edit.get("summary"):
+        verb = "Allowed with changes"
+    text = f"{verb} by {who}"
+    if d.get("platform"):
+        text += f" via {d['platform']}"
+    grant = d.get("grant")
+    if isinstance(grant, dict):
+        if d.get("by_grant"):
+            text += f", with the standing grant {_d(grant, 'grant_id')} that {who} gave"
+        else:
+            text += f", and {_granted(grant)}"
+    return text
+
+
+def calls(events: list[dict[str, Any]]) -> list[CallSummary]:
+    """Each tool call of a run, in the order the model asked for them, as the flight
+    recorder tells it (see `CallSummary`)."""
+    found: dict[str, CallSummary] = {}
+    by_ticket: dict[str, CallSummary] = {}
+    for event in events:
+        data = event.get("data") or {}
+        kind = str(event.get("kind"))
+        at = str(event.get("at", ""))
+        call_id = data.get("call_id")
+        summary = found.get(call_id) if isinstance(call_id, str) else None
+        match kind:
+            case "tool_proposed" if isinstance(call_id, str):
+                summary = CallSummary(
+                    call_id=call_id,
+                    tool=str(_d(data, "tool")),
+                    arguments=pretty(data.get("args", {})),
+                    proposed_at=at,
+                    _rule=data.get("rule"),
+                )
+                if data.get("permission") == "allow":
+                    allowed_by = data.get("rule") or "its permission (allow)"
+                    summary.outcome = f"Ran without asking: allowed by the tool's {allowed_by}"
+                    summary.state, summary.tone = "allowed", "ok"
+                found[call_id] = summary
+            case "grant_applied" if summary is not None:
+                summary.outcome = (
+                    f"Ran without asking: allowed by the standing grant "
+                    f"{_d(data, 'grant_id')} (given by {_d(data, 'granted_by')})"
+                )
+                summary.state, summary.tone = "allowed", "ok"
+            case "ticket_opened":
+                target = data.get("target") or {}
+                opened = found.get(str(target.get("call_id")))
+                if opened is not None:
+                    opened.state = "waiting"
+                    opened.outcome = (
+                        f"Waiting for a decision; who may decide: {_d(data, 'who_may_decide')}"
+                    )
+                    opened.tone = "warn"
+                    by_ticket[str(data.get("ticket_id"))] = opened
+            case "ticket_decided":
+                decided = by_ticket.get(str(data.get("ticket_id")))
+                if decided is not None:
+                    actor = event.get("actor")
+                    decided.outcome = _decided_words(data, actor)
+                    decided.decided_by = data.get("actor_name") or data.get("actor") or actor
+                    decided.decided_at = data.get("decided_at") or at
+                    decided.reason = data.get("reason")
+                    edit = data.get("edit")
+                    if isinstance(edit, dict) and edit.get("summary"):
+                        decided.changed = str(edit["summary"])
+                    denied = data.get("decision") in ("deny", "abort")
+                    decided.state = "denied" if denied else "allowed"
+                    decided.tone = "bad" if denied else "ok"
+            case "ticket_expired":
+                expired = by_ticket.get(str(data.get("ticket_id")))
+                if expired is not None:
+                    expired.state = "expired"
+                    expired.outcome = (
+                        f"Not decided in time; the ticket expired ({_d(data, 'action')})"
+                    )
+                    expired.decided_at = at
+                    expired.tone = "bad"
+            case "ticket_voided":
+                voided = by_ticket.get(str(data.get("ticket_id")))
+                if voided is not None and voided.state == "waiting":
+                    voided.state = "withdrawn"
+                    voided.outcome = "Withdrawn before anyone decided (the run was cancelled)"
+                    voided.tone = "muted"
+            case "tool_dispatched" if summary is not None:
+                summary.state = "running"
+            case "tool_completed" if summary is not None:
+                summary.state = "completed"
+                summary.result = pretty(data.get("result"), MAX_RESULT_SHOWN)
+            case "tool_failed" if summary is not None:
+                summary.state = "failed"
+                summary.result = pretty(data.get("error"), MAX_RESULT_SHOWN)
+                summary.tone = "bad"
+            case "tool_denied" if summary is not None:
+                summary.state = "denied"
+                if not summary.outcome or summary.outcome.startswith("Waiting"):
+                    summary.outcome = f"Refused: {_d(data, 'reason')}"
+                    if summary._rule:
+                        summary.outcome += f" ({summary._rule})"
+                summary.tone = "bad"
+            case "tool_uncertain" if summary is not None:
+                summary.state = "uncertain"
+                summary.tone = "bad"
+            case _:
+                pass
+    return list(found.values())

@@ -276,12 +276,14 @@ async def test_run_page_shows_the_timeline(service: Any) -> None:
     assert "Allow: transfer by Uma via console" in html
     assert "Tool transfer completed" in html
     assert "&#34;transferred&#34;: 250.0" in html
-    # Times for people, the exact one kept for the machine; each argument block once.
+    # Times for people, the exact one kept for the machine; the arguments once on the
+    # call's card and once where the timeline says the call was proposed.
     assert re.search(
         r'<time datetime="[^"]+" data-local>\d+ \w{3} \d{4}, [\d:]{8} UTC</time>', html
     )
     assert "+00:00</span>" not in html
-    assert html.count("&#34;account&#34;: &#34;ACME-1&#34;") == 1
+    assert html.count("&#34;account&#34;: &#34;ACME-1&#34;") == 2
+    assert 'id="call-' in html and "Allowed by Uma via console" in html
     assert 'id="final-text">Finished. {&#34;transferred&#34;: 250.0' in html
     assert "sk-live" not in html
     assert 'http-equiv="refresh"' not in html
