@@ -8,9 +8,10 @@ real model would react to tool results (including a "Permission denied" result).
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
-from runtime import ModelRequest
+from runtime import ModelRequest, final_reply
 
 
 def _run_start(messages: list[dict[str, Any]]) -> int:
@@ -55,6 +56,13 @@ def last_json(request: ModelRequest) -> dict[str, Any] | None:
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
+
+
+def offer(what: str, examples: Sequence[str]) -> dict[str, Any]:
+    """The reply to a message the scripted model does not understand: what the agent
+    can do and what to type, instead of acting on a guess."""
+    tries = " or ".join(f'"{example}"' for example in examples)
+    return final_reply(f"I can {what}. Try: {tries}.")
 
 
 def blocked(result: str) -> bool:

@@ -15,7 +15,8 @@ What it shows:
 
 Try it: start a run with the input ``deploy checkout 2.4.1``, answer the rollback-plan
 request (``signoff answer TICKET --data '{"previous_version": "2.4.0",
-"strategy": "redeploy_previous"}'``), then approve the deploy as someone else.
+"strategy": "redeploy_previous"}'``), then approve the deploy as someone else. Other
+messages get a reply saying what the agent does, and nothing runs.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from examples._scripting import blocked, last_json, last_result, turn, user_text
+from examples._scripting import blocked, last_json, last_result, offer, turn, user_text
 from runtime import (
     Agent,
     InputRequest,
@@ -85,13 +86,20 @@ async def deploy(service: str, version: str) -> dict[str, Any]:
     }
 
 
-def _target(text: str) -> tuple[str, str]:
+def _target(text: str) -> tuple[str, str] | None:
     found = re.search(r"deploy\s+([\w-]+)\s+(?:version\s+)?v?(\d[\w.+-]*)", text, re.IGNORECASE)
-    return (found.group(1), found.group(2)) if found else ("checkout", "2.4.1")
+    return (found.group(1), found.group(2)) if found else None
 
 
 def _reply(request: ModelRequest) -> dict[str, Any]:
-    service, version = _target(user_text(request))
+    target = _target(user_text(request))
+    if target is None:
+        return offer(
+            "deploy a service version to production, after a rollback plan and a second "
+            "person's approval",
+            [DEMO_INPUT],
+        )
+    service, version = target
     step = turn(request)
     if step == 0:
         return tool_call_reply(
@@ -129,5 +137,7 @@ def build_agent() -> Agent:
         "When a call is denied, say that it did not happen.",
         ScriptedModel(_reply, name="scripted-deploys"),
         tools=[rollback_plan, deploy],
-        description="Deploys a service after a rollback plan and a four-eyes approval.",
+        description=(
+            f'Deploys a service after a rollback plan and a four-eyes approval. Try: "{DEMO_INPUT}"'
+        ),
     )

@@ -10,7 +10,8 @@ What it shows:
 - a tool argument restricted to a closed set (``severity``), which becomes an ``enum`` in
   the JSON schema the model sees.
 
-Try it: start a run with the input ``payments API returns 502s (team payments)``.
+Try it: start a run with the input ``payments API returns 502s (team payments)``. A
+message that names no team gets a reply saying what the agent does, and nothing runs.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import hashlib
 import re
 from typing import Any, Literal
 
-from examples._scripting import blocked, last_json, last_result, turn, user_text
+from examples._scripting import blocked, last_json, last_result, offer, turn, user_text
 from runtime import (
     Agent,
     ModelRequest,
@@ -55,14 +56,24 @@ async def page_engineer(
     return {"page_id": page_id, "engineer": engineer, "severity": severity, "status": "sent"}
 
 
-def _team(text: str) -> str:
+def _team(text: str) -> str | None:
     found = re.search(r"team\s+([\w-]+)", text, re.IGNORECASE)
-    return found.group(1).lower() if found else "platform"
+    if found:
+        return found.group(1).lower()
+    named = [team for team in ROTA if re.search(rf"\b{team}\b", text, re.IGNORECASE)]
+    return named[0] if named else None
 
 
 def _reply(request: ModelRequest) -> dict[str, Any]:
     text = user_text(request)
     team = _team(text)
+    if team is None:
+        return offer(
+            "find who is on call for a team and page them after a person's OK (teams: "
+            + ", ".join(sorted(ROTA))
+            + ")",
+            ["payments API returns 502s (team payments)"],
+        )
     step = turn(request)
     if step == 0:
         return tool_call_reply(("who_is_on_call", {"team": team}))
@@ -92,5 +103,8 @@ def build_agent() -> Agent:
         "When a call is denied, say that it did not happen.",
         ScriptedModel(_reply, name="scripted-oncall"),
         tools=[who_is_on_call, page_engineer],
-        description="Finds who is on call and pages them after a person's OK.",
+        description=(
+            "Finds who is on call and pages them after a person's OK. "
+            'Try: "payments API returns 502s (team payments)"'
+        ),
     )

@@ -11,7 +11,8 @@ What it shows:
 - a scripted model (no network) that reacts to a denial like a real one would.
 
 Try it: ``signoff demo`` runs this agent on order A1001 (249.00, so it asks); order A1002
-(42.50) is refunded without asking.
+(42.50) is refunded without asking. A message about neither an order nor a refund gets a
+reply saying what the agent does, and nothing runs.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from examples._scripting import blocked, last_json, last_result, turn, user_text
+from examples._scripting import blocked, last_json, last_result, offer, turn, user_text
 from runtime import (
     Agent,
     ModelRequest,
@@ -76,14 +77,22 @@ async def refund(order_id: str, amount: Annotated[float, Field(gt=0)]) -> dict[s
     }
 
 
-def _order_id(text: str) -> str:
+EXAMPLES = (DEMO_INPUT, "Order A1002 was charged twice")
+
+
+def _order_id(text: str) -> str | None:
     found = re.search(r"\b([A-Z]\d{3,})\b", text.upper())
-    return found.group(1) if found else "A1001"
+    if found:
+        return found.group(1)
+    # A refund asked for without naming the order: the demo's order.
+    return "A1001" if re.search(r"refund|charge", text, re.IGNORECASE) else None
 
 
 def _reply(request: ModelRequest) -> dict[str, Any]:
     order_id = _order_id(user_text(request))
     step = turn(request)
+    if order_id is None:
+        return offer("look an order up and refund a double charge (over 100 asks first)", EXAMPLES)
     if step == 0:
         return tool_call_reply(
             ("lookup_order", {"order_id": order_id}),
@@ -121,5 +130,8 @@ def build_agent() -> Agent:
         "When a call is denied, say that it did not happen.",
         ScriptedModel(_reply, name="scripted-refunds"),
         tools=[lookup_order, refund],
-        description="Looks orders up and refunds double charges (over 100 asks first).",
+        description=(
+            "Looks orders up and refunds double charges (over 100 asks first). "
+            f'Try: "{EXAMPLES[0]}"'
+        ),
     )

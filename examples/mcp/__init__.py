@@ -9,7 +9,8 @@ network). ``make run`` loads this file besides the Python examples; by hand::
     SIGNOFF_APP=examples:demo_agents SIGNOFF_AGENTS=examples/mcp/agents.toml signoff serve
 
 Then start the ``infra`` agent with "Deploy checkout 2.5.0 to production" (it asks) or
-"... to staging" (it does not).
+"... to staging" (it does not). Any other message gets a reply saying what the agent
+does, and nothing runs.
 """
 
 from __future__ import annotations
@@ -17,23 +18,30 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from examples._scripting import blocked, last_result, turn, user_text
+from examples._scripting import blocked, last_result, offer, turn, user_text
 from runtime import ModelRequest, ScriptedModel, final_reply, tool_call_reply
 
 DEMO_INPUT = "Deploy checkout 2.5.0 to production"
 _ASK = re.compile(r"deploy\s+(\S+)\s+(\S+)\s+to\s+(staging|production)", re.IGNORECASE)
 
 
-def _wanted(request: ModelRequest) -> tuple[str, str, str]:
+def _wanted(request: ModelRequest) -> tuple[str, str, str] | None:
     found = _ASK.search(user_text(request))
     if found is None:
-        return "checkout", "2.5.0", "staging"
+        return None
     service, version, environment = found.groups()
     return service.lower(), version, environment.lower()
 
 
 def _reply(request: ModelRequest) -> dict[str, Any]:
-    service, version, environment = _wanted(request)
+    wanted = _wanted(request)
+    if wanted is None:
+        return offer(
+            "check a service and deploy a version of it to staging (at once) or production "
+            "(after a person's OK) through the infra MCP server",
+            [DEMO_INPUT, "Deploy checkout 2.5.0 to staging"],
+        )
+    service, version, environment = wanted
     result = last_result(request)
     match turn(request):
         case 0:

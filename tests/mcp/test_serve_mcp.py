@@ -119,7 +119,9 @@ async def test_serve_keeps_serving_when_a_server_cannot_start(tmp_path: Path) ->
             api = Api(session, served.url)
             async with session.get(served.url + "/readyz") as ready:
                 assert ready.status == 200
-            status, started = await api.call("POST", "/api/runs", {"agent": "infra", "input": "x"})
+            status, started = await api.call(
+                "POST", "/api/runs", {"agent": "infra", "input": "Deploy checkout 2.5.0 to staging"}
+            )
             assert status == 202
             done = await api.run_until(started["run_id"], "done")
             assert done["text"].startswith(

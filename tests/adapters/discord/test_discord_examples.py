@@ -18,7 +18,8 @@ async def test_deploys_is_approved_by_a_release_manager_in_discord(harness: Harn
     await harness.start_bot(
         runtime=runtime, approver_roles={"release-managers": [str(ROLE_APPROVER)]}
     )
-    run_id, plan_card = await harness.park(ALICE, "deploys")
+    run_id, _ = await harness.start_run(ALICE, "deploys", "deploy checkout 2.4.1")
+    plan_card = await harness.card_for(run_id)
     opened = await harness.click(ALICE, plan_card, "Answer")
     answered = await harness.submit(
         ALICE, opened, {"previous_version": "2.4.0", "strategy": "redeploy_previous"}
