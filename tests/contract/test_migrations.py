@@ -198,6 +198,26 @@ async def test_opening_and_migrating_wait_for_another_connections_lock(
         await store.close()
 
 
+async def test_reading_the_schema_revision_waits_for_another_connections_lock(
+    tmp_path: Path,
+) -> None:
+    # What a command checks first when it does not migrate (SIGNOFF_AUTO_MIGRATE=false).
+    path = tmp_path / "signoff.db"
+    holder = sqlite3.connect(path, isolation_level=None)
+    store = SQLStore.sqlite(path, busy_timeout_ms=60_000)
+    try:
+        holder.execute("CREATE TABLE other (x INTEGER)")
+        holder.execute("BEGIN IMMEDIATE")
+        with lock_waits() as met:
+            reading = asyncio.create_task(store.schema_status())
+            await first_of(met, reading)
+        holder.rollback()
+        assert (await reading).state == "empty"
+    finally:
+        holder.close()
+        await store.close()
+
+
 async def test_a_transaction_opening_the_file_waits_for_another_connections_lock(
     tmp_path: Path, make: Make
 ) -> None:
