@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, Generic, TypeVar
 
 from runtime import delegation
 from runtime._support import Deps, display_args, grant_scopes
@@ -13,12 +16,12 @@ from runtime.errors import RunNotFound, UnknownTicket
 from runtime.results import PendingEntry, RunResult, pending_entry, run_result
 from runtime.states import RunStatus, TicketStatus
 from runtime.store.base import Transaction
-from runtime.store.records import CallRecord, RunRecord
+from runtime.store.records import CallRecord, Position, RunRecord, viewer_keys
 from runtime.tickets import Actor, Child, ResumeTicket
 from runtime.visibility import sees_run
 
-# Open tickets scanned for the ones a user may decide (who may decide is not a column).
-TICKET_SCAN = 10_000
+_T = TypeVar("_T")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 CARD_KINDS = ("approval_requested", "input_requested", "uncertain")
 """Notifications that post a card asking for a decision."""
@@ -37,6 +40,64 @@ class CardRef:
     kind: str
     ref: dict[str, Any]
     destination: dict[str, Any]
+
+
+class InvalidCursor(ValueError):
+    """A listing's cursor is malformed, or was handed out to another viewer or listing."""
+
+
+@dataclass(frozen=True, slots=True)
+class Page(Generic[_T]):
+    """One page of a listing.
+
+    Attributes:
+        items: What the page holds, in the listing's order. It may hold fewer than the
+            limit (even none) while more follow: items the viewer may not see are left
+            out after the store's page was read.
+        next_cursor: Pass it back for the next page; None when this page is the last.
+    """
+
+    items: list[_T]
+    next_cursor: str | None
+
+
+def _viewer_tag(viewer: Actor | None) -> str:
+    if viewer is None:
+        return "host"
+    return f"operator:{viewer.id}" if viewer.operator else f"user:{viewer.id}"
+
+
+def encode_cursor(listing: str, viewer: Actor | None, position: Position) -> str:
+    """An opaque cursor for the page after `position` of `listing`, for `viewer` only."""
+    micros = (position.at - _EPOCH) // timedelta(microseconds=1)
+    raw = json.dumps(
+        {"l": listing, "v": _viewer_tag(viewer), "t": micros, "i": position.id},
+        separators=(",", ":"),
+    )
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(listing: str, viewer: Actor | None, cursor: str | None) -> Position | None:
+    """The position a cursor of `encode_cursor` stands for (None for no cursor).
+
+    Raises:
+        InvalidCursor: It is not one of ours, or was made for another viewer or listing.
+    """
+    if cursor is None or cursor == "":
+        return None
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        data = json.loads(base64.urlsafe_b64decode(padded.encode("ascii")))
+        at = _EPOCH + timedelta(microseconds=int(data["t"]))
+        position = Position(at, str(data["i"]))
+        mine = data["l"] == listing and data["v"] == _viewer_tag(viewer)
+    except (ValueError, TypeError, KeyError, OverflowError, binascii.Error):
+        raise InvalidCursor("the cursor is not valid; start again without one") from None
+    if not isinstance(data["i"], str) or not isinstance(data["t"], int):
+        raise InvalidCursor("the cursor is not valid; start again without one")
+    if not mine:
+        raise InvalidCursor("the cursor belongs to another listing; start again without one")
+    return position
 
 
 def _seq(entry: PendingEntry, calls: dict[str, CallRecord]) -> int:
@@ -156,28 +217,49 @@ class Queries:
         viewer: Actor | None,
     ) -> list[RunResult]:
         """Runs, newest first, that `viewer` may see (no pending lists)."""
+        return (await self.run_page(statuses, thread_id, limit, viewer, None)).items
+
+    async def run_page(
+        self,
+        statuses: Sequence[RunStatus | str],
+        thread_id: str | None,
+        limit: int,
+        viewer: Actor | None,
+        cursor: str | None,
+    ) -> Page[RunResult]:
+        """A page of the runs `viewer` may see, newest first (no pending lists).
+
+        Who may see a run is answered by the store's indexes (see
+        `runtime.store.base.Transaction.list_runs`): the work is bounded by the page,
+        not by how many tickets are open.
+
+        Raises:
+            InvalidCursor: `cursor` is not one this listing gave `viewer`.
+        """
         wanted = [RunStatus(s) for s in statuses]
+        before = decode_cursor("runs", viewer, cursor)
         async with self._deps.store.transaction() as tx:
             if viewer is None or viewer.operator:
-                found = await tx.list_runs(statuses=wanted, thread_id=thread_id, limit=limit)
+                found = await tx.list_runs(
+                    statuses=wanted, thread_id=thread_id, limit=limit + 1, before=before
+                )
             else:
-                deciding = {
-                    t.run_id
-                    for t in await tx.open_tickets(limit=TICKET_SCAN)
-                    if t.may_decide(viewer) and not isinstance(t.target, Child)
-                }
-                # Whoever sees a run sees its sub-agents' runs (those of runs they
-                # requested share their requester).
-                for run_id in list(deciding):
-                    deciding.update(r.run_id for r in await delegation.descendants(tx, run_id))
                 found = await tx.list_runs(
                     statuses=wanted,
                     thread_id=thread_id,
-                    limit=limit,
+                    limit=limit + 1,
                     involving=viewer.id,
-                    including=sorted(deciding),
+                    deciders=viewer_keys(viewer.id, viewer.groups),
+                    before=before,
                 )
-        return [run_result(run, ()) for run in found]
+        shown = found[:limit]
+        more = len(found) > limit and bool(shown)
+        following = (
+            encode_cursor("runs", viewer, Position(shown[-1].created_at, shown[-1].run_id))
+            if more
+            else None
+        )
+        return Page([run_result(run, ()) for run in shown], following)
 
     async def run_counts(self) -> dict[str, int]:
         """How many runs there are in each status."""
@@ -210,21 +292,50 @@ class Queries:
 
     async def open_tickets(self, limit: int, viewer: Actor | None) -> list[PendingEntry]:
         """Open tool-call tickets across runs, oldest first, that `viewer` may decide."""
+        return (await self.ticket_page(limit, viewer, None)).items
+
+    async def ticket_page(
+        self, limit: int, viewer: Actor | None, cursor: str | None
+    ) -> Page[PendingEntry]:
+        """A page of the open tool-call tickets `viewer` may decide, oldest first.
+
+        For anyone but an operator the store reads only the tickets filed under the
+        viewer's decider keys (see `Transaction.decidable_tickets`), at most a page of
+        them per key; `ResumeTicket.may_decide` still has the last word on each.
+
+        Raises:
+            InvalidCursor: `cursor` is not one this listing gave `viewer`.
+        """
+        after = decode_cursor("tickets", viewer, cursor)
         restricted = viewer is not None and not viewer.operator
         async with self._deps.store.transaction() as tx:
-            tickets = await tx.open_tickets(limit=TICKET_SCAN if restricted else limit)
-            entries: list[PendingEntry] = []
-            for ticket in tickets:
+            if viewer is None or viewer.operator:
+                tickets = await tx.open_tickets(limit=limit + 1, after=after)
+            else:
+                tickets = await tx.decidable_tickets(
+                    deciders=viewer_keys(viewer.id, viewer.groups),
+                    viewer=viewer.id,
+                    limit=limit + 1,
+                    after=after,
+                )
+            read = tickets[:limit]
+            found: list[tuple[tuple[datetime, str, int], PendingEntry]] = []
+            for ticket in read:
                 if ticket.call_id is None:
                     continue
                 if restricted and viewer is not None and not ticket.may_decide(viewer):
                     continue
-                if len(entries) >= limit:
-                    break
-                entry = self._entry(ticket, await tx.get_call(ticket.call_id))
-                if entry is not None:
-                    entries.append(entry)
-        return entries
+                call = await tx.get_call(ticket.call_id)
+                entry = self._entry(ticket, call)
+                if entry is not None and call is not None:
+                    found.append(((ticket.created_at, ticket.run_id, call.seq), entry))
+        # The tickets of one batch open at once: they show in the model's call order.
+        entries = [entry for _, entry in sorted(found, key=lambda item: item[0])]
+        following = None
+        if len(tickets) > limit and read:
+            last = read[-1]
+            following = encode_cursor("tickets", viewer, Position(last.created_at, last.ticket_id))
+        return Page(entries, following)
 
     async def card_of(self, ticket_id: str, platform: str) -> CardRef | None:
         """Where the card asking for a ticket's decision was posted on `platform`."""

@@ -38,7 +38,7 @@ from runtime.grants import Grant, Grants
 from runtime.handoff import Slots
 from runtime.inbox import Inbox, ReceivedOutcome
 from runtime.model import Model
-from runtime.queries import CARD_KINDS, CardRef, Queries
+from runtime.queries import CARD_KINDS, CardRef, Page, Queries
 from runtime.results import PendingEntry, RunResult
 from runtime.sessions import Sessions
 from runtime.starting import IdempotencyKeys, Starter
@@ -362,6 +362,22 @@ class Runtime:
         """
         return await self._queries.list_runs(statuses, thread_id, limit, viewer)
 
+    async def run_page(
+        self,
+        *,
+        statuses: Sequence[RunStatus | str] = (),
+        thread_id: str | None = None,
+        limit: int = 100,
+        viewer: Actor | None = None,
+        cursor: str | None = None,
+    ) -> Page[RunResult]:
+        """A page of `list_runs`, with the cursor of the next one.
+
+        Raises:
+            InvalidCursor: `cursor` is not one this listing gave `viewer`.
+        """
+        return await self._queries.run_page(statuses, thread_id, limit, viewer, cursor)
+
     async def run_counts(self) -> dict[str, int]:
         """How many runs there are in each status."""
         return await self._queries.run_counts()
@@ -388,6 +404,16 @@ class Runtime:
             viewer: Only the tickets this user may decide (operators: all).
         """
         return await self._queries.open_tickets(limit, viewer)
+
+    async def ticket_page(
+        self, limit: int = 100, *, viewer: Actor | None = None, cursor: str | None = None
+    ) -> Page[PendingEntry]:
+        """A page of `open_tickets`, with the cursor of the next one.
+
+        Raises:
+            InvalidCursor: `cursor` is not one this listing gave `viewer`.
+        """
+        return await self._queries.ticket_page(limit, viewer, cursor)
 
     # -- decisions -------------------------------------------------------------------
     async def approve(

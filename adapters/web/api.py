@@ -9,12 +9,12 @@ nothing and are mapped to HTTP the usual way (see `adapters.web._refusals`).
 Routes::
 
     GET  /api/agents
-    GET  /api/runs?status=awaiting,running&limit=50
+    GET  /api/runs?status=awaiting,running&limit=50&cursor=...   -> {"runs", "next_cursor"}
     POST /api/runs                              {"agent", "input", "thread_id"?} -> 202
     GET  /api/runs/{run_id}
     GET  /api/runs/{run_id}/events[?format=jsonl]
     POST /api/runs/{run_id}/cancel|pause|resume
-    GET  /api/tickets
+    GET  /api/tickets?limit=100&cursor=...      -> {"tickets", "next_cursor"}
     POST /api/tickets/{ticket_id}/decision      {"decision": "allow", "args"?: {...}} |
          {"decision": "deny", "reason"?} | {"answer": {...}} | {"resolution": "result",
          "result": ...} | {"resolution": "retry"} | {"resolution": "abort", "reason"?}
@@ -69,6 +69,7 @@ from runtime import (
 from runtime.batches import MAX_BATCH
 from runtime.constraints import is_number
 from runtime.jsontext import loads_strict
+from runtime.queries import InvalidCursor
 
 Handler = Callable[[web.Request, Actor], Awaitable[web.StreamResponse]]
 
@@ -471,8 +472,15 @@ def add_api_routes(
     async def runs(request: web.Request, actor: Actor) -> web.StreamResponse:
         statuses = parse_statuses(request.query.get("status", ""))
         limit = parse_limit(request.query.get("limit"))
-        found = await runtime.list_runs(statuses=statuses, limit=limit, viewer=actor)
-        return json_response({"runs": [run_summary(run) for run in found]})
+        try:
+            page = await runtime.run_page(
+                statuses=statuses, limit=limit, viewer=actor, cursor=request.query.get("cursor")
+            )
+        except InvalidCursor as exc:
+            raise BadRequest(str(exc)) from None
+        return json_response(
+            {"runs": [run_summary(run) for run in page.items], "next_cursor": page.next_cursor}
+        )
 
     async def start(request: web.Request, actor: Actor) -> web.StreamResponse:
         body = await read_object(request)
@@ -523,8 +531,18 @@ def add_api_routes(
 
     async def tickets(request: web.Request, actor: Actor) -> web.StreamResponse:
         limit = parse_limit(request.query.get("limit"), default=100)
-        entries = await runtime.open_tickets(limit=limit, viewer=actor)
-        return json_response({"tickets": [pending_json(entry) for entry in entries]})
+        try:
+            page = await runtime.ticket_page(
+                limit, viewer=actor, cursor=request.query.get("cursor")
+            )
+        except InvalidCursor as exc:
+            raise BadRequest(str(exc)) from None
+        return json_response(
+            {
+                "tickets": [pending_json(entry) for entry in page.items],
+                "next_cursor": page.next_cursor,
+            }
+        )
 
     async def decide(request: web.Request, actor: Actor) -> web.StreamResponse:
         ticket_id = request.match_info["ticket_id"]

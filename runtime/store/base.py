@@ -19,6 +19,7 @@ from runtime.store.records import (
     GrantRecord,
     IdempotencyRecord,
     OutboxRecord,
+    Position,
     ReceivedRecord,
     RunFlags,
     RunRecord,
@@ -95,16 +96,27 @@ class Transaction(Protocol):
         limit: int = 100,
         involving: str | None = None,
         including: Sequence[str] = (),
+        deciders: Sequence[str] = (),
+        before: Position | None = None,
     ) -> list[RunRecord]:
-        """Runs, newest first, optionally filtered.
+        """Runs, newest first (by creation time, then id, both descending), optionally
+        filtered.
 
         Args:
             statuses: Only runs in one of these statuses.
             thread_id: Only runs of this thread.
             limit: At most this many.
             involving: Only runs this user id requested or decided a ticket of, plus the
-                runs named in `including` (what a user may see; see `runtime.visibility`).
+                runs named in `including` and those `deciders` give (what a user may
+                see; see `runtime.visibility`).
             including: Run ids that pass the `involving` filter as well.
+            deciders: With `involving`: the runs with an open ticket, other than one
+                waiting on a sub-agent, that one of these decider keys may decide (and
+                `involving` is not barred from by four-eyes; see
+                `runtime.store.records.decider_keys`) pass too, with every sub-agent run
+                under them. The store finds them by index, not by reading every open
+                ticket.
+            before: Only runs that sort after this position (the last of a page).
         """
         ...
 
@@ -173,8 +185,39 @@ class Transaction(Protocol):
         """A run's tickets, oldest first."""
         ...
 
-    async def open_tickets(self, *, limit: int = 100) -> list[ResumeTicket]:
-        """Open tickets of every run, oldest first."""
+    async def open_tickets(
+        self, *, limit: int = 100, after: Position | None = None
+    ) -> list[ResumeTicket]:
+        """Open tickets of every run, oldest first (by creation time, then id).
+
+        Args:
+            limit: At most this many.
+            after: Only tickets that sort after this position (the last of a page).
+        """
+        ...
+
+    async def decidable_tickets(
+        self,
+        *,
+        deciders: Sequence[str],
+        viewer: str,
+        limit: int = 100,
+        after: Position | None = None,
+    ) -> list[ResumeTicket]:
+        """Open tool-call tickets (with a call) one of `deciders` may decide, oldest first.
+
+        A ticket is found under the keys `runtime.store.records.decider_keys` gives it
+        (written with the ticket, dropped when it closes); four-eyes tickets of runs
+        `viewer` requested are left out. The work is bounded by the page: at most
+        `limit` index entries per key are read, whatever else is open. The caller still
+        checks `ResumeTicket.may_decide` on what it gets.
+
+        Args:
+            deciders: The viewer's keys (`runtime.store.records.viewer_keys`).
+            viewer: The viewer's user id.
+            limit: At most this many.
+            after: Only tickets that sort after this position (the last of a page).
+        """
         ...
 
     async def open_ticket_for_call(self, call_id: str) -> ResumeTicket | None:

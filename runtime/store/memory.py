@@ -21,9 +21,11 @@ from runtime.store.records import (
     GrantRecord,
     IdempotencyRecord,
     OutboxRecord,
+    Position,
     ReceivedRecord,
     RunFlags,
     RunRecord,
+    decider_keys,
 )
 from runtime.tickets import Answer, ResumeTicket
 
@@ -159,21 +161,25 @@ class MemoryTransaction:
         limit: int = 100,
         involving: str | None = None,
         including: Sequence[str] = (),
+        deciders: Sequence[str] = (),
+        before: Position | None = None,
     ) -> list[RunRecord]:
         involved: set[str] = set()
         if involving is not None:
             involved = set(including) | {
                 t.run_id for t in self._t.tickets.values() if t.decided_by == involving
             }
+            if deciders:
+                involved |= self._deciding_runs(deciders, involving)
         found = [
             r
             for r in self._t.runs.values()
             if (not statuses or r.status in statuses)
             and (thread_id is None or r.thread_id == thread_id)
             and (involving is None or r.requester == involving or r.run_id in involved)
+            and (before is None or (r.created_at, r.run_id) < (before.at, before.id))
         ]
-        found.reverse()  # newest first; ties keep insertion order (reversed)
-        found.sort(key=lambda r: r.created_at, reverse=True)
+        found.sort(key=lambda r: (r.created_at, r.run_id), reverse=True)
         return [_copy(r) for r in found[:limit]]
 
     async def child_run(self, parent_run_id: str, task_key: str) -> RunRecord | None:
@@ -283,9 +289,55 @@ class MemoryTransaction:
         ]
         return sorted(found, key=lambda t: t.created_at)
 
-    async def open_tickets(self, *, limit: int = 100) -> list[ResumeTicket]:
-        found = [t for t in self._t.tickets.values() if t.status is TicketStatus.OPEN]
-        return sorted(found, key=lambda t: t.created_at)[:limit]
+    async def open_tickets(
+        self, *, limit: int = 100, after: Position | None = None
+    ) -> list[ResumeTicket]:
+        found = [
+            t
+            for t in self._t.tickets.values()
+            if t.status is TicketStatus.OPEN and _past(t.created_at, t.ticket_id, after)
+        ]
+        return sorted(found, key=lambda t: (t.created_at, t.ticket_id))[:limit]
+
+    async def decidable_tickets(
+        self,
+        *,
+        deciders: Sequence[str],
+        viewer: str,
+        limit: int = 100,
+        after: Position | None = None,
+    ) -> list[ResumeTicket]:
+        wanted = set(deciders)
+        found = [
+            t
+            for t in self._t.tickets.values()
+            if t.status is TicketStatus.OPEN
+            and t.call_id is not None
+            and _past(t.created_at, t.ticket_id, after)
+            and not (t.four_eyes and t.requester == viewer)
+            and wanted.intersection(decider_keys(t))
+        ]
+        return sorted(found, key=lambda t: (t.created_at, t.ticket_id))[:limit]
+
+    def _deciding_runs(self, deciders: Sequence[str], viewer: str) -> set[str]:
+        wanted = set(deciders)
+        found = {
+            t.run_id
+            for t in self._t.tickets.values()
+            if t.status is TicketStatus.OPEN
+            and t.target.kind != "child"
+            and not (t.four_eyes and t.requester == viewer)
+            and wanted.intersection(decider_keys(t))
+        }
+        while True:
+            below = {
+                r.run_id
+                for r in self._t.runs.values()
+                if r.parent_run_id in found and r.run_id not in found
+            }
+            if not below:
+                return found
+            found |= below
 
     async def open_ticket_for_call(self, call_id: str) -> ResumeTicket | None:
         for ticket in self._t.tickets.values():
@@ -548,6 +600,10 @@ class MemoryTransaction:
             "outbox_pending": sum(1 for o in outbox if o.state == "pending"),
             "outbox_failed": sum(1 for o in outbox if o.state == "failed"),
         }
+
+
+def _past(at: datetime, item_id: str, after: Position | None) -> bool:
+    return after is None or (at, item_id) > (after.at, after.id)
 
 
 def _claimable(run: RunRecord, now: datetime) -> bool:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from runtime.states import CallState, RunStatus
+from runtime.tickets import ANYONE, GROUP_PREFIX, REQUESTER, ResumeTicket
 
 
 @dataclass(slots=True)
@@ -317,3 +318,50 @@ class GrantRecord:
     def active(self, now: datetime) -> bool:
         """Whether it covers calls at `now` (not revoked, not expired)."""
         return self.revoked_at is None and (self.expires_at is None or now < self.expires_at)
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """Where a page of a listing ended: the last item's time and id (its sort key).
+
+    Listings sort by ``(time, id)``; the next page starts just past this position.
+    """
+
+    at: datetime
+    id: str
+
+
+ANY_DECIDER = "any"
+"""The decider key of an ``*`` approver entry: whoever is signed in."""
+
+
+def decider_keys(ticket: ResumeTicket) -> tuple[str, ...]:
+    """The keys under which an open ticket is found by those who may decide it.
+
+    ``user:<id>`` for a user id (the requester's for a ``requester`` entry, or when there
+    are no approvers), ``group:<name>`` for a group, `ANY_DECIDER` for ``*``. No keys
+    means only an operator decides. Four-eyes is not a key: the store keeps the barred
+    requester apart (see `Transaction.decidable_tickets`).
+    """
+    requester = ticket.requester
+    entries = list(ticket.approvers) or ([REQUESTER] if requester is not None else [])
+    keys: list[str] = []
+    for entry in entries:
+        if entry == ANYONE:
+            key = ANY_DECIDER
+        elif entry == REQUESTER:
+            if requester is None:
+                continue
+            key = f"user:{requester}"
+        elif entry.startswith(GROUP_PREFIX):
+            key = entry
+        else:
+            key = f"user:{entry}"
+        if key not in keys:
+            keys.append(key)
+    return tuple(keys)
+
+
+def viewer_keys(user_id: str, groups: Iterable[str]) -> tuple[str, ...]:
+    """The decider keys a user with these groups matches (see `decider_keys`)."""
+    return (ANY_DECIDER, f"user:{user_id}", *(f"group:{g}" for g in sorted(set(groups))))

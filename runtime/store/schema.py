@@ -43,6 +43,7 @@ metadata = MetaData(naming_convention=NAMING_CONVENTION)
 _ID = 128
 _NAME = 255
 _ENUM = 32
+_DECIDER = _NAME + 8  # a user id or group name with its key's prefix
 
 runs = Table(
     "runs",
@@ -168,6 +169,25 @@ tickets = Table(
     Index(None, "call_id", "status"),
     # what a user may see: the runs they decided a ticket of
     Index(None, "decided_by"),
+)
+
+# Who may decide each open ticket, one row per decider key (``user:<id>``,
+# ``group:<name>``, ``any``; see `runtime.store.records.decider_keys`), written with the
+# ticket and deleted when it closes: listing the tickets (and runs) one person may decide
+# reads their rows only, never every open ticket.
+ticket_deciders = Table(
+    "ticket_deciders",
+    metadata,
+    Column("ticket_id", String(_ID), ForeignKey("tickets.ticket_id"), primary_key=True),
+    Column("decider", String(_DECIDER), primary_key=True),
+    Column("run_id", String(_ID), nullable=False),
+    Column("created_at", BigInteger, nullable=False),
+    Column("call_id", String(_ID), nullable=True),
+    Column("target_kind", String(_ENUM), nullable=False),
+    # Four-eyes: the requester, who may not decide whatever the key says.
+    Column("barred", String(_NAME), nullable=True),
+    # decidable_tickets: one key's tickets, oldest first
+    Index(None, "decider", "created_at", "ticket_id"),
 )
 
 events = Table(

@@ -82,9 +82,11 @@ from runtime.store.records import (
     GrantRecord,
     IdempotencyRecord,
     OutboxRecord,
+    Position,
     ReceivedRecord,
     RunFlags,
     RunRecord,
+    decider_keys,
     pacing_key,
 )
 from runtime.store.schema import (
@@ -99,6 +101,7 @@ from runtime.store.schema import (
     run_messages,
     runs,
     schema_revisions,
+    ticket_deciders,
     tickets,
     tool_calls,
 )
@@ -111,7 +114,7 @@ if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
-SCHEMA_HEAD = "0009"
+SCHEMA_HEAD = "0010"
 """The newest migration in ``migrations/versions`` (a test checks it against Alembic's).
 
 A database at this revision is current without loading Alembic."""
@@ -314,6 +317,39 @@ def _ticket_values(ticket: ResumeTicket) -> dict[str, Any]:
         "decided_at": _opt_micros(ticket.decided_at),
         "chain": list(ticket.chain) or None,
     }
+
+
+def _decider_rows(ticket: ResumeTicket) -> list[dict[str, Any]]:
+    barred = ticket.requester if ticket.four_eyes else None
+    return [
+        {
+            "ticket_id": ticket.ticket_id,
+            "decider": key,
+            "run_id": ticket.run_id,
+            "created_at": to_micros(ticket.created_at),
+            "call_id": ticket.call_id,
+            "target_kind": ticket.target.kind,
+            "barred": barred,
+        }
+        for key in decider_keys(ticket)
+    ]
+
+
+def _deciding_runs(deciders: Sequence[str], viewer: str) -> Any:
+    """Ids of the runs with an open ticket (not a sub-agent's) one of `deciders` may
+    decide, and of every sub-agent run under them."""
+    seed = (
+        select(ticket_deciders.c.run_id.label("run_id"))
+        .where(
+            ticket_deciders.c.decider.in_(list(dict.fromkeys(deciders))),
+            ticket_deciders.c.target_kind != "child",
+            or_(ticket_deciders.c.barred.is_(None), ticket_deciders.c.barred != viewer),
+        )
+        .cte("deciding", recursive=True)
+    )
+    below = select(runs.c.run_id).where(runs.c.parent_run_id == seed.c.run_id)
+    tree = seed.union(below)
+    return select(tree.c.run_id)
 
 
 def _dump_answer(answer: Answer | None) -> dict[str, Any] | None:
@@ -671,6 +707,40 @@ _OPEN_TICKETS = (
     select(tickets)
     .where(tickets.c.status == _OPEN)
     .order_by(tickets.c.created_at, tickets.c.ticket_id)
+    .limit(bindparam("limit"))
+)
+_OPEN_TICKETS_AFTER = (
+    select(tickets)
+    .where(
+        tickets.c.status == _OPEN,
+        or_(
+            tickets.c.created_at > bindparam("at"),
+            and_(tickets.c.created_at == bindparam("at"), tickets.c.ticket_id > bindparam("id")),
+        ),
+    )
+    .order_by(tickets.c.created_at, tickets.c.ticket_id)
+    .limit(bindparam("limit"))
+)
+_INSERT_DECIDERS = insert(ticket_deciders)
+_DROP_DECIDERS = ticket_deciders.delete().where(
+    ticket_deciders.c.ticket_id == bindparam("b_ticket_id")
+)
+# One key's open tool-call tickets past a position, oldest first: a range of its index.
+_DECIDABLE = (
+    select(ticket_deciders.c.ticket_id, ticket_deciders.c.created_at)
+    .where(
+        ticket_deciders.c.decider == bindparam("decider"),
+        or_(
+            ticket_deciders.c.created_at > bindparam("at"),
+            and_(
+                ticket_deciders.c.created_at == bindparam("at"),
+                ticket_deciders.c.ticket_id > bindparam("id"),
+            ),
+        ),
+        ticket_deciders.c.call_id.is_not(None),
+        or_(ticket_deciders.c.barred.is_(None), ticket_deciders.c.barred != bindparam("viewer")),
+    )
+    .order_by(ticket_deciders.c.created_at, ticket_deciders.c.ticket_id)
     .limit(bindparam("limit"))
 )
 _OVERDUE = (
@@ -1126,6 +1196,8 @@ class SQLTransaction:
         limit: int = 100,
         involving: str | None = None,
         including: Sequence[str] = (),
+        deciders: Sequence[str] = (),
+        before: Position | None = None,
     ) -> list[RunRecord]:
         """Runs, newest first, optionally filtered (see `Transaction.list_runs`)."""
         statement = select(runs)
@@ -1135,11 +1207,20 @@ class SQLTransaction:
             statement = statement.where(runs.c.thread_id == thread_id)
         if involving is not None:
             decided = select(tickets.c.run_id).where(tickets.c.decided_by == involving)
+            seen = [
+                runs.c.requester == involving,
+                runs.c.run_id.in_(decided),
+                runs.c.run_id.in_(list(including)),
+            ]
+            if deciders:
+                seen.append(runs.c.run_id.in_(_deciding_runs(deciders, involving)))
+            statement = statement.where(or_(*seen))
+        if before is not None:
+            at = to_micros(before.at)
             statement = statement.where(
                 or_(
-                    runs.c.requester == involving,
-                    runs.c.run_id.in_(decided),
-                    runs.c.run_id.in_(list(including)),
+                    runs.c.created_at < at,
+                    and_(runs.c.created_at == at, runs.c.run_id < before.id),
                 )
             )
         statement = statement.order_by(runs.c.created_at.desc(), runs.c.run_id.desc()).limit(limit)
@@ -1205,6 +1286,10 @@ class SQLTransaction:
             if found.first() is not None:
                 raise ValueError(f"call {call_id} already has an open ticket")
         await self._execute(_INSERT_TICKET, _ticket_values(ticket))
+        if ticket.status is TicketStatus.OPEN:
+            rows = _decider_rows(ticket)
+            if rows:
+                await self._execute(_INSERT_DECIDERS, rows)
         self.wrote = True
 
     async def get_ticket(self, ticket_id: str) -> ResumeTicket | None:
@@ -1232,6 +1317,7 @@ class SQLTransaction:
         }
         if (await self._execute(_CLOSE_TICKET, params)).rowcount != 1:
             return False
+        await self._execute(_DROP_DECIDERS, {"b_ticket_id": ticket_id})
         self.wrote = True
         return True
 
@@ -1246,9 +1332,38 @@ class SQLTransaction:
             result = await self._execute(_TICKETS_FOR_RUN_IN, params)
         return [_ticket(row) for row in result]
 
-    async def open_tickets(self, *, limit: int = 100) -> list[ResumeTicket]:
-        """Open tickets of every run, oldest first."""
-        return [_ticket(row) for row in await self._execute(_OPEN_TICKETS, {"limit": limit})]
+    async def open_tickets(
+        self, *, limit: int = 100, after: Position | None = None
+    ) -> list[ResumeTicket]:
+        """Open tickets of every run, oldest first (past `after`, when given)."""
+        if after is None:
+            result = await self._execute(_OPEN_TICKETS, {"limit": limit})
+        else:
+            params = {"limit": limit, "at": to_micros(after.at), "id": after.id}
+            result = await self._execute(_OPEN_TICKETS_AFTER, params)
+        return [_ticket(row) for row in result]
+
+    async def decidable_tickets(
+        self,
+        *,
+        deciders: Sequence[str],
+        viewer: str,
+        limit: int = 100,
+        after: Position | None = None,
+    ) -> list[ResumeTicket]:
+        """Open tool-call tickets one of `deciders` may decide (see `Transaction`)."""
+        at, last = (to_micros(after.at), after.id) if after is not None else (-1, "")
+        found: dict[str, int] = {}
+        for key in dict.fromkeys(deciders):
+            params = {"decider": key, "at": at, "id": last, "viewer": viewer, "limit": limit}
+            for row in await self._execute(_DECIDABLE, params):
+                found[row.ticket_id] = row.created_at
+        page = sorted(found, key=lambda ticket_id: (found[ticket_id], ticket_id))[:limit]
+        if not page:
+            return []
+        result = await self._execute(select(tickets).where(tickets.c.ticket_id.in_(page)))
+        by_id = {row.ticket_id: _ticket(row) for row in result}
+        return [by_id[ticket_id] for ticket_id in page if ticket_id in by_id]
 
     async def open_ticket_for_call(self, call_id: str) -> ResumeTicket | None:
         """The open ticket waiting on a call, if any."""
