@@ -52,6 +52,7 @@ from adapters.mcp import (
     check_pattern,
     settle,
 )
+from adapters.mcp.config import MAX_LISTING_BYTES, MAX_TOOLS
 from adapters.mcp.rules import check_arguments
 from adapters.models import PROVIDERS as SPEC_PROVIDERS
 from adapters.models import canonical
@@ -130,6 +131,9 @@ class ServerSpec(_Strict):
     timeout: float = Field(default=60.0, gt=0)
     connect_timeout: float = Field(default=10.0, gt=0)
     prefix: str = Field(default="", pattern=r"^[A-Za-z0-9_-]*$")
+    max_tools: int = Field(default=MAX_TOOLS, gt=0)
+    max_listing_bytes: int = Field(default=MAX_LISTING_BYTES, gt=0)
+    refresh_interval: float = Field(default=60.0, gt=0)
 
     @model_validator(mode="after")
     def _one_transport(self) -> ServerSpec:
@@ -137,6 +141,8 @@ class ServerSpec(_Strict):
             raise ValueError("give either command (a stdio server) or url (Streamable HTTP)")
         if self.command is not None and (self.headers or self.bearer_token):
             raise ValueError("headers and bearer_token are for url servers")
+        if self.command is not None and "refresh_interval" in self.model_fields_set:
+            raise ValueError("refresh_interval is for url servers")
         if self.url is not None and (self.args or self.env or self.cwd):
             raise ValueError("args, env and cwd are for command servers")
         if self.url is not None and not self.url.startswith(("http://", "https://", "${")):
@@ -159,6 +165,7 @@ class RuleSpec(_Strict):
     editable: bool | list[str] | None = None
     on_expiry: Any = None
     grants: list[Literal["run", "thread"]] | None = None
+    hide: bool | None = None
 
     _deadline = field_validator("deadline")(_positive)
     _on_expiry = field_validator("on_expiry")(_expiry)
@@ -330,6 +337,8 @@ class _Builder:
                 timeout=spec.timeout,
                 connect_timeout=spec.connect_timeout,
                 prefix=spec.prefix,
+                max_tools=spec.max_tools,
+                max_listing_bytes=spec.max_listing_bytes,
             )
         assert spec.url is not None
         headers = {k: expand(v, "headers", k) for k, v in spec.headers.items()}
@@ -346,6 +355,9 @@ class _Builder:
             timeout=spec.timeout,
             connect_timeout=spec.connect_timeout,
             prefix=spec.prefix,
+            max_tools=spec.max_tools,
+            max_listing_bytes=spec.max_listing_bytes,
+            refresh_interval=spec.refresh_interval,
         )
 
     def expand(self, value: str, *loc: str | int) -> str:
@@ -451,6 +463,7 @@ class _Builder:
             ),
             on_expiry=_on_expiry(rule.on_expiry),
             grants=tuple(rule.grants) if rule.grants is not None else None,
+            hide=rule.hide,
         )
 
     def python_tools(self, agent: str, spec: AgentSpec) -> list[Tool]:

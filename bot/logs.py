@@ -117,6 +117,8 @@ QUIET_LIBRARIES = (
     "aiohttp",
     "httpx",
     "httpcore",
+    "httpx2",
+    "httpcore2",
     "openai",
     "anthropic",
     "mcp",

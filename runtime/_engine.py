@@ -49,6 +49,15 @@ from runtime.tools import (
 _LIVE_REPLAYS = 1
 
 
+def failure_text(exc: Exception) -> str:
+    """What the model reads for a tool's exception: the class name and the message, or
+    the message alone when the exception class says it was written for the model
+    (``model_facing = True``, as the MCP adapter's errors do)."""
+    if getattr(type(exc), "model_facing", False) is True:
+        return str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {exc}"
+
+
 def blocked_text(reason: str | None) -> str:
     """What the model sees for a denied call."""
     return f"Permission denied: {reason}" if reason else "Permission denied"
@@ -332,7 +341,7 @@ class Driver:
                     failed = f"the outcome is unknown after {call.attempts} attempts: {unknown}"
                     unknown = None
             except Exception as exc:  # a tool's failure is the model's to see
-                failed = f"{type(exc).__name__}: {exc}"
+                failed = failure_text(exc)
             finally:
                 _leave(token)
         self.deps.reach("tool_returned", call_id=call.call_id, tool=call.tool)
@@ -460,7 +469,7 @@ class Driver:
         request = ModelRequest(
             model=model.name,
             messages=[{"role": "system", "content": agent.instructions}, *self.run.messages],
-            tools=[t.spec() for t in agent.tools.values()],
+            tools=[t.spec() for t in agent.offered()],
             attempt=self.run.model_attempt,
         )
         try:

@@ -82,6 +82,9 @@ class Agent:
         self.max_turns = max_turns
         self.description = description
         self.tools: dict[str, Tool] = {}
+        self.hidden: set[str] = set()
+        """Names of catalog tools the model is not offered (a call naming one anyway is
+        still checked against its permission)."""
         self._fingerprint: tuple[tuple[tuple[str, int], ...], str] | None = None
         self.subagents: dict[str, Agent] = {}
         self.delegates: dict[str, str] = {}
@@ -121,6 +124,7 @@ class Agent:
         other = copy.copy(self)
         other.model = model.strip() if isinstance(model, str) else model
         other.tools = dict(self.tools)
+        other.hidden = set(self.hidden)
         # Its sub-agents move to the model too (a cycle is refused when registered).
         other.subagents = {name: sub.with_model(model) for name, sub in self.subagents.items()}
         other.delegates = dict(self.delegates)
@@ -207,6 +211,10 @@ class Agent:
             blob = json.dumps(parts, sort_keys=True, default=str).encode()
             self._fingerprint = (key, hashlib.sha256(blob).hexdigest()[:32])
         return self._fingerprint[1]
+
+    def offered(self) -> list[Tool]:
+        """The tools the model is offered: the catalog without the hidden ones."""
+        return [item for name, item in self.tools.items() if name not in self.hidden]
 
     def approvers_for(self, item: Tool) -> tuple[str, ...]:
         """Approvers of `item`: its own list, or the agent's default."""

@@ -2,12 +2,41 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from adapters.mcp.rules import ToolKnobs
 from runtime import Agent
+
+MAX_TOOLS = 1000
+"""Default cap on the tools one listing may have."""
+
+MAX_LISTING_BYTES = 4 * 1024 * 1024
+"""Default cap on the size of one listing (names, descriptions and schemas, as JSON)."""
+
+_URL = re.compile(r"https?://[^\s'\"<>]+")
+
+
+def redact_url(url: str) -> str:
+    """``scheme://host:port/…``: a URL as logs may show it (its path, query and user
+    information may hold a key)."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "<a URL>"
+    if ":" in host:
+        host = f"[{host}]"
+    tail = "/…" if parts.path not in ("", "/") or parts.query or parts.fragment else ""
+    return f"{parts.scheme}://{host}{port}{tail}"
+
+
+def redact_urls(text: str) -> str:
+    """`text` with every http(s) URL in it shortened by `redact_url`."""
+    return _URL.sub(lambda match: redact_url(match.group(0)), text)
 
 
 @dataclass(frozen=True)
@@ -23,7 +52,12 @@ class StdioServer:
         timeout: Seconds a tool call may take before it is cancelled.
         connect_timeout: Seconds to wait for the server to start and list its tools.
         prefix: Put before the server's tool names, as the model sees them.
-        restart_delay: First and longest wait (seconds) before restarting after an exit.
+        restart_delay: First and longest wait (seconds) before restarting after an exit;
+            the wait grows (doubling) while starts keep failing or the process keeps
+            exiting within the longest wait after it listed its tools.
+        max_tools: A listing with more tools is refused (the server counts as down).
+        max_listing_bytes: A listing whose names, descriptions and schemas take more bytes
+            (as JSON) is refused.
     """
 
     name: str
@@ -35,6 +69,8 @@ class StdioServer:
     connect_timeout: float = 10.0
     prefix: str = ""
     restart_delay: tuple[float, float] = (0.5, 30.0)
+    max_tools: int = MAX_TOOLS
+    max_listing_bytes: int = MAX_LISTING_BYTES
 
     @property
     def shown(self) -> str:
@@ -53,7 +89,15 @@ class HttpServer:
         timeout: Seconds a tool call may take before it is cancelled.
         connect_timeout: Seconds to wait for the server to answer and list its tools.
         prefix: Put before the server's tool names, as the model sees them.
-        restart_delay: First and longest wait (seconds) before reconnecting.
+        restart_delay: First and longest wait (seconds) before reconnecting; the wait
+            grows (doubling) while connections keep failing or keep ending within the
+            longest wait after the listing.
+        max_tools: A listing with more tools is refused (the server counts as down).
+        max_listing_bytes: A listing whose names, descriptions and schemas take more bytes
+            (as JSON) is refused.
+        refresh_interval: Seconds between listings while connected (a server without a
+            session cannot tell signoff that it restarted with other tools); a
+            ``notifications/tools/list_changed`` from the server lists them at once.
     """
 
     name: str
@@ -63,14 +107,15 @@ class HttpServer:
     connect_timeout: float = 10.0
     prefix: str = ""
     restart_delay: tuple[float, float] = (0.5, 30.0)
+    max_tools: int = MAX_TOOLS
+    max_listing_bytes: int = MAX_LISTING_BYTES
+    refresh_interval: float = 60.0
 
     @property
     def shown(self) -> str:
-        """How logs may name it: no credentials, query or fragment."""
-        parts = urlsplit(self.url)
-        host = parts.hostname or ""
-        port = f":{parts.port}" if parts.port else ""
-        return f"HTTP server {self.name!r} ({parts.scheme}://{host}{port}{parts.path})"
+        """How logs may name it: scheme, host and port only (the path, query and user
+        information may hold a key)."""
+        return f"HTTP server {self.name!r} ({redact_url(self.url)})"
 
 
 ServerConfig = StdioServer | HttpServer

@@ -20,22 +20,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import math
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, assert_never, cast
 
 import anyio
+import anyio.lowlevel
 import httpx2
 import mcp_types
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import ListenNotSupportedError, ToolsListChanged
 from pydantic import ValidationError
 
-from adapters.mcp.config import HttpServer, ServerConfig, StdioServer
+from adapters.mcp.config import HttpServer, ServerConfig, StdioServer, redact_urls
 from runtime import ToolOutcomeUnknown
 
 log = logging.getLogger("signoff.mcp")
@@ -46,14 +49,26 @@ every retry of one call, so a server can deduplicate."""
 
 _SETTLE_SECONDS = 5.0  # how long a lost call waits to learn why the connection ended
 _LIST_PAGES = 100
+_SLICE = 50  # tools handled between yields of the event loop
 
 
 class McpServerUnavailable(Exception):
-    """The server is not connected; the call was not sent."""
+    """The server is not connected; the call was not sent.
+
+    Its message is written for the model (the runtime shows it without the class name).
+    """
+
+    model_facing = True
 
 
 class McpToolError(Exception):
-    """The server answered with an error, or not in time."""
+    """The server answered with an error, or not in time (shown to the model as it is)."""
+
+    model_facing = True
+
+
+class ListingRefused(Exception):
+    """A server's tool listing is over ``max_tools`` or ``max_listing_bytes``."""
 
 
 @dataclass(eq=False)
@@ -125,7 +140,7 @@ def describe_failure(exc: BaseException) -> str:
             text = str(leaf).strip()
             parts.append(f"{type(leaf).__name__}: {text}" if text else type(leaf).__name__)
     unique = list(dict.fromkeys(parts))
-    return "; ".join(unique) or type(exc).__name__
+    return redact_urls("; ".join(unique)) or type(exc).__name__
 
 
 def _refused(exc: BaseException) -> bool:
@@ -163,13 +178,14 @@ class ServerConnection:
 
     Args:
         config: How to reach it.
-        on_listing: Called (in the connection's task) with each fresh tool listing.
+        on_listing: Awaited (in the connection's task) with each fresh tool listing, before
+            calls may use the connection.
     """
 
     def __init__(
         self,
         config: ServerConfig,
-        on_listing: Callable[[ServerConnection, list[mcp_types.Tool]], None],
+        on_listing: Callable[[ServerConnection, list[mcp_types.Tool]], Awaitable[None]],
     ) -> None:
         self.config = config
         self.tools: list[mcp_types.Tool] | None = None
@@ -177,6 +193,8 @@ class ServerConnection:
         self._on_listing = on_listing
         self._session: _Session | None = None
         self._wake = asyncio.Event()
+        self._relist = asyncio.Event()
+        self._up = asyncio.Event()
         self._first = asyncio.Event()
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -217,11 +235,14 @@ class ServerConnection:
     async def _run(self) -> None:
         first, longest = self.config.restart_delay
         delay = first
+        loop = asyncio.get_running_loop()
         while not self._stop.is_set():
             self._wake.clear()
+            self._relist.clear()
             session: _Session | None = None
             reason = "the server closed the connection"
             refused = False
+            came_up: float | None = None
             try:
                 with anyio.CancelScope() as scope:
                     scope.deadline = anyio.current_time() + self.config.connect_timeout
@@ -229,28 +250,39 @@ class ServerConnection:
                         tools = await self._list(client)
                         scope.deadline = math.inf
                         session = _Session(client)
+                        await self._listed(tools)
                         self._session = session
-                        self.tools = tools
                         self.reason = None
-                        self._on_listing(self, tools)
+                        self._up.set()
+                        came_up = loop.time()
                         log.info("MCP %s is up with %d tools", self.config.shown, len(tools))
                         self._first.set()
-                        delay = first
-                        await self._wake.wait()
+                        await self._serve(client)
                         self._session = None
+                        self._up.clear()
                 if scope.cancelled_caught:
                     reason = f"no answer within {self.config.connect_timeout:g}s"
             except Exception as exc:
-                reason = describe_failure(exc)
-                refused = _refused(exc)
+                over = [leaf for leaf in _leaves(exc) if isinstance(leaf, ListingRefused)]
+                if over:
+                    reason = str(over[0])
+                    log.error(
+                        "MCP %s: %s", self.config.shown, reason, extra={"mcp_server": self.name}
+                    )
+                else:
+                    reason = describe_failure(exc)
+                    refused = _refused(exc)
             finally:
                 self._session = None
+                self._up.clear()
                 if session is not None:
                     session.reason, session.refused = reason, refused
                     session.in_flight_at_end = session.in_flight
                     session.ended.set()
             if self._stop.is_set():
                 break
+            if came_up is not None and loop.time() - came_up >= longest:
+                delay = first  # it was up for a while: this is a new failure
             self.reason = reason
             self._first.set()
             log.warning(
@@ -264,6 +296,56 @@ class ServerConnection:
                 await asyncio.wait_for(self._wake.wait(), timeout=delay)
             delay = min(delay * 2, longest)
 
+    async def _serve(self, client: Client) -> None:
+        """Hold the connection until it ends; list the tools again when the server says
+        they changed, and (HTTP) every ``refresh_interval`` seconds."""
+        interval = self.config.refresh_interval if isinstance(self.config, HttpServer) else None
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._listen, client)
+            while not self._wake.is_set():
+                waiter = asyncio.ensure_future(self._wake.wait())
+                relist = asyncio.ensure_future(self._relist.wait())
+                try:
+                    await asyncio.wait(
+                        (waiter, relist), timeout=interval, return_when=asyncio.FIRST_COMPLETED
+                    )
+                finally:
+                    waiter.cancel()
+                    relist.cancel()
+                if self._wake.is_set():
+                    break
+                self._relist.clear()
+                with anyio.fail_after(self.config.connect_timeout):
+                    tools = await self._list(client)
+                await self._listed(tools)
+            group.cancel_scope.cancel()
+
+    async def _listen(self, client: Client) -> None:
+        """Ask the server (protocol 2026-07-28 and later) to tell when its tools change;
+        older servers send ``notifications/tools/list_changed`` (`_on_message`)."""
+        try:
+            async with client.listen(tools_list_changed=True) as subscription:
+                if not subscription.honored.tools_list_changed:
+                    return
+                self._relist.set()  # a change before the subscription would be missed
+                async for event in subscription:
+                    if isinstance(event, ToolsListChanged):
+                        self._relist.set()
+        except ListenNotSupportedError:
+            return
+        except Exception as exc:  # the connection's own failure ends it elsewhere
+            log.debug("MCP %s: no tool change events: %s", self.config.shown, describe_failure(exc))
+            self._relist.set()  # events may have been missed
+
+    async def _listed(self, tools: list[mcp_types.Tool]) -> None:
+        self.tools = tools
+        await self._on_listing(self, tools)
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, mcp_types.ToolListChangedNotification):
+            self._relist.set()
+        await anyio.lowlevel.checkpoint()
+
     @contextlib.asynccontextmanager
     async def _client(self) -> AsyncIterator[Client]:
         async with self._transport() as (read, write):
@@ -271,6 +353,7 @@ class ServerConnection:
             client = Client(
                 _streams(watched, write),
                 cache=None,
+                message_handler=self._on_message,
                 read_timeout_seconds=self.config.timeout,
                 client_info=mcp_types.Implementation(name="signoff", version="1"),
             )
@@ -302,11 +385,34 @@ class ServerConnection:
                 assert_never(config)
 
     async def _list(self, client: Client) -> list[mcp_types.Tool]:
+        """Every page of the listing, refused once it passes ``max_tools`` or
+        ``max_listing_bytes``.
+
+        Raises:
+            ListingRefused: The listing is over a cap.
+        """
+        config = self.config
         tools: list[mcp_types.Tool] = []
+        size = 0
         cursor: str | None = None
         for _ in range(_LIST_PAGES):
-            page = await client.list_tools(cursor=cursor)
+            page = await client.list_tools(cursor=cursor, cache_mode="refresh")
             tools.extend(page.tools)
+            if len(tools) > config.max_tools:
+                raise ListingRefused(
+                    f"its tool listing has more than {config.max_tools} tools (max_tools); "
+                    "none of its tools are offered"
+                )
+            for index, item in enumerate(page.tools):
+                size += len(item.name) + len(item.description or "")
+                size += len(json.dumps(item.input_schema, default=str))
+                if size > config.max_listing_bytes:
+                    raise ListingRefused(
+                        f"its tool listing takes more than {config.max_listing_bytes} bytes "
+                        "(max_listing_bytes); none of its tools are offered"
+                    )
+                if index % _SLICE == _SLICE - 1:
+                    await asyncio.sleep(0)  # a long page: let other tasks run
             cursor = page.next_cursor
             if cursor is None:
                 break
@@ -316,22 +422,30 @@ class ServerConnection:
     async def call(self, tool: str, args: dict[str, Any], execution_key: str) -> Any:
         """Call `tool` with `args`; the execution key goes in the request's ``_meta``.
 
+        While the server is down (restarting, reconnecting) the call waits for it, for at
+        most the server's ``timeout``; the time waited counts against that timeout.
+
         Raises:
-            McpServerUnavailable: Not connected; nothing was sent.
+            McpServerUnavailable: Still not connected when the timeout ran out; nothing
+                was sent.
             McpToolError: An error result, an MCP error, or no answer in time.
             ToolOutcomeUnknown: The connection was lost after the request was sent.
         """
-        session = self._session
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.timeout
+        session = await self._connected(deadline)
         if session is None:
             raise McpServerUnavailable(
-                f"MCP server {self.name!r} is not available ({self.reason or 'not connected'})"
+                f"MCP server {self.name!r} is not available "
+                f"({self.reason or 'not connected'}); try again later"
             )
+        remaining = max(deadline - loop.time(), 0.001)
         session.in_flight += 1
         try:
             result = await session.client.call_tool(
                 tool,
                 args,
-                read_timeout_seconds=self.config.timeout,
+                read_timeout_seconds=remaining,
                 meta=cast(mcp_types.RequestParamsMeta, {EXECUTION_KEY_META: execution_key}),
             )
         except MCPError as exc:
@@ -355,13 +469,32 @@ class ServerConnection:
             raise McpToolError(_error_text(result))
         return result_value(result)
 
+    async def _connected(self, deadline: float) -> _Session | None:
+        """The session, once there is one; None if none came before `deadline` (or the
+        connection is stopping)."""
+        loop = asyncio.get_running_loop()
+        while self._session is None and not self._stop.is_set():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return None
+            up = asyncio.ensure_future(self._up.wait())
+            stop = asyncio.ensure_future(self._stop.wait())
+            try:
+                await asyncio.wait(
+                    (up, stop), timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                up.cancel()
+                stop.cancel()
+        return self._session
+
     async def _lost(self, session: _Session, tool: str) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(session.ended.wait(), timeout=_SETTLE_SECONDS)
         if session.ended.is_set() and session.refused and session.in_flight_at_end <= 1:
             # The request's own connection was refused: it never reached the server.
             raise McpServerUnavailable(
-                f"MCP server {self.name!r} is not available ({session.reason})"
+                f"MCP server {self.name!r} is not available ({session.reason}); try again later"
             )
         why = session.reason or "the connection broke"
         raise ToolOutcomeUnknown(

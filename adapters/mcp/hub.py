@@ -24,12 +24,22 @@ from typing import Any
 import mcp_types
 
 from adapters.mcp.config import Binding, ServerConfig
-from adapters.mcp.connection import ServerConnection
+from adapters.mcp.connection import McpServerUnavailable, ServerConnection
 from adapters.mcp.rules import Settled, check_arguments, is_glob, settle, settled_grants
-from runtime import Agent, ConfigurationError, Permission, ReplayPolicy, Tool, current_tool_context
+from runtime import (
+    Agent,
+    ConfigurationError,
+    Permission,
+    ReplayPolicy,
+    Tool,
+    ToolOutcomeUnknown,
+    current_tool_context,
+)
 from runtime.tools import ArgumentError
 
 log = logging.getLogger("signoff.mcp")
+
+_SLICE = 20  # tools built between yields of the event loop
 
 
 class _Unavailable:
@@ -52,7 +62,16 @@ class _Unavailable:
 
 def _invoker(connection: ServerConnection, tool: str) -> Any:
     async def invoke(args: dict[str, Any]) -> Any:
-        return await connection.call(tool, args, current_tool_context().execution_key)
+        context = current_tool_context()
+        try:
+            return await connection.call(tool, args, context.execution_key)
+        except McpServerUnavailable as exc:
+            if context.actor is None:
+                raise
+            # A person approved this call: an error result would use the approval up.
+            # As an unknown outcome it follows its replay policy instead (``manual``: a
+            # person retries it once the server is back, or aborts it).
+            raise ToolOutcomeUnknown(f"{exc}; nothing was sent") from None
 
     return invoke
 
@@ -120,14 +139,14 @@ class McpHub:
         return None
 
     # -- building tools -------------------------------------------------------------------
-    def _listed(self, connection: ServerConnection, listing: list[mcp_types.Tool]) -> None:
+    async def _listed(self, connection: ServerConnection, listing: list[mcp_types.Tool]) -> None:
         problems: list[str] = []
         for binding in self._bindings:
             if connection.name not in binding.servers:
                 continue
             try:
-                tools = self._tools(binding, connection, listing, problems)
-                self._install(binding, connection, tools, problems)
+                tools, hidden = await self._tools(binding, connection, listing, problems)
+                self._install(binding, connection, tools, problems, hidden)
             except Exception as exc:  # never kill the connection's task
                 problems.append(f"agent {binding.agent.name!r}: {exc}")
             problems.extend(self._unmatched(binding, connection, listing))
@@ -137,24 +156,34 @@ class McpHub:
             for problem in problems:
                 log.error("MCP server %r: %s", connection.name, problem)
 
-    def _tools(
+    async def _tools(
         self,
         binding: Binding,
         connection: ServerConnection,
         listing: list[mcp_types.Tool],
         problems: list[str],
-    ) -> list[Tool]:
+    ) -> tuple[list[Tool], set[str]]:
+        """The agent's tools of one listing (and the names of those the model is not
+        offered), built a slice at a time (each compiles a schema validator), yielding
+        the event loop between slices."""
         tools = []
-        for item in listing:
+        hidden: set[str] = set()
+        for index, item in enumerate(listing):
+            if index % _SLICE == _SLICE - 1:
+                await asyncio.sleep(0)
             qualified = f"{connection.name}.{item.name}"
             settled = settle(qualified, binding.knobs)
             schema = dict(item.input_schema)
             problems.extend(check_arguments(settled, qualified, schema))
             try:
-                tools.append(self._tool(connection, item, schema, settled))
+                built = self._tool(connection, item, schema, settled)
             except ConfigurationError as exc:
                 problems.append(f"{qualified}: {exc}")
-        return tools
+                continue
+            tools.append(built)
+            if settled.hidden(built.permission):
+                hidden.add(built.name)
+        return tools, hidden
 
     def _tool(
         self,
@@ -209,8 +238,11 @@ class McpHub:
                 if k.pattern.startswith(head) and not is_glob(k.pattern)
             ]
             tools = []
+            hidden: set[str] = set()
             for name in dict.fromkeys(names):
                 settled = settle(head + name, binding.knobs)
+                if settled.hidden(settled.permission_rule(Permission.ASK)):
+                    hidden.add(connection.config.prefix + name)
                 tools.append(
                     Tool.from_schema(
                         connection.config.prefix + name,
@@ -223,7 +255,7 @@ class McpHub:
                     )
                 )
             problems: list[str] = []
-            self._install(binding, connection, tools, problems)
+            self._install(binding, connection, tools, problems, hidden)
             self._unavailable.add((binding.agent.name, connection.name))
             for problem in problems:
                 log.error("MCP server %r: %s", connection.name, problem)
@@ -234,6 +266,7 @@ class McpHub:
         connection: ServerConnection,
         tools: list[Tool],
         problems: list[str],
+        hidden: set[str],
     ) -> None:
         agent: Agent = binding.agent
         key = (agent.name, connection.name)
@@ -255,6 +288,8 @@ class McpHub:
         self._retired.extend(t for t in previous.values() if catalog.get(t.name) is not t)
         agent.tools.clear()
         agent.tools.update(catalog)
+        agent.hidden.difference_update(self._owned.get(key, []))
+        agent.hidden.update(name for name in owned if name in hidden)
         self._owned[key] = owned
         self._unavailable.discard(key)
 

@@ -231,6 +231,8 @@ class ToolKnobs:
         on_expiry: What happens when the deadline passes.
         grants: The standing grants an approver may give (``("run",)``, ``("run",
             "thread")``, ``()``).
+        hide: Whether the model is not offered the tool (MCP tools; by default a tool
+            whose permission is ``deny`` without argument rules is hidden).
     """
 
     pattern: str
@@ -247,6 +249,7 @@ class ToolKnobs:
     editable: bool | tuple[str, ...] | None = None
     on_expiry: OnExpiry | None = None
     grants: tuple[GrantScope, ...] | None = None
+    hide: bool | None = None
 
     def matches(self, name: str) -> bool:
         """Whether this entry applies to the tool named `name`."""
@@ -274,6 +277,7 @@ class Settled:
     editable: bool | tuple[str, ...] | None = None
     on_expiry: OnExpiry | None = None
     grants: tuple[GrantScope, ...] | None = None
+    hide: bool | None = None
     sources: tuple[ToolKnobs, ...] = field(default=())
 
     def permission_rule(self, default: Permission | PermissionRule) -> Permission | PermissionRule:
@@ -282,6 +286,13 @@ class Settled:
         if not (self.deny_if or self.ask_if or self.allow_if):
             return base
         return ArgumentRules(base, deny_if=self.deny_if, ask_if=self.ask_if, allow_if=self.allow_if)
+
+    def hidden(self, permission: Permission | PermissionRule) -> bool:
+        """Whether the model is not offered a tool with these settings and `permission`:
+        ``hide`` if set, else whether every call is denied."""
+        if self.hide is not None:
+            return self.hide
+        return permission is Permission.DENY
 
 
 def settle(name: str, knobs: Iterable[ToolKnobs]) -> Settled:
@@ -308,6 +319,7 @@ def settle(name: str, knobs: Iterable[ToolKnobs]) -> Settled:
                 "editable",
                 "on_expiry",
                 "grants",
+                "hide",
             )
             if getattr(entry, key) is not None
         }

@@ -12,6 +12,12 @@ Its state directory (``FAKE_MCP_STATE``) is how tests watch and steer it:
 - ``down``: while it exists, the server exits at once when started.
 
 With ``FAKE_MCP_TOKEN`` set, HTTP requests without ``Authorization: Bearer <token>`` get 401.
+``FAKE_MCP_PORT`` makes the HTTP server listen on that port (a restart keeps its URL),
+``FAKE_MCP_STATELESS=1`` serves it without sessions. ``FAKE_MCP_MORE=1`` adds ``flaky``
+(hangs on a call's first attempt, answers its replay) and ``upgrade`` (gives ``deploy``
+the v2 schema and sends ``notifications/tools/list_changed``). ``FAKE_MCP_TOOLS=<n>`` adds tools
+``extra_0`` ... ``extra_<n-1>``; ``FAKE_MCP_EXIT_AFTER_LIST=1`` makes the process exit
+shortly after it answered a tool listing.
 """
 
 from __future__ import annotations
@@ -31,7 +37,16 @@ from mcp.server.mcpserver.exceptions import ToolError
 STATE = Path(os.environ["FAKE_MCP_STATE"])
 SCHEMA = (STATE / "schema").read_text().strip() if (STATE / "schema").exists() else "v1"
 
-server: MCPServer[Any] = MCPServer("fake-infra", log_level="ERROR")
+
+class _Server(MCPServer[Any]):
+    async def list_tools(self) -> Any:
+        listed = await super().list_tools()
+        if os.environ.get("FAKE_MCP_EXIT_AFTER_LIST") == "1":
+            asyncio.get_running_loop().call_later(0.3, os._exit, 0)
+        return listed
+
+
+server: MCPServer[Any] = _Server("fake-infra", log_level="ERROR")
 
 
 def _log(tool: str, args: dict[str, Any], ctx: Context) -> None:
@@ -99,6 +114,52 @@ async def hang(ctx: Context) -> str:
     return "woke up"
 
 
+async def flaky(ctx: Context) -> str:
+    """Hangs the first time a call (by its execution key) arrives; answers after that."""
+    _log("flaky", {}, ctx)
+    key = str((ctx.request_context.meta or {}).get("signoff/execution_key"))
+    seen = STATE / "flaky_keys"
+    known = seen.read_text().splitlines() if seen.exists() else []
+    if key in known:
+        return "ran once more"
+    with seen.open("a") as handle:
+        handle.write(key + "\n")
+    return await hang(ctx)
+
+
+async def upgrade(ctx: Context) -> str:
+    """Give ``deploy`` the v2 schema (a required reason) and tell the client."""
+    _log("upgrade", {}, ctx)
+    server.remove_tool("deploy")
+
+    def deploy(
+        service: str, environment: Literal["staging", "production"], reason: str, ctx: Context
+    ) -> str:
+        """Deploy a service (v2: with a reason)."""
+        _log("deploy", {"service": service, "environment": environment, "reason": reason}, ctx)
+        return f"deployed {service} to {environment}"
+
+    server.add_tool(deploy)
+    await ctx.notify_tools_changed()  # to subscriptions/listen (protocol 2026-07-28)
+    return "upgraded"
+
+
+if os.environ.get("FAKE_MCP_MORE") == "1":
+    server.add_tool(flaky)
+    server.add_tool(upgrade)
+
+
+def _extra(number: int) -> Any:
+    def extra() -> str:
+        return f"extra {number}"
+
+    return extra
+
+
+for _number in range(int(os.environ.get("FAKE_MCP_TOOLS", "0"))):
+    server.add_tool(_extra(_number), name=f"extra_{_number}", description=f"Extra {_number}.")
+
+
 class _Bearer:
     """ASGI middleware: 401 unless the request carries the expected bearer token."""
 
@@ -120,9 +181,12 @@ async def _serve_http() -> None:
     import uvicorn
 
     sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", int(os.environ.get("FAKE_MCP_PORT", "0"))))
     port = sock.getsockname()[1]
-    app: Any = server.streamable_http_app()
+    app: Any = server.streamable_http_app(
+        stateless_http=os.environ.get("FAKE_MCP_STATELESS") == "1"
+    )
     token = os.environ.get("FAKE_MCP_TOKEN")
     if token:
         app = _Bearer(app, token)

@@ -35,26 +35,22 @@ FAKE = Path(__file__).with_name("fake_mcp_server.py")
 
 def stdio_server(state: Path, name: str = "infra", **options: Any) -> StdioServer:
     """The fake server over stdio, restarted quickly after an exit."""
-    return StdioServer(
-        name,
-        sys.executable,
-        (str(FAKE), "stdio"),
-        env={"FAKE_MCP_STATE": str(state)},
-        restart_delay=(0.2, 1.0),
-        **options,
-    )
+    options.setdefault("restart_delay", (0.2, 1.0))
+    env = {"FAKE_MCP_STATE": str(state), **options.pop("env", {})}
+    return StdioServer(name, sys.executable, (str(FAKE), "stdio"), env=env, **options)
 
 
 def http_server(url: str, name: str = "infra", **options: Any) -> HttpServer:
     """The fake server over Streamable HTTP."""
-    return HttpServer(name, url, restart_delay=(0.2, 1.0), **options)
+    options.setdefault("restart_delay", (0.2, 1.0))
+    return HttpServer(name, url, **options)
 
 
 class HttpProcess:
     """The fake server over Streamable HTTP, as a subprocess on 127.0.0.1."""
 
-    def __init__(self, state: Path, token: str | None = None) -> None:
-        env = {**os.environ, "FAKE_MCP_STATE": str(state)}
+    def __init__(self, state: Path, token: str | None = None, **env_: str) -> None:
+        env = {**os.environ, "FAKE_MCP_STATE": str(state), **env_}
         if token is not None:
             env["FAKE_MCP_TOKEN"] = token
         self.process = subprocess.Popen(
@@ -67,9 +63,10 @@ class HttpProcess:
         self.url = ""
 
     @classmethod
-    async def start(cls, state: Path, token: str | None = None) -> HttpProcess:
-        """Start it and wait for its ``READY <port>`` line."""
-        served = cls(state, token)
+    async def start(cls, state: Path, token: str | None = None, **env: str) -> HttpProcess:
+        """Start it (`env`: more of the fake's variables) and wait for its ``READY <port>``
+        line."""
+        served = cls(state, token, **env)
         try:
             line = await asyncio.wait_for(asyncio.to_thread(served._ready), timeout=60)
         except BaseException:

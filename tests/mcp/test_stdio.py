@@ -142,10 +142,9 @@ async def test_invalid_arguments_an_error_result_and_a_timeout_reach_the_model(
     assert done.status is RunStatus.DONE
     bad, failed, timed_out = done.text.removeprefix("Finished. ").split(" | ")
     assert bad.startswith("Error: invalid arguments for deploy: environment: 'moon' is not one")
-    assert failed == "Error: McpToolError: Error executing tool fail: the disk is full"
+    assert failed == "Error: Error executing tool fail: the disk is full"
     assert timed_out == (
-        "Error: McpToolError: hang got no answer from MCP server 'infra' within 1s; the "
-        "request was cancelled"
+        "Error: hang got no answer from MCP server 'infra' within 1s; the request was cancelled"
     )
     errors = [e["data"]["error"] for e in await bed.events(done.run_id, "tool_failed")]
     assert errors[1:] == [failed.removeprefix("Error: "), timed_out.removeprefix("Error: ")]
