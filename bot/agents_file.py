@@ -397,12 +397,17 @@ class _Builder:
             else:
                 python_knobs.append(knobs)
         tools = []
+        hidden: set[str] = set()
         for item in python_tools:
             settled = settle(item.name, python_knobs)
             problems = check_arguments(settled, item.name, item.parameters)
             if problems:
                 raise ConfigurationError(problems[0])
-            tools.append(apply_to_tool(item, settled))
+            applied = apply_to_tool(item, settled)
+            tools.append(applied)
+            # A rule of this file that denies the tool (or sets hide) keeps it from the model.
+            if settled.sources and settled.hidden(applied.permission):
+                hidden.add(applied.name)
         for knobs in python_knobs:
             if not any(knobs.matches(t.name) for t in python_tools):
                 have = ", ".join(t.name for t in python_tools) or "none"
@@ -428,6 +433,7 @@ class _Builder:
             )
         except SignoffError as exc:
             raise ConfigurationError(f"{where}: {exc}") from None
+        agent.hidden.update(hidden)
         if not spec.servers:
             return agent, None
         return agent, Binding(agent, tuple(spec.servers), tuple(mcp_knobs))

@@ -231,8 +231,8 @@ class ToolKnobs:
         on_expiry: What happens when the deadline passes.
         grants: The standing grants an approver may give (``("run",)``, ``("run",
             "thread")``, ``()``).
-        hide: Whether the model is not offered the tool (MCP tools; by default a tool
-            whose permission is ``deny`` without argument rules is hidden).
+        hide: Whether the model is not offered the tool (by default a tool whose
+            permission is ``deny`` without argument rules is hidden).
     """
 
     pattern: str

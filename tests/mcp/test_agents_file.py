@@ -14,6 +14,7 @@ import pytest
 from mcpbed import FAKE
 from testkit import ROOT
 
+from adapters.mcp import HttpServer
 from bot.agents_file import load_agents_file
 from bot.settings import load_settings
 from bot.wiring import load_agent_set
@@ -465,4 +466,52 @@ def test_a_bad_editable_rule_is_a_configuration_error(
         """,
     )
     with pytest.raises(ConfigurationError, match=message):
+        load_agents_file(path)
+
+
+def test_rules_that_deny_or_hide_keep_tools_from_the_model(tmp_path: Path, module: str) -> None:
+    path = write(
+        tmp_path,
+        f"""
+        [servers.remote]
+        url = "https://mcp.example.com/mcp"
+        max_tools = 10
+        max_listing_bytes = 5000
+        refresh_interval = 5
+
+        [agents.oncall]
+        instructions = "Page whoever is on call."
+        model = "{module}:make_model"
+        tools = ["{module}:page", "{module}:lookup"]
+        servers = ["remote"]
+
+        [agents.oncall.rules.page]
+        permission = "deny"
+
+        [agents.oncall.rules."remote.*"]
+        hide = true
+        """,
+    )
+    loaded = load_agents_file(path)
+
+    [agent] = loaded.agents
+    assert agent.hidden == {"page"}
+    assert [t.name for t in agent.offered()] == ["lookup"]
+    [server] = loaded.servers
+    assert isinstance(server, HttpServer)
+    assert (server.max_tools, server.max_listing_bytes, server.refresh_interval) == (10, 5000, 5)
+    [binding] = loaded.bindings
+    assert [k.hide for k in binding.knobs] == [True]
+
+
+def test_refresh_interval_is_for_url_servers(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+        [servers.local]
+        command = "x"
+        refresh_interval = 5
+        """,
+    )
+    with pytest.raises(ConfigurationError, match="refresh_interval is for url servers"):
         load_agents_file(path)
