@@ -1,20 +1,41 @@
 # The two commands of the README: `make run` and `make test`
 # (`make test-postgres`: the same with a throwaway PostgreSQL cluster, as CI runs it).
-# Both create .venv (with python3.11, else python3) and install the project into it once;
-# the stamp file is refreshed only when pyproject.toml changes.
+# Both create .venv (with python3.11, else python3) and install the project into it once:
+# `make run` only what running the demo needs (signoff and its `mcp` extra), `make test`
+# the whole dev toolchain; a stamp file is refreshed only when pyproject.toml changes.
+# `make cli ARGS="tickets"` runs the command line with the settings `make run` uses.
 
 PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.signoff-installed
+RUN_STAMP := $(VENV)/.signoff-run-installed
+# The demo's second sign-in: a release manager, who may approve the deploys example's
+# four-eyes deploy that the operator asked for.
+DEMO_TOKENS ?= $(VENV)/signoff-demo-tokens.json
 
-.PHONY: run test test-postgres venv clean stress
+.PHONY: run cli test test-postgres venv clean stress
 
 # The Python example agents plus the MCP demo agent (examples/mcp/agents.toml), unless
-# SIGNOFF_APP / SIGNOFF_AGENTS are set.
-run: $(STAMP)
-	SIGNOFF_APP="$${SIGNOFF_APP:-examples:demo_agents}" \
-	SIGNOFF_AGENTS="$${SIGNOFF_AGENTS-examples/mcp/agents.toml}" $(BIN)/signoff serve
+# SIGNOFF_APP / SIGNOFF_AGENTS are set; the same for `make run` and `make cli`.
+DEMO_ENV = SIGNOFF_APP="$${SIGNOFF_APP:-examples:demo_agents}" \
+	SIGNOFF_AGENTS="$${SIGNOFF_AGENTS-examples/mcp/agents.toml}"
+
+# The release manager's token is used unless SIGNOFF_API_TOKENS(_FILE) is set.
+run: $(RUN_STAMP) $(DEMO_TOKENS)
+	@if [ -z "$${SIGNOFF_API_TOKENS+set}$${SIGNOFF_API_TOKENS_FILE+set}" ]; then \
+		export SIGNOFF_API_TOKENS_FILE="$(DEMO_TOKENS)"; \
+		echo "make run: a second sign-in, a release manager who may approve the deploys"; \
+		echo "  example's four-eyes deploy: $$($(BIN)/python -c 'import json, sys; print(json.load(open(sys.argv[1]))[0]["token"])' "$(DEMO_TOKENS)")"; \
+	fi; \
+	echo 'make run: in another terminal, `make cli ARGS="tickets"` works on the same runs'; \
+	$(DEMO_ENV) exec $(BIN)/signoff serve
+
+cli: $(RUN_STAMP)
+	@$(DEMO_ENV) $(BIN)/signoff $(ARGS)
+
+$(DEMO_TOKENS): | $(RUN_STAMP)
+	umask 077; $(BIN)/python -c 'import json, secrets; print(json.dumps([{"token": secrets.token_urlsafe(24), "actor": "demo:release-manager", "name": "Release manager (demo)", "groups": ["release-managers"]}]))' > "$@"
 
 test: $(STAMP)
 	$(BIN)/ruff check .
@@ -44,7 +65,14 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	touch $(STAMP) $(RUN_STAMP)
+
+# The dev install includes it: after `make test`, `make run` installs nothing more.
+$(RUN_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[mcp]'
+	touch $(RUN_STAMP)
 
 clean:
 	rm -rf $(VENV) *.egg-info .mypy_cache .ruff_cache .pytest_cache
