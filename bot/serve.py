@@ -232,14 +232,16 @@ async def serve(settings: Settings) -> None:
             "made up a console sign-in token for this process only (printed on stdout): "
             "an in-memory database keeps nothing, so it changes with every start"
         )
-    print(f"signoff serving at {url}", flush=True)
-    print(f"  console: {url}/login", flush=True)
-    if settings.operator_token is None:
-        print(f"  sign-in token: {service.operator_token}", flush=True)
+    # Before the lines that say it is serving: a SIGTERM sent as soon as they are read
+    # shuts down gracefully too.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    print(f"signoff serving at {url}", flush=True)
+    print(f"  console: {url}/login", flush=True)
+    if settings.operator_token is None:
+        print(f"  sign-in token: {service.operator_token}", flush=True)
     try:
         await stop.wait()
     finally:
