@@ -317,7 +317,9 @@ class ServerConnection:
                 self._relist.clear()
                 with anyio.fail_after(self.config.connect_timeout):
                     tools = await self._list(client)
-                await self._listed(tools)
+                if tools != self.tools:  # unchanged: nothing to rebuild
+                    log.info("MCP %s changed its tools: now %d", self.config.shown, len(tools))
+                    await self._listed(tools)
             group.cancel_scope.cancel()
 
     async def _listen(self, client: Client) -> None:

@@ -47,6 +47,7 @@ def allow(pattern: str, **options: Any) -> ToolKnobs:
 
 async def take_down(bed: McpBed, state: Path) -> None:
     """Keep the stdio server from starting again and kill the running one."""
+    await until(lambda: bed.hub.connections["infra"].up, "the server up")
     (state / "down").write_text("")
     os.kill(pids(state)[-1], signal.SIGKILL)
     await until(lambda: not bed.hub.connections["infra"].up, "the server down")
@@ -117,7 +118,7 @@ async def test_an_approved_call_whose_server_stays_down_is_left_for_a_retry(
 ) -> None:
     ops = agent("ops", ("deploy", {"service": "api", "environment": "staging"}))
     bed: McpBed = await make_bed(
-        [ops], [stdio_server(state, timeout=1.0)], [Binding(ops, ("infra",))]
+        [ops], [stdio_server(state, timeout=2.0)], [Binding(ops, ("infra",))]
     )
     parked = await bed.parked(await bed.start("ops"))
     [entry] = parked.pending
@@ -151,7 +152,7 @@ async def test_an_allowed_call_to_a_server_that_stays_down_reads_as_documented(
 ) -> None:
     ops = agent("ops", ("lookup", {"service": "api"}))
     bed: McpBed = await make_bed(
-        [ops], [stdio_server(state, timeout=0.5)], [Binding(ops, ("infra",), (allow("infra.*"),))]
+        [ops], [stdio_server(state, timeout=2.0)], [Binding(ops, ("infra",), (allow("infra.*"),))]
     )
     await take_down(bed, state)
 
