@@ -408,7 +408,11 @@ async def test_a_decider_who_sees_the_run_does_not_see_its_grants(shop: Any) -> 
     grant_id = body["grant"]["grant_id"]
     again = await shop.wait(
         parked.run_id,
-        lambda r: r.status is RunStatus.AWAITING and r.pending[0].ticket_id != body["ticket_id"],
+        lambda r: (
+            r.status is RunStatus.AWAITING
+            and bool(r.pending)
+            and r.pending[0].ticket_id != body["ticket_id"]
+        ),
     )
     status, seen = await shop.api("GET", f"/api/runs/{parked.run_id}", token="tok-u2")
     assert status == 200, seen

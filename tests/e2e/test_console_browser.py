@@ -353,9 +353,7 @@ async def _reachable(page: Any, locator: Any) -> None:
     assert centre, "something covers the button"
 
 
-async def test_every_page_fits_a_phone_and_revoke_stays_reachable(
-    served: Served, tmp_path: Path
-) -> None:
+async def test_every_page_fits_a_phone_and_revoke_stays_reachable(served: Served) -> None:
     from playwright.async_api import async_playwright, expect
 
     grace = Actor(id="ops:grace", operator=True, name="Grace")
@@ -379,9 +377,6 @@ async def test_every_page_fits_a_phone_and_revoke_stays_reachable(
             for path in ("/runs", f"/runs/{started.run_id}", "/tickets", "/grants", "/start"):
                 await page.goto(served.url + path)
                 await _fits(page, path)
-                await page.screenshot(
-                    path=str(tmp_path / f"{path.count('/')}-{len(path)}.png"), full_page=True
-                )
 
             # On the run page: the pending call's buttons, and the grant's Revoke.
             await page.goto(f"{served.url}/runs/{started.run_id}")
@@ -394,7 +389,6 @@ async def test_every_page_fits_a_phone_and_revoke_stays_reachable(
             await page.goto(served.url + "/grants")
             revoke = page.locator(f"#grant-{grant.grant_id} button:has-text('Revoke')")
             await _reachable(page, revoke)
-            await page.screenshot(path=str(tmp_path / "grants-phone.png"), full_page=True)
             await revoke.click()
             await expect(page.locator(".flash")).to_contain_text("Revoked the grant of")
             assert (await served.runtime.grant(grant.grant_id)).state == "revoked"
