@@ -81,7 +81,7 @@ EXAMPLES = (DEMO_INPUT, "Order A1002 was charged twice")
 
 
 def _order_id(text: str) -> str | None:
-    found = re.search(r"\b([A-Z]\d{3,})\b", text.upper())
+    found = re.search(r"\b([A-Z]-?\d+)\b", text.upper())
     if found:
         return found.group(1)
     # A refund asked for without naming the order: the demo's order.
