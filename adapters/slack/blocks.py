@@ -330,7 +330,7 @@ def approval_card(
     ]
     about = about_tool(payload)
     if about is not None:
-        blocks.insert(2, about)
+        blocks.insert(1, about)
     if target.get("reason"):
         blocks.append(_context(f"Why: {escape(str(target['reason']))}"))
     if outcome is not None:
@@ -425,7 +425,7 @@ def uncertain_card(
     ]
     about = about_tool(payload)
     if about is not None:
-        blocks.insert(3, about)
+        blocks.insert(1, about)
     if outcome is not None:
         blocks.append(_section(outcome))
     if ref is not None:

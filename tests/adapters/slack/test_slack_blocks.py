@@ -239,8 +239,8 @@ def test_the_tools_own_description_and_mcp_server_are_shown_cut_and_escaped() ->
     assert described.startswith("Moves &lt;!channel&gt; money &amp; more. xxx")
     assert described.endswith("x…") and len(described) <= blocks.MAX_TOOL_DESCRIPTION + 20
     assert server == "MCP server `bank&lt;api&gt;`"
-    # Right under the call's own lines, before who asked and who may decide.
-    assert card.index(about) == 2
+    # Right under the card's title, before the call and its arguments.
+    assert card.index(about) == 1
 
     plain = blocks.approval_card(payload({"amount": 1}), REF)
     assert "MCP server" not in json.dumps(plain) and len(plain) == len(card) - 1
