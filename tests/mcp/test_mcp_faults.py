@@ -3,6 +3,7 @@ stdio and Streamable HTTP, a real worker over SQLite, decisions through the API.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
@@ -14,12 +15,14 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import mcp_types
 import pytest
 from mcpbed import HttpProcess, McpBed, calls, http_server, kill_hanging, pids, stdio_server, until
 from testkit import ROOT, echo_model
 
 from adapters.mcp import Binding, ToolKnobs
 from adapters.mcp.config import HttpServer, redact_url
+from adapters.mcp.hub import McpHub
 from bot.logs import QUIET_LIBRARIES
 from runtime import (
     Agent,
@@ -389,3 +392,29 @@ def test_signoff_agents_never_prints_a_key_from_the_url(tmp_path: Path) -> None:
     assert "mcp:remote (unavailable)" in done.stdout
     assert f"http://127.0.0.1:{port}/…" in done.stderr
     assert "k3y-0123456789" not in done.stdout + done.stderr
+
+
+async def test_a_long_listing_is_built_a_slice_at_a_time(state: Path) -> None:
+    ops = agent("ops")
+    hub = McpHub([stdio_server(state)], [Binding(ops, ("infra",))])
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
+    listing = [mcp_types.Tool(name=f"t{i}", input_schema=schema) for i in range(400)]
+    ticks = 0
+    stop = asyncio.Event()
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while not stop.is_set():
+            ticks += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    before = ticks
+    await hub._listed(hub.connections["infra"], listing)  # never connected: no process
+    during = ticks - before
+    stop.set()
+    await task
+
+    assert len(ops.tools) == 400
+    assert during >= 15  # other tasks ran between the slices
