@@ -335,21 +335,58 @@ def _decider_rows(ticket: ResumeTicket) -> list[dict[str, Any]]:
     ]
 
 
-def _deciding_runs(deciders: Sequence[str], viewer: str) -> Any:
-    """Ids of the runs with an open ticket (not a sub-agent's) one of `deciders` may
-    decide, and of every sub-agent run under them."""
+def _deciding_runs() -> Any:
+    """Ids of the runs with an open ticket (not a sub-agent's) one of the ``deciders`` may
+    decide (``involving`` not barred), and of every sub-agent run under them."""
     seed = (
         select(ticket_deciders.c.run_id.label("run_id"))
         .where(
-            ticket_deciders.c.decider.in_(list(dict.fromkeys(deciders))),
+            ticket_deciders.c.decider.in_(bindparam("deciders", expanding=True)),
             ticket_deciders.c.target_kind != "child",
-            or_(ticket_deciders.c.barred.is_(None), ticket_deciders.c.barred != viewer),
+            or_(
+                ticket_deciders.c.barred.is_(None),
+                ticket_deciders.c.barred != bindparam("involving"),
+            ),
         )
         .cte("deciding", recursive=True)
     )
     below = select(runs.c.run_id).where(runs.c.parent_run_id == seed.c.run_id)
     tree = seed.union(below)
     return select(tree.c.run_id)
+
+
+@functools.cache
+def _list_runs(statuses: bool, thread: bool, involving: bool, deciders: bool, before: bool) -> Any:
+    """The `list_runs` statement for one combination of filters, built once: its values
+    are parameters, so a store compiles it once, not at every listing."""
+    statement = select(runs)
+    if statuses:
+        statement = statement.where(runs.c.status.in_(bindparam("statuses", expanding=True)))
+    if thread:
+        statement = statement.where(runs.c.thread_id == bindparam("thread_id"))
+    if involving:
+        decided = select(tickets.c.run_id).where(tickets.c.decided_by == bindparam("involving"))
+        seen = [
+            runs.c.requester == bindparam("involving"),
+            runs.c.run_id.in_(decided),
+            runs.c.run_id.in_(bindparam("including", expanding=True)),
+        ]
+        if deciders:
+            seen.append(runs.c.run_id.in_(_deciding_runs()))
+        statement = statement.where(or_(*seen))
+    if before:
+        statement = statement.where(
+            or_(
+                runs.c.created_at < bindparam("before_at"),
+                and_(
+                    runs.c.created_at == bindparam("before_at"),
+                    runs.c.run_id < bindparam("before_id"),
+                ),
+            )
+        )
+    return statement.order_by(runs.c.created_at.desc(), runs.c.run_id.desc()).limit(
+        bindparam("limit")
+    )
 
 
 def _dump_answer(answer: Answer | None) -> dict[str, Any] | None:
@@ -1200,31 +1237,27 @@ class SQLTransaction:
         before: Position | None = None,
     ) -> list[RunRecord]:
         """Runs, newest first, optionally filtered (see `Transaction.list_runs`)."""
-        statement = select(runs)
+        watching = involving is not None
+        statement = _list_runs(
+            bool(statuses),
+            thread_id is not None,
+            watching,
+            watching and bool(deciders),
+            bool(before),
+        )
+        params: dict[str, Any] = {"limit": limit}
         if statuses:
-            statement = statement.where(runs.c.status.in_([RunStatus(s).value for s in statuses]))
+            params["statuses"] = [RunStatus(s).value for s in statuses]
         if thread_id is not None:
-            statement = statement.where(runs.c.thread_id == thread_id)
+            params["thread_id"] = thread_id
         if involving is not None:
-            decided = select(tickets.c.run_id).where(tickets.c.decided_by == involving)
-            seen = [
-                runs.c.requester == involving,
-                runs.c.run_id.in_(decided),
-                runs.c.run_id.in_(list(including)),
-            ]
+            params.update(involving=involving, including=list(including))
             if deciders:
-                seen.append(runs.c.run_id.in_(_deciding_runs(deciders, involving)))
-            statement = statement.where(or_(*seen))
+                params["deciders"] = list(dict.fromkeys(deciders))
         if before is not None:
-            at = to_micros(before.at)
-            statement = statement.where(
-                or_(
-                    runs.c.created_at < at,
-                    and_(runs.c.created_at == at, runs.c.run_id < before.id),
-                )
-            )
-        statement = statement.order_by(runs.c.created_at.desc(), runs.c.run_id.desc()).limit(limit)
-        return await self._whole([_run_record(row) for row in await self._execute(statement)])
+            params.update(before_at=to_micros(before.at), before_id=before.id)
+        result = await self._execute(statement, params)
+        return await self._whole([_run_record(row) for row in result])
 
     async def count_runs(self) -> dict[str, int]:
         """How many runs there are in each status (statuses without runs are absent)."""
