@@ -10,6 +10,7 @@ import re
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -37,6 +38,7 @@ class Gate:
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._handlers: set[asyncio.Task[Any]] = set()
         self.port = 0
 
     async def open(self) -> None:
@@ -44,6 +46,15 @@ class Gate:
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        handler = asyncio.current_task()
+        assert handler is not None
+        self._handlers.add(handler)
+        try:
+            await self._forward(reader, writer)
+        finally:
+            self._handlers.discard(handler)
+
+    async def _forward(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         upstream_reader, upstream_writer = await asyncio.open_connection(*self._target)
         self._writers.update((writer, upstream_writer))
         pumps = [
@@ -70,6 +81,8 @@ class Gate:
             writer.transport.abort()
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        if self._handlers:
+            await asyncio.gather(*list(self._handlers), return_exceptions=True)
 
 
 async def _pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
