@@ -313,9 +313,12 @@ def _parse_json(value: str, option: str) -> Any:
         ) from None
 
 
-async def _controlled(runtime: Runtime, run_or_thread: str, actor: Actor, action: str) -> str:
-    """The id of the run `actor` asks to pause, cancel or resume (a thread id stands for
-    its latest run the actor may see), once `visibility.may_control` lets them.
+async def _controlled(
+    runtime: Runtime, run_or_thread: str, actor: Actor, action: str, *, threads: bool = False
+) -> str:
+    """The id of the run `actor` asks to pause, cancel or resume (with `threads`, a thread
+    id stands for its latest run the actor may see), once `visibility.may_control` lets
+    them.
 
     Raises:
         RunNotFound: No such run or thread, or the actor may not see it.
@@ -324,9 +327,11 @@ async def _controlled(runtime: Runtime, run_or_thread: str, actor: Actor, action
     try:
         current = await runtime.get(run_or_thread, viewer=actor)
     except RunNotFound:
+        if not threads:
+            raise
         latest = await runtime.list_runs(thread_id=run_or_thread, limit=1, viewer=actor)
         if not latest:
-            raise
+            raise RunNotFound(f"no run or thread {run_or_thread!r}") from None
         current = latest[0]
     if not visibility.may_control(actor, current.requester):
         raise Unauthorized(
@@ -1269,7 +1274,7 @@ def resume(
 
     async def body() -> RunResult:
         async with _runtime(database_url) as runtime:
-            run_id = await _controlled(runtime, run_or_thread, actor, "resume")
+            run_id = await _controlled(runtime, run_or_thread, actor, "resume", threads=True)
             done: RunResult = await runtime.resume(run_id, actor=actor)
             return done
 

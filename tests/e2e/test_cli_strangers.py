@@ -66,10 +66,14 @@ def test_a_stranger_neither_sees_nor_changes_someone_elses_runs(env: Env) -> Non
     assert batch.code == 4
     assert "allowed 0 of 1 as U9" in batch.out
 
-    for args in (("pause", run), ("cancel", run, "--reason", "mine now"), ("resume", run)):
+    for args, unknown in (
+        (("pause", run), "run"),
+        (("cancel", run, "--reason", "mine now"), "run"),
+        (("resume", run), "run or thread"),
+    ):
         refused = env.signoff(*args, *STRANGER)
         assert refused.code == 4, (args, refused.out, refused.err)
-        assert refused.error_line() == f"signoff: not found: no run '{run}'"
+        assert refused.error_line() == f"signoff: not found: no {unknown} '{run}'"
     revoke = env.signoff("grants", "revoke", grant["grant_id"], *STRANGER)
     assert revoke.code == 4
     assert revoke.error_line() == f"signoff: not found: no grant '{grant['grant_id']}'"
