@@ -39,7 +39,6 @@ from pydantic import ValidationError
 
 from adapters.web._refusals import Refusal, explain, http_refusal
 from adapters.web.auth import TokenAuth
-from adapters.webhook.routes import STORAGE_RETRY_AFTER
 from runtime import (
     Abort,
     Actor,
@@ -74,6 +73,8 @@ from runtime.queries import InvalidCursor
 Handler = Callable[[web.Request, Actor], Awaitable[web.StreamResponse]]
 
 MAX_LIMIT = 500
+STORAGE_RETRY_AFTER = 2
+"""Seconds a client is told to wait (``Retry-After``) when the database failed."""
 _dumps = functools.partial(json.dumps, default=str)
 
 
