@@ -99,8 +99,8 @@ class Transaction(Protocol):
         deciders: Sequence[str] = (),
         before: Position | None = None,
     ) -> list[RunRecord]:
-        """Runs, newest first (by creation time, then id, both descending), optionally
-        filtered.
+        """Runs, newest first, optionally filtered. Runs created at the same time come in
+        an order of the store's own (SQL: by id), the same from one page to the next.
 
         Args:
             statuses: Only runs in one of these statuses.

@@ -171,15 +171,18 @@ class MemoryTransaction:
             }
             if deciders:
                 involved |= self._deciding_runs(deciders, involving)
+        # Newest first; runs created at the same time, the later inserted first.
+        order = {run_id: n for n, run_id in enumerate(self._t.runs)}
+        last = (before.at, order.get(before.id, -1)) if before is not None else None
         found = [
             r
             for r in self._t.runs.values()
             if (not statuses or r.status in statuses)
             and (thread_id is None or r.thread_id == thread_id)
             and (involving is None or r.requester == involving or r.run_id in involved)
-            and (before is None or (r.created_at, r.run_id) < (before.at, before.id))
+            and (last is None or (r.created_at, order[r.run_id]) < last)
         ]
-        found.sort(key=lambda r: (r.created_at, r.run_id), reverse=True)
+        found.sort(key=lambda r: (r.created_at, order[r.run_id]), reverse=True)
         return [_copy(r) for r in found[:limit]]
 
     async def child_run(self, parent_run_id: str, task_key: str) -> RunRecord | None:
