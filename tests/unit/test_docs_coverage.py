@@ -93,7 +93,7 @@ def links(page: Path) -> list[str]:
 
 def test_the_slug_is_the_one_github_makes() -> None:
     assert slug("Serving: `signoff serve`") == "serving-signoff-serve"
-    assert slug("Approve with edits and batch decisions") == "approve-with-edits-and-batch-decisions"
+    assert slug("Edits and batch decisions") == "edits-and-batch-decisions"
     assert slug("Sub-agents (delegation)") == "sub-agents-delegation"
 
 
