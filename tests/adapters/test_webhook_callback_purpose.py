@@ -130,13 +130,12 @@ async def captured_callback(echo: Echo) -> tuple[dict[str, str], bytes]:
     return echo.receiver.requests[0]
 
 
-def readme_webhooks() -> str:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    return readme.split("## Webhooks", 1)[1].split("\n## ", 1)[0]
+def docs_webhooks() -> str:
+    return (ROOT / "docs" / "webhooks.md").read_text(encoding="utf-8")
 
 
 def documented(language: str, marker: str) -> str:
-    blocks = re.findall(rf"```{language}\n(.*?)```", readme_webhooks(), re.S)
+    blocks = re.findall(rf"```{language}\n(.*?)```", docs_webhooks(), re.S)
     [block] = [b for b in blocks if marker in b]
     return str(block)
 

@@ -1,4 +1,4 @@
-"""A newcomer's first commands: help for a bare group, exit codes that match the README,
+"""A newcomer's first commands: help for a bare group, exit codes that match the docs,
 Ctrl-C and a failing model in ``signoff demo``, run as real subprocesses (the helpers of
 `test_cli`)."""
 
@@ -18,7 +18,7 @@ from fake_llm import FakeLLM
 from bot.cli import EXIT_CODES
 from tests.e2e.test_cli import REPO, Env
 
-README = REPO / "README.md"
+CLI_PAGE = REPO / "docs" / "cli.md"
 
 
 @pytest.fixture
@@ -38,14 +38,13 @@ def test_a_group_without_its_command_prints_its_help(env: Env, group: list[str])
     assert "signoff: usage" not in done.err
 
 
-def _readme_exit_codes() -> dict[int, str]:
-    section = README.read_text().split("## The command line", 1)[1].split("\n## ", 1)[0]
-    table = section.split("**Exit codes.**", 1)[1]
+def _documented_exit_codes() -> dict[int, str]:
+    table = CLI_PAGE.read_text().split("**Exit codes.**", 1)[1]
     return {int(code): text for code, text in re.findall(r"^\| (\d+) \| (.*) \|$", table, re.M)}
 
 
-def test_the_help_and_the_readme_agree_on_the_exit_codes(env: Env) -> None:
-    documented = _readme_exit_codes()
+def test_the_help_and_the_docs_agree_on_the_exit_codes(env: Env) -> None:
+    documented = _documented_exit_codes()
 
     assert sorted(documented) == sorted(EXIT_CODES)
     for text in (documented[2], EXIT_CODES[2]):

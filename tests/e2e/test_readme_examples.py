@@ -1,6 +1,7 @@
-"""The README's examples run as printed: the agents file of "MCP servers" loads against
-the bundled ``infra`` MCP server, and the signed webhook request of "Webhooks" starts a
-run on a real `signoff serve` (its ``SIGNOFF_HOOKS`` too, taken from the README)."""
+"""The docs' examples run as printed: the agents file of docs/agents-file.md loads
+against the bundled ``infra`` MCP server, and the signed webhook request of
+docs/webhooks.md starts a run on a real `signoff serve` (its ``SIGNOFF_HOOKS`` too, taken
+from the same page)."""
 
 from __future__ import annotations
 
@@ -19,13 +20,13 @@ from testkit import Served
 
 from tests.e2e.test_cli import REPO
 
-README = (REPO / "README.md").read_text()
+DOCS = REPO / "docs"
 
 pytestmark = pytest.mark.timeout(180)
 
 
-def _section(title: str) -> str:
-    return README.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+def _page(name: str) -> str:
+    return (DOCS / name).read_text()
 
 
 def _blocks(section: str, language: str) -> list[str]:
@@ -57,7 +58,7 @@ MYCOMPANY = {
 
 
 def test_the_agents_file_example_loads_with_the_bundled_infra_server(tmp_path: Path) -> None:
-    [example] = _blocks(_section("MCP servers"), "toml")
+    [example] = _blocks(_page("agents-file.md"), "toml")
     (tmp_path / "agents.toml").write_text(example)
     shutil.copy(REPO / "examples" / "mcp" / "infra_server.py", tmp_path)
     (tmp_path / "mycompany").mkdir()
@@ -92,7 +93,7 @@ def test_the_agents_file_example_loads_with_the_bundled_infra_server(tmp_path: P
     reason="the example uses curl and openssl",
 )
 async def test_the_signed_webhook_example_starts_a_run(tmp_path: Path) -> None:
-    section = _section("Webhooks")
+    section = _page("webhooks.md")
     hooks = re.search(r"export SIGNOFF_HOOKS='(.*?)'\n", section, re.DOTALL)
     assert hooks is not None
     request = next(block for block in _blocks(section, "sh") if "/hooks/refunds" in block)

@@ -1,4 +1,4 @@
-"""The README's agent example is honest: it reports success only when the tool ran."""
+"""The docs' agent example is honest: it reports success only when the tool ran."""
 
 from __future__ import annotations
 
@@ -9,17 +9,15 @@ from typing import Any
 from runtime import RunStatus, Runtime
 from runtime.store.memory import MemoryStore
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "agents-and-tools.md"
 
 
 def example_namespace() -> dict[str, Any]:
-    text = README.read_text()
-    section = text.split("## Defining agents and tools", 1)[1]
-    code = re.search(r"```python\n(.*?)```", section, re.DOTALL)
-    assert code, "the section has a Python example"
+    code = re.search(r"```python\n(.*?)```", PAGE.read_text(), re.DOTALL)
+    assert code, "the page has a Python example"
     source = code.group(1).replace("asyncio.run(main())", "")
     namespace: dict[str, Any] = {"__name__": "readme_example"}
-    exec(compile(source, str(README), "exec"), namespace)
+    exec(compile(source, str(PAGE), "exec"), namespace)
     return namespace
 
 

@@ -109,3 +109,14 @@ def test_every_relative_link_resolves() -> None:
                 broken.append(f"{page.relative_to(REPO)}: {target} (no such heading)")
 
     assert not broken, "\n".join(broken)
+
+
+def test_every_setting_has_a_row_in_the_settings_page() -> None:
+    from bot.settings import ENV_PREFIX, Settings
+
+    page = (REPO / "docs" / "settings.md").read_text(encoding="utf-8")
+    rows = set(re.findall(r"^\| `(SIGNOFF_[A-Z0-9_]+)` \|", page, re.M))
+    variables = {ENV_PREFIX + field.upper() for field in Settings.model_fields}
+
+    assert variables - rows == set(), "settings without a row in docs/settings.md"
+    assert f"{ENV_PREFIX}CONFIG" in rows
