@@ -39,7 +39,7 @@ def test_a_group_without_its_command_prints_its_help(env: Env, group: list[str])
 
 
 def _documented_exit_codes() -> dict[int, str]:
-    table = CLI_PAGE.read_text().split("**Exit codes.**", 1)[1]
+    table = CLI_PAGE.read_text().split("\n## Exit codes\n", 1)[1]
     return {int(code): text for code, text in re.findall(r"^\| (\d+) \| (.*) \|$", table, re.M)}
 
 
