@@ -32,7 +32,7 @@ from runtime.store.sql import WAKE_OUTBOX, WAKE_RUNS, SQLStore
 from runtime.worker import Worker, deadline_loop, outbox_loop
 
 if TYPE_CHECKING:
-    from bot.discord_wiring import DiscordEdge, DiscordSettings
+    from bot.discord_wiring import DiscordEdge
     from bot.wiring import LoadedAgents
 
 PACING = {"slack": 1.0, "discord": 0.2}
@@ -57,7 +57,6 @@ class Service:
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _tasks: list[asyncio.Task[Any]] = field(default_factory=list)
     _runner: web.AppRunner | None = None
-    discord_settings: DiscordSettings | None = None
     discord: DiscordEdge | None = None
     loaded: LoadedAgents | None = None
     _outbox_wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -92,10 +91,10 @@ class Service:
         host = self.settings.bind_host
         shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
         self.url = f"http://{shown}:{port}"
-        if self.discord_settings is not None:
+        if self.settings.discord_bot_token is not None:  # the edge is loaded only when on
             from bot.discord_wiring import DiscordEdge
 
-            edge = DiscordEdge(self.runtime, self.worker, self.discord_settings)
+            edge = DiscordEdge(self.runtime, self.worker, self.settings)
             await edge.start()
             self.discord = edge
         notifier = self._notifier()
@@ -189,11 +188,6 @@ async def build_service(settings: Settings) -> Service:
         await loaded.close()
         raise
     add_health_routes(app, runtime, metrics)
-    discord_settings = None
-    if settings.discord_bot_token is not None:  # the Discord edge is loaded only when on
-        from bot.discord_wiring import DiscordSettings
-
-        discord_settings = DiscordSettings.from_settings(settings)
     return Service(
         settings=settings,
         runtime=runtime,
@@ -203,6 +197,5 @@ async def build_service(settings: Settings) -> Service:
         app=app,
         operator_token=operator_token,
         console_secrets=kept,
-        discord_settings=discord_settings,
         loaded=loaded,
     )

@@ -1,26 +1,8 @@
-"""Wiring of the Discord edge into `signoff serve`: its settings, start and stop.
+"""Wiring of the Discord edge into `signoff serve`: its configuration, start and stop.
 
-The settings below become ``Settings`` fields named ``discord_<name>`` (environment
-variables ``SIGNOFF_DISCORD_<NAME>``); `DiscordSettings.from_settings` reads them from
-any object that has them, so this module works before and after that merge.
-
-========================================  =====================================================
-Variable                                  Meaning
-========================================  =====================================================
-``SIGNOFF_DISCORD_BOT_TOKEN``             The bot's token; unset, Discord is off.
-``SIGNOFF_DISCORD_API_BASE_URL``          REST base incl. version (``https://discord.com/api/v10``).
-``SIGNOFF_DISCORD_GATEWAY_URL``           Gateway websocket (``wss://gateway.discord.gg/``).
-``SIGNOFF_DISCORD_SYNC``                  Where ``/agent`` is registered: ``off``, ``global``
-                                          (default) or ``guild``.
-``SIGNOFF_DISCORD_GUILD_ID``              The server of ``SIGNOFF_DISCORD_SYNC=guild``.
-``SIGNOFF_DISCORD_APPROVER_ROLES``        JSON ``{"<group>": ["<role id>", ...]}``: members of
-                                          those roles match approver entries ``group:<group>``.
-``SIGNOFF_DISCORD_CONSOLE_URL``           Public console URL for forms too big for Discord.
-``SIGNOFF_DISCORD_GUILD_READY_TIMEOUT``   Seconds discord.py waits for servers before ready (2).
-``SIGNOFF_DISCORD_READY_TIMEOUT``         Seconds `start_discord` waits for the gateway (30).
-``SIGNOFF_DISCORD_ACK_BUDGET``            Seconds of work before an answer is deferred (2).
-``SIGNOFF_DISCORD_GATEWAY_LEASE_SECONDS`` How long the gateway holder's lease lasts (15).
-========================================  =====================================================
+The edge is on when ``SIGNOFF_DISCORD_BOT_TOKEN`` is set; its other settings are the
+``discord_*`` fields of `bot.settings.Settings`, and `discord_config` turns them into the
+adapter's plain `adapters.discord.DiscordConfig`.
 
 Several replicas: one at a time holds the gateway (a named lease in the database,
 `DiscordEdge`); when it dies another takes over once the lease expires. Every replica
@@ -35,19 +17,11 @@ import contextlib
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING
 
 import aiohttp
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    SecretStr,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
 
+from bot.settings import Settings
 from runtime import ConfigurationError, Runtime
 from runtime.outbox import Notifier
 from runtime.worker import Worker
@@ -56,112 +30,6 @@ if TYPE_CHECKING:  # discord.py is an optional extra: imported when Discord is s
     from adapters.discord import DiscordBot, DiscordConfig, DiscordNotifier
 
 log = logging.getLogger("signoff.discord")
-
-DEFAULT_API_BASE_URL = "https://discord.com/api/v10"
-DEFAULT_GATEWAY_URL = "wss://gateway.discord.gg/"
-
-
-class DiscordSettings(BaseModel):
-    """The Discord edge's settings (``SIGNOFF_DISCORD_*`` once merged into ``Settings``).
-
-    Attributes:
-        bot_token: ``SIGNOFF_DISCORD_BOT_TOKEN``: the bot's token (Developer Portal, Bot).
-        api_base_url: ``SIGNOFF_DISCORD_API_BASE_URL``: REST base URL with the version.
-        gateway_url: ``SIGNOFF_DISCORD_GATEWAY_URL``: gateway websocket URL.
-        sync: ``SIGNOFF_DISCORD_SYNC``: register ``/agent`` ``off`` / ``global`` / ``guild``.
-        guild_id: ``SIGNOFF_DISCORD_GUILD_ID``: the server of ``sync=guild``.
-        approver_roles: ``SIGNOFF_DISCORD_APPROVER_ROLES``: group name -> role ids; a member
-            with one of the roles matches approver entries ``group:<name>``. Any role also
-            matches ``group:role:<role id>`` without configuration.
-        console_url: ``SIGNOFF_DISCORD_CONSOLE_URL``: public base URL of the web console.
-        guild_ready_timeout: ``SIGNOFF_DISCORD_GUILD_READY_TIMEOUT``: seconds.
-        ready_timeout: ``SIGNOFF_DISCORD_READY_TIMEOUT``: seconds `start_discord` waits
-            for the gateway before going on without it (it keeps connecting).
-        ack_budget: ``SIGNOFF_DISCORD_ACK_BUDGET``: seconds an interaction may take before
-            the bot defers its answer (Discord allows 3 in all).
-        gateway_lease_seconds: ``SIGNOFF_DISCORD_GATEWAY_LEASE_SECONDS``: how long the
-            replica holding the gateway keeps it without renewing its lease.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    bot_token: SecretStr = Field(min_length=1)
-    api_base_url: str = DEFAULT_API_BASE_URL
-    gateway_url: str = DEFAULT_GATEWAY_URL
-    sync: Literal["off", "global", "guild"] = "global"
-    guild_id: int | None = Field(default=None, gt=0)
-    approver_roles: dict[str, list[str]] = Field(default_factory=dict)
-    console_url: str | None = None
-    guild_ready_timeout: float = Field(default=2.0, ge=0)
-    ready_timeout: float = Field(default=30.0, gt=0)
-    ack_budget: float = Field(default=2.0, ge=0, le=2.8)
-    gateway_lease_seconds: float = Field(default=15.0, gt=0)
-
-    @field_validator("api_base_url", "console_url")
-    @classmethod
-    def _http(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith(("http://", "https://")):
-            raise ValueError("expected an http:// or https:// URL")
-        return value.rstrip("/") if value is not None else None
-
-    @field_validator("gateway_url")
-    @classmethod
-    def _ws(cls, value: str) -> str:
-        if not value.startswith(("ws://", "wss://")):
-            raise ValueError("expected a ws:// or wss:// URL")
-        return value
-
-    @field_validator("sync", mode="before")
-    @classmethod
-    def _lower(cls, value: Any) -> Any:
-        return value.strip().lower() if isinstance(value, str) else value
-
-    @field_validator("approver_roles", mode="before")
-    @classmethod
-    def _role_ids(cls, value: Any) -> Any:
-        if not isinstance(value, dict):
-            return value
-        roles_by_group: dict[str, list[str]] = {}
-        for group, roles in value.items():
-            listed = roles if isinstance(roles, list | tuple) else [roles]
-            bad = [r for r in listed if not str(r).isdigit()]
-            if bad:
-                raise ValueError(f"group {group!r}: role ids are numbers, got {bad!r}")
-            roles_by_group[str(group)] = [str(r) for r in listed]
-        return roles_by_group
-
-    @model_validator(mode="after")
-    def _guild_given(self) -> DiscordSettings:
-        if self.sync == "guild" and self.guild_id is None:
-            raise ValueError("SIGNOFF_DISCORD_SYNC=guild needs SIGNOFF_DISCORD_GUILD_ID")
-        return self
-
-    @classmethod
-    def from_settings(cls, settings: object) -> DiscordSettings | None:
-        """Read ``discord_<name>`` attributes of the process settings.
-
-        Returns:
-            None when no bot token is set (Discord is off).
-
-        Raises:
-            ConfigurationError: A value is invalid; the message names its variable.
-        """
-        if getattr(settings, "discord_bot_token", None) is None:
-            return None
-        values = {
-            name: getattr(settings, f"discord_{name}")
-            for name in cls.model_fields
-            if getattr(settings, f"discord_{name}", None) is not None
-        }
-        try:
-            return cls(**values)
-        except ValidationError as exc:
-            problems = "; ".join(
-                f"SIGNOFF_DISCORD_{str(e['loc'][0]).upper() if e['loc'] else 'SETTINGS'}: "
-                f"{str(e['msg']).removeprefix('Value error, ')}"
-                for e in exc.errors()
-            )
-            raise ConfigurationError(problems) from None
 
 
 @dataclass
@@ -173,8 +41,8 @@ class DiscordHandle:
     task: asyncio.Task[None]
 
 
-def discord_config(settings: DiscordSettings) -> DiscordConfig:
-    """The adapter's configuration from the settings.
+def discord_config(settings: Settings) -> DiscordConfig:
+    """The adapter's configuration from the ``discord_*`` settings.
 
     Raises:
         ConfigurationError: discord.py is not installed.
@@ -186,28 +54,30 @@ def discord_config(settings: DiscordSettings) -> DiscordConfig:
             f"SIGNOFF_DISCORD_BOT_TOKEN is set but discord.py is missing ({exc}); "
             "install the discord extra (pip install -e '.[discord]')"
         ) from exc
+    token = settings.discord_bot_token
+    roles = settings.discord_approver_roles
     return DiscordConfig(
-        bot_token=settings.bot_token.get_secret_value(),
-        api_base_url=settings.api_base_url,
-        gateway_url=settings.gateway_url,
-        sync=SyncMode(settings.sync),
-        guild_id=settings.guild_id,
-        role_groups={group: tuple(roles) for group, roles in settings.approver_roles.items()},
-        console_url=settings.console_url,
-        guild_ready_timeout=settings.guild_ready_timeout,
-        ack_budget_seconds=settings.ack_budget,
+        bot_token=token.get_secret_value() if token is not None else "",
+        api_base_url=settings.discord_api_base_url,
+        gateway_url=settings.discord_gateway_url,
+        sync=SyncMode(settings.discord_sync),
+        guild_id=settings.discord_guild_id,
+        role_groups={group: tuple(ids) for group, ids in roles.items()},
+        console_url=settings.discord_console_url,
+        guild_ready_timeout=settings.discord_guild_ready_timeout,
+        ack_budget_seconds=settings.discord_ack_budget,
     )
 
 
 async def start_discord(
     runtime: Runtime,
     worker: Worker,
-    settings: DiscordSettings,
+    settings: Settings,
     *,
     backoff: tuple[float, float] = (1.0, 60.0),
 ) -> DiscordHandle:
     """Log in, register the commands and connect the gateway; return once it is ready,
-    or after ``settings.ready_timeout`` while it goes on connecting.
+    or after ``settings.discord_ready_timeout`` while it goes on connecting.
 
     Only a refusal is a configuration error: a refused token, or commands Discord will
     not register. A Discord that cannot be reached (nothing listening, a 5xx on the
@@ -248,7 +118,7 @@ async def start_discord(
     )
     ready = asyncio.create_task(client.wait_until_ready(), name="discord-ready")
     done, _ = await asyncio.wait(
-        {task, ready}, timeout=settings.ready_timeout, return_when=asyncio.FIRST_COMPLETED
+        {task, ready}, timeout=settings.discord_ready_timeout, return_when=asyncio.FIRST_COMPLETED
     )
     if task in done:
         ready.cancel()
@@ -261,7 +131,7 @@ async def start_discord(
         ready.cancel()
         log.warning(
             "the Discord gateway is not ready after %ss; going on while it connects",
-            settings.ready_timeout,
+            settings.discord_ready_timeout,
         )
     task.add_done_callback(_gateway_ended)
     notifier = DiscordNotifier(config)
@@ -337,15 +207,15 @@ class DiscordEdge:
     Args:
         runtime: The runtime (its store holds the lease).
         worker: Woken when a click was stored.
-        settings: The Discord settings.
+        settings: The process settings (its ``discord_*`` fields).
     """
 
-    def __init__(self, runtime: Runtime, worker: Worker, settings: DiscordSettings) -> None:
+    def __init__(self, runtime: Runtime, worker: Worker, settings: Settings) -> None:
         self._runtime = runtime
         self._worker = worker
         self._settings = settings
         self._owner = runtime.worker_id
-        self._lease = settings.gateway_lease_seconds
+        self._lease = settings.discord_gateway_lease_seconds
         self.gateway: DiscordHandle | None = None
         self._notifier: DiscordNotifier | None = None
 
@@ -455,7 +325,6 @@ __all__ = [
     "GATEWAY_LEASE",
     "DiscordEdge",
     "DiscordHandle",
-    "DiscordSettings",
     "discord_notifier",
     "start_discord",
     "stop_discord",

@@ -68,6 +68,9 @@ _SENSITIVE = frozenset(
     }
 )
 DEFAULT_SLACK_API_BASE_URL = "https://slack.com/api/"
+DEFAULT_DISCORD_API_BASE_URL = "https://discord.com/api/v10"
+"""Discord's REST API, version 10 (what discord.py 2.x speaks)."""
+DEFAULT_DISCORD_GATEWAY_URL = "wss://gateway.discord.gg/"
 
 # The TOML values of the `load_settings` call in progress; read by `_FileSource`.
 _file_values: ContextVar[Mapping[str, Any] | None] = ContextVar("signoff_file_values", default=None)
@@ -242,12 +245,13 @@ class Settings(BaseSettings):
     slack_approver_groups: dict[str, list[str]] = Field(default_factory=dict)
     # Last: its check reads the Slack credentials above.
     slack_mode: Literal["off", "http", "socket"] = "off"
+    # The Discord settings after the token are checked only when it is set.
     discord_bot_token: SecretStr | None = Field(default=None, min_length=1)
-    discord_api_base_url: str = "https://discord.com/api/v10"
-    discord_gateway_url: str = "wss://gateway.discord.gg/"
+    discord_api_base_url: str = DEFAULT_DISCORD_API_BASE_URL
+    discord_gateway_url: str = DEFAULT_DISCORD_GATEWAY_URL
     discord_sync: Literal["off", "global", "guild"] = "global"
     discord_guild_id: int | None = Field(default=None, gt=0)
-    discord_approver_roles: dict[str, list[str | int]] = Field(default_factory=dict)
+    discord_approver_roles: dict[str, list[str]] = Field(default_factory=dict)
     discord_console_url: str | None = None
     discord_guild_ready_timeout: float = Field(default=2.0, ge=0)
     discord_ready_timeout: float = Field(default=30.0, gt=0)
@@ -358,6 +362,43 @@ class Settings(BaseSettings):
             raise ValueError(f"{value} mode needs {wanted} (missing: {', '.join(missing)})")
         return value
 
+    @field_validator("discord_api_base_url", "discord_console_url")
+    @classmethod
+    def _discord_http(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None or not _discord_on(info):
+            return value
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("expected an http:// or https:// URL")
+        return value.rstrip("/")
+
+    @field_validator("discord_gateway_url")
+    @classmethod
+    def _discord_ws(cls, value: str, info: ValidationInfo) -> str:
+        if _discord_on(info) and not value.startswith(("ws://", "wss://")):
+            raise ValueError("expected a ws:// or wss:// URL")
+        return value
+
+    @field_validator("discord_guild_id")
+    @classmethod
+    def _discord_guild(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if _discord_on(info) and value is None and info.data.get("discord_sync") == "guild":
+            raise ValueError("SIGNOFF_DISCORD_SYNC=guild needs SIGNOFF_DISCORD_GUILD_ID")
+        return value
+
+    @field_validator("discord_approver_roles", mode="before")
+    @classmethod
+    def _discord_role_ids(cls, value: Any, info: ValidationInfo) -> Any:
+        if not isinstance(value, dict):
+            return value
+        roles_by_group: dict[str, list[str]] = {}
+        for group, roles in value.items():
+            listed = roles if isinstance(roles, list | tuple) else [roles]
+            bad = [r for r in listed if not str(r).isdigit()]
+            if bad and _discord_on(info):
+                raise ValueError(f"group {group!r}: role ids are numbers, got {bad!r}")
+            roles_by_group[str(group)] = [str(r) for r in listed]
+        return roles_by_group
+
     @field_validator("sqlite_synchronous", mode="before")
     @classmethod
     def _lower(cls, value: Any) -> Any:
@@ -384,6 +425,12 @@ class Settings(BaseSettings):
             _SecretFileSource(settings_cls),
             _FileSource(settings_cls),
         )
+
+
+def _discord_on(info: ValidationInfo) -> bool:
+    """Whether ``SIGNOFF_DISCORD_BOT_TOKEN`` is set (validated before the other Discord
+    settings); with Discord off their values are never used, and never refused."""
+    return info.data.get("discord_bot_token") is not None
 
 
 def _spec(value: str) -> str:

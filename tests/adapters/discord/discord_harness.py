@@ -23,11 +23,11 @@ from testkit import Crash, RollbackPlan, echo_model, settled  # noqa: F401  (re-
 
 from bot.discord_wiring import (
     DiscordHandle,
-    DiscordSettings,
     discord_notifier,
     start_discord,
     stop_discord,
 )
+from bot.settings import Settings
 from runtime import (
     Agent,
     InputRequest,
@@ -213,8 +213,9 @@ class Harness:
     bots: list[Bot] = field(default_factory=list)
     extra_stores: list[SQLStore] = field(default_factory=list)
 
-    def settings(self, **overrides: Any) -> DiscordSettings:
-        """Discord settings pointing at the fake."""
+    def settings(self, **overrides: Any) -> Settings:
+        """Settings pointing at the fake; `overrides` are ``discord_*`` names without
+        the prefix."""
         values: dict[str, Any] = {
             "bot_token": TOKEN,
             "api_base_url": self.fake.api_base_url,
@@ -227,7 +228,7 @@ class Harness:
             "ready_timeout": 10,
         }
         values.update(overrides)
-        return DiscordSettings(**values)
+        return Settings(**{f"discord_{name}": value for name, value in values.items()})
 
     def runtime(self, **kwargs: Any) -> Runtime:
         """Another runtime on the same store (another process, in effect)."""

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from adapters.discord import Action, TicketClick, parse_button, parse_modal
+from adapters.discord import Action, SyncMode, TicketClick, parse_button, parse_modal
 from adapters.discord.cards import (
     DESCRIPTION_LENGTH,
     EMBED_FIELDS,
@@ -21,7 +19,8 @@ from adapters.discord.cards import (
     outcome,
 )
 from adapters.discord.forms import form_fields, read_values, submitted_values
-from bot.discord_wiring import DiscordSettings
+from bot.discord_wiring import discord_config
+from bot.settings import load_settings
 from runtime import ConfigurationError
 
 TICKET = "tk_0123456789abcdef0123"
@@ -155,26 +154,37 @@ def test_submitted_values_reads_rows_and_labels() -> None:
 
 
 def test_settings_are_checked_and_named_by_their_variables() -> None:
-    with pytest.raises(ValueError, match="SIGNOFF_DISCORD_GUILD_ID"):
-        DiscordSettings(bot_token="t", sync="guild")
-    assert DiscordSettings.from_settings(SimpleNamespace(discord_bot_token=None)) is None
-    merged = SimpleNamespace(
-        discord_bot_token="t",
-        discord_sync="GUILD",
-        discord_guild_id=5,
-        discord_approver_roles={"finance": [123]},
-        discord_api_base_url=None,
+    with pytest.raises(ConfigurationError, match="SIGNOFF_DISCORD_GUILD_ID"):
+        load_settings(overrides={"discord_bot_token": "t", "discord_sync": "guild"})
+    # Discord off: its other settings are never used, so never refused.
+    off = load_settings(overrides={"discord_gateway_url": "http://x", "discord_sync": "guild"})
+    assert off.discord_bot_token is None
+    settings = load_settings(
+        overrides={
+            "discord_bot_token": "t",
+            "discord_sync": "guild",
+            "discord_guild_id": 5,
+            "discord_approver_roles": {"finance": [123]},
+            "discord_api_base_url": "http://127.0.0.1:9/api/v10/",
+        }
     )
-    settings = DiscordSettings.from_settings(merged)
-    assert settings is not None
-    assert settings.sync == "guild" and settings.approver_roles == {"finance": ["123"]}
-    assert settings.api_base_url == "https://discord.com/api/v10"
-    bad = SimpleNamespace(discord_bot_token="t", discord_gateway_url="http://x", discord_sync="x")
+    config = discord_config(settings)
+    assert config.sync is SyncMode.GUILD and config.guild_id == 5
+    assert config.role_groups == {"finance": ("123",)}
+    assert config.api_base_url == "http://127.0.0.1:9/api/v10"
+    assert config.gateway_url == "wss://gateway.discord.gg/"
     with pytest.raises(ConfigurationError) as raised:
-        DiscordSettings.from_settings(bad)
-    assert "SIGNOFF_DISCORD_GATEWAY_URL" in str(raised.value)
-    assert "SIGNOFF_DISCORD_SYNC" in str(raised.value)
-    json.dumps(settings.model_dump(mode="json"))  # nothing exotic in it
+        load_settings(
+            overrides={
+                "discord_bot_token": "t",
+                "discord_gateway_url": "http://x",
+                "discord_approver_roles": {"finance": ["ops"]},
+            }
+        )
+    assert "SIGNOFF_DISCORD_GATEWAY_URL: expected a ws:// or wss:// URL" in str(raised.value)
+    assert "SIGNOFF_DISCORD_APPROVER_ROLES: group 'finance': role ids are numbers" in str(
+        raised.value
+    )
 
 
 def test_expiry_and_withdrawal_outcomes() -> None:
