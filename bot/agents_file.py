@@ -28,7 +28,6 @@ The format, in short (the README has a complete example)::
 
 from __future__ import annotations
 
-import importlib
 import os
 import re
 import sys
@@ -56,6 +55,7 @@ from adapters.mcp.config import MAX_LISTING_BYTES, MAX_TOOLS
 from adapters.mcp.rules import check_arguments
 from adapters.models import PROVIDERS as SPEC_PROVIDERS
 from adapters.models import canonical
+from bot.imports import import_object
 from runtime import (
     Agent,
     ConfigurationError,
@@ -539,43 +539,6 @@ def _on_expiry(value: Any) -> OnExpiry | None:
         limit = timedelta(seconds=deadline) if isinstance(deadline, int | float) else None
         return Escalate(approvers=tuple(value["escalate"]), deadline=limit)
     return ExpiryAction(value)
-
-
-def import_object(spec: str, where: str) -> Any:
-    """Import ``package.module:attr`` (``attr`` may be dotted); the working directory is
-    importable.
-
-    Raises:
-        ConfigurationError: The module cannot be imported or has no such attribute.
-    """
-    module_name, _, attr_path = spec.partition(":")
-    module_name, attr_path = module_name.strip(), attr_path.strip()
-    if not module_name or not attr_path:
-        raise ConfigurationError(f"{where}: expected package.module:attr, got {spec!r}")
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.insert(0, cwd)
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name and module_name.startswith(exc.name):
-            raise ConfigurationError(
-                f"{where}: cannot import module {module_name!r} (no module named {exc.name!r})"
-            ) from exc
-        raise ConfigurationError(f"{where}: importing {module_name!r} failed: {exc}") from exc
-    except Exception as exc:
-        raise ConfigurationError(
-            f"{where}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
-        ) from exc
-    target: Any = module
-    for part in attr_path.split("."):
-        try:
-            target = getattr(target, part)
-        except AttributeError:
-            raise ConfigurationError(
-                f"{where}: module {module_name!r} has no attribute {attr_path!r}"
-            ) from None
-    return target
 
 
 # -- messages ------------------------------------------------------------------------------
