@@ -5,15 +5,14 @@ Nothing here runs at import time; every function is called by the CLI (or a test
 
 from __future__ import annotations
 
-import importlib
 import os
-import sys
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from adapters.models import ModelOptions, ModelResolver, Price, parse_spec
+from bot.imports import import_object
 from bot.settings import Settings
 from runtime import Agent, ConfigurationError, Model, Runtime, SignoffError, StorageError
 from runtime.store.sql import SQLStore
@@ -38,34 +37,9 @@ def _app_agents(settings: Settings) -> list[Agent]:
             it does not give agents with unique names.
     """
     spec = settings.app
-    module_name, _, attr_path = spec.partition(":")
-    module_name, attr_path = module_name.strip(), attr_path.strip()
     where = f"SIGNOFF_APP={spec}"
-    if not module_name or not attr_path:
-        raise ConfigurationError(f"{where}: expected package.module:attr")
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.insert(0, cwd)
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name and module_name.startswith(exc.name):
-            raise ConfigurationError(
-                f"{where}: cannot import module {module_name!r} (no module named {exc.name!r})"
-            ) from exc
-        raise ConfigurationError(f"{where}: importing {module_name!r} failed: {exc}") from exc
-    except Exception as exc:
-        raise ConfigurationError(
-            f"{where}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
-        ) from exc
-    target: Any = module
-    for part in attr_path.split("."):
-        try:
-            target = getattr(target, part)
-        except AttributeError:
-            raise ConfigurationError(
-                f"{where}: module {module_name!r} has no attribute {attr_path!r}"
-            ) from None
+    attr_path = spec.partition(":")[2].strip()
+    target = import_object(spec, where)
     if callable(target) and not isinstance(target, Agent):
         try:
             target = target()
