@@ -32,6 +32,14 @@ from runtime.context import ToolContext, _enter, _leave
 from runtime.edits import model_note
 from runtime.errors import LeaseLost, ModelError, ToolOutcomeUnknown
 from runtime.model import ModelRequest, ModelResponse, StopReason
+from runtime.notifications import (
+    ApprovalRequested,
+    InputRequested,
+    RunFinished,
+    RunPaused,
+    TicketVoided,
+    UncertainCall,
+)
 from runtime.states import CallState, RunStatus, TicketStatus
 from runtime.store.base import Transaction
 from runtime.store.records import CallRecord, RunFlags, RunRecord
@@ -264,7 +272,7 @@ class Driver:
             execution_key=call.execution_key,
         )
         await open_ticket(
-            self.deps, tx, self.run, agent, target, agent.tools.get(call.tool), "uncertain"
+            self.deps, tx, self.run, agent, target, agent.tools.get(call.tool), UncertainCall
         )
 
     async def _replay(
@@ -371,7 +379,7 @@ class Driver:
                     prompt=outcome.prompt,
                     schema=outcome.json_schema(),
                 )
-                await open_ticket(self.deps, tx, self.run, agent, target, tool, "input_requested")
+                await open_ticket(self.deps, tx, self.run, agent, target, tool, InputRequested)
             else:
                 move(call, CallState.COMPLETED)
                 call.result = to_jsonable(outcome)
@@ -565,8 +573,13 @@ class Driver:
                     self.deps,
                     tx,
                     run,
-                    "run_finished",
-                    {"status": "done", "text": run.final_text, "thread_id": run.thread_id},
+                    RunFinished(
+                        run_id=run.run_id,
+                        agent=run.agent,
+                        status="done",
+                        text=run.final_text,
+                        thread_id=run.thread_id,
+                    ),
                 )
                 await self._save(tx)
             else:
@@ -708,7 +721,7 @@ class Driver:
                 agent,
                 permission_target(call, stated_reason),
                 tool,
-                "approval_requested",
+                ApprovalRequested,
             )
         await tx.update_call(call)
         return call
@@ -741,7 +754,7 @@ class Driver:
                 self._unmark_model_call()
                 self._release(RunStatus.PAUSED)
                 await tx.set_run_flags(self.run.run_id, pause=False)
-                await open_ticket(self.deps, tx, self.run, self.agent, Pause(), None, "run_paused")
+                await open_ticket(self.deps, tx, self.run, self.agent, Pause(), None, RunPaused)
                 await record(tx, self.run.run_id, now, "run_paused")
             else:
                 self._release(RunStatus.AWAITING)
@@ -783,8 +796,13 @@ class Driver:
             self.deps,
             tx,
             self.run,
-            "run_finished",
-            {"status": "failed", "error": error, "thread_id": self.run.thread_id},
+            RunFinished(
+                run_id=self.run.run_id,
+                agent=self.run.agent,
+                status="failed",
+                error=error,
+                thread_id=self.run.thread_id,
+            ),
         )
 
     async def _stop_requested(self, agent: Agent) -> bool:
@@ -808,7 +826,7 @@ class Driver:
             self._release(RunStatus.PAUSED)
             async with self.deps.store.transaction() as tx:
                 await tx.set_run_flags(self.run.run_id, pause=False)
-                await open_ticket(self.deps, tx, self.run, agent, Pause(), None, "run_paused")
+                await open_ticket(self.deps, tx, self.run, agent, Pause(), None, RunPaused)
                 await record(tx, self.run.run_id, now, "run_paused")
                 await self._save(tx)
             return True
@@ -830,14 +848,10 @@ async def cancel_in(
         await record(tx, run.run_id, now, "ticket_voided", by=actor, ticket_id=ticket.ticket_id)
         if isinstance(ticket.target, Child):
             continue  # it has no card to withdraw
-        await notify(
-            deps,
-            tx,
-            run,
-            "ticket_voided",
-            {"ticket_id": ticket.ticket_id, "reason": reason},
-            ticket_id=ticket.ticket_id,
+        voided = TicketVoided(
+            run_id=run.run_id, agent=run.agent, ticket_id=ticket.ticket_id, reason=reason
         )
+        await notify(deps, tx, run, voided)
     for call in await tx.calls_for_run(run.run_id, batch=run.batch):
         if call.state in (
             CallState.PROPOSED,
@@ -878,6 +892,11 @@ async def cancel_in(
         deps,
         tx,
         run,
-        "run_finished",
-        {"status": "cancelled", "reason": reason, "thread_id": run.thread_id},
+        RunFinished(
+            run_id=run.run_id,
+            agent=run.agent,
+            status="cancelled",
+            reason=reason,
+            thread_id=run.thread_id,
+        ),
     )

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict, TypeVar, assert_never
 
 from pydantic import BaseModel
 
@@ -14,6 +15,21 @@ from runtime.clock import Clock, IdSource
 from runtime.errors import ConfigurationError
 from runtime.handoff import Slot, Slots
 from runtime.model import Model
+from runtime.notifications import (
+    ApprovalRequested,
+    BatchOffered,
+    Decided,
+    DecisionRefused,
+    DescribedTicket,
+    InputRequested,
+    Notification,
+    RunCallback,
+    RunFinished,
+    RunPaused,
+    TicketExpired,
+    TicketVoided,
+    UncertainCall,
+)
 from runtime.states import CallState, RunStatus, check_call_move, check_run_move
 from runtime.store.base import Store, Transaction
 from runtime.store.records import CallRecord, EventRecord, OutboxRecord, RunRecord
@@ -149,37 +165,65 @@ async def notify(
     deps: Deps,
     tx: Transaction,
     run: RunRecord,
-    kind: str,
-    payload: dict[str, Any],
-    ticket_id: str | None = None,
+    note: Notification,
+    *,
+    to: Mapping[str, Any] | None = None,
+    at: datetime | None = None,
+    behind: timedelta = timedelta(0),
 ) -> None:
-    """Queue a platform notification in the current transaction.
+    """Queue a platform notification about `run` in the current transaction.
+
+    It goes `to` a destination (default: the run's origin), due `at` a time (default:
+    now); it counts as created `behind` that time, so a channel delivers it after items
+    queued at the same moment.
 
     A finished run whose origin asks for a completion callback gets a second item,
-    ``run_callback``, addressed to platform ``callback``: each item is delivered and
-    retried on its own, so a retry never repeats the other delivery. A sub-agent's run
-    ending is not announced: its answer goes to its parent, whose end is.
+    `RunCallback`, addressed to platform ``callback``: each item is delivered and retried
+    on its own, so a retry never repeats the other delivery. A sub-agent's run ending is
+    not announced: its answer goes to its parent, whose end is.
     """
-    if kind == "run_finished" and run.parent_run_id is not None:
+    if isinstance(note, RunFinished) and run.parent_run_id is not None:
         return
-    now = deps.clock.now()
-    body = {"run_id": run.run_id, "agent": run.agent, **payload}
-    targets = [(kind, dict(run.origin))]
-    if kind == "run_finished" and run.origin.get("callback_url"):
-        targets.append(("run_callback", {**run.origin, "platform": "callback"}))
-    for item_kind, destination in targets:
+    now = at or deps.clock.now()
+    targets: list[tuple[Notification, dict[str, Any]]] = [(note, dict(to or run.origin))]
+    if isinstance(note, RunFinished) and run.origin.get("callback_url"):
+        callback = RunCallback.model_validate(note.payload())
+        targets.append((callback, {**run.origin, "platform": "callback"}))
+    for item, destination in targets:
         await tx.add_outbox(
             OutboxRecord(
                 outbox_id=deps.ids.new_id("ob"),
                 run_id=run.run_id,
-                kind=item_kind,
-                payload=body,
+                kind=item.kind,
+                payload=item.payload(),
                 destination=destination,
-                created_at=now,
+                created_at=now + behind,
                 next_attempt_at=now,
-                ticket_id=ticket_id,
+                ticket_id=ticket_of(item),
             )
         )
+
+
+def ticket_of(note: Notification) -> str | None:
+    """The ticket an outbox item of `note` is filed under (a batch: its first ticket)."""
+    match note:
+        case BatchOffered():
+            return note.ticket_ids[0] if note.ticket_ids else None
+        case RunFinished() | RunCallback():
+            return None
+        case (
+            ApprovalRequested()
+            | InputRequested()
+            | UncertainCall()
+            | RunPaused()
+            | Decided()
+            | TicketExpired()
+            | TicketVoided()
+            | DecisionRefused()
+        ):
+            return note.ticket_id
+        case _:
+            assert_never(note)
 
 
 def display_args(agent: Agent | None, tool_name: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -196,12 +240,13 @@ async def open_ticket(
     agent: Agent,
     target: AwaitTarget,
     tool: Tool | None,
-    kind: str,
+    note: TicketNoteClass,
     *,
     approvers: tuple[str, ...] | None = None,
     deadline: timedelta | None = None,
 ) -> ResumeTicket:
-    """Persist an open ticket for `target`, with its event and its notification.
+    """Persist an open ticket for `target`, with its event and its notification (a
+    `note` of it).
 
     `approvers` and `deadline` override the tool's (for escalation). Uncertain and pause
     tickets never expire: there is no safe default for them.
@@ -228,9 +273,9 @@ async def open_ticket(
         chain=chain_of(run),
     )
     await tx.insert_ticket(ticket)
-    described = ticket_payload(ticket, agent)
-    await record(tx, run.run_id, now, "ticket_opened", **described)
-    await notify(deps, tx, run, kind, described, ticket_id=ticket.ticket_id)
+    opened = describe_ticket(note, run, ticket, agent)
+    await record(tx, run.run_id, now, "ticket_opened", **opened.details())
+    await notify(deps, tx, run, opened)
     return ticket
 
 
@@ -244,34 +289,53 @@ def grant_scopes(agent: Agent | None, ticket: ResumeTicket) -> tuple[GrantScope,
     return agent.grants_for(tool) if tool is not None else ()
 
 
-def ticket_payload(ticket: ResumeTicket, agent: Agent | None) -> dict[str, Any]:
-    """A ticket as notifications and the flight recorder describe it."""
+TicketNoteClass = (
+    type[ApprovalRequested] | type[InputRequested] | type[UncertainCall] | type[RunPaused]
+)
+"""The notification that announces a ticket as it opens."""
+
+_Described = TypeVar("_Described", bound=DescribedTicket)
+
+
+class _ToolFields(TypedDict, total=False):
+    editable: list[str]
+    tool_description: str | None
+    tool_server: str | None
+
+
+def describe_ticket(
+    note: type[_Described], run: RunRecord, ticket: ResumeTicket, agent: Agent | None
+) -> _Described:
+    """`ticket` of `run` described as a `note` (and as its flight-recorder event)."""
     target = ticket.target.model_dump(mode="json", by_alias=True)
     if "args" in target:
         target["args"] = display_args(agent, target.get("tool", ""), target["args"])
-    described: dict[str, Any] = {
-        "ticket_id": ticket.ticket_id,
-        "target": target,
-        "requester": ticket.requester,
-        "approvers": list(ticket.approvers),
-        "deciders": list(ticket.deciders()),
-        "four_eyes": ticket.four_eyes,
-        "who_may_decide": ticket.who_may_decide(),
-        "deadline": ticket.deadline.isoformat() if ticket.deadline else None,
-        "grants": list(grant_scopes(agent, ticket)),
-        "chain": list(ticket.chain),
-    }
+    about: _ToolFields = {}
     if isinstance(ticket.target, ToolPermission) and agent is not None:
         # The arguments an approver may change (runtime.edits): cards offer an edit form.
         tool = agent.tools.get(ticket.target.tool)
-        described["editable"] = list(tool.editable_arguments()) if tool is not None else []
+        about["editable"] = list(tool.editable_arguments()) if tool is not None else []
     named = getattr(ticket.target, "tool", None)
     called = agent.tools.get(named) if agent is not None and isinstance(named, str) else None
     if called is not None:
         # What the tool says it does, and where an MCP tool comes from: cards show both.
-        described["tool_description"] = called.description
-        described["tool_server"] = called.server
-    return described
+        about["tool_description"] = called.description
+        about["tool_server"] = called.server
+    return note(
+        run_id=run.run_id,
+        agent=run.agent,
+        ticket_id=ticket.ticket_id,
+        target=target,
+        requester=ticket.requester,
+        approvers=list(ticket.approvers),
+        deciders=list(ticket.deciders()),
+        four_eyes=ticket.four_eyes,
+        who_may_decide=ticket.who_may_decide(),
+        deadline=ticket.deadline.isoformat() if ticket.deadline else None,
+        grants=list(grant_scopes(agent, ticket)),
+        chain=list(ticket.chain),
+        **about,
+    )
 
 
 def chain_of(run: RunRecord) -> tuple[str, ...]:

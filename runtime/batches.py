@@ -27,14 +27,15 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from runtime._support import Deps, display_args
+from runtime._support import Deps, display_args, notify
 from runtime.accepting import AcceptOutcome, ActorSource, Refused
 from runtime.errors import NotAwaiting, SignoffError, UnknownTicket
+from runtime.notifications import BatchCall, BatchOffered
 from runtime.refusals import Refusal, RefusalReason, classify
 from runtime.results import RunResult
 from runtime.states import CallState, TicketStatus
 from runtime.store.base import Transaction
-from runtime.store.records import CallRecord, OutboxRecord, RunRecord
+from runtime.store.records import CallRecord, RunRecord
 from runtime.tickets import Actor, Answer, ResumeTicket, ToolPermission
 
 if TYPE_CHECKING:
@@ -148,37 +149,22 @@ async def offer_batch(
     if len(members) < 2:
         return
     agent = deps.agents.get(run.agent)
-    shown: list[dict[str, Any]] = []
+    shown: list[BatchCall] = []
     for ticket in members:
         target = ticket.target
         assert isinstance(target, ToolPermission)
-        shown.append(
-            {
-                "ticket_id": ticket.ticket_id,
-                "tool": target.tool,
-                "args": display_args(agent, target.tool, target.args),
-            }
-        )
-    payload = {
-        "ticket_ids": [t.ticket_id for t in members],
-        "token": batch_token(members),
-        "calls": shown,
-    }
-    now = deps.clock.now()
-    await tx.add_outbox(
-        OutboxRecord(
-            outbox_id=deps.ids.new_id("ob"),
-            run_id=run.run_id,
-            kind="batch_offered",
-            payload={"run_id": run.run_id, "agent": run.agent, **payload},
-            destination=dict(run.origin),
-            # Queued a moment after the turn's cards (same transaction, maybe the same
-            # clock reading): a channel's items are delivered in order, cards first.
-            created_at=now + timedelta(microseconds=1),
-            next_attempt_at=now,
-            ticket_id=members[0].ticket_id,
-        )
+        args = display_args(agent, target.tool, target.args)
+        shown.append(BatchCall(ticket_id=ticket.ticket_id, tool=target.tool, args=args))
+    offered = BatchOffered(
+        run_id=run.run_id,
+        agent=run.agent,
+        ticket_ids=[t.ticket_id for t in members],
+        token=batch_token(members),
+        calls=shown,
     )
+    # Queued a moment after the turn's cards (same transaction, maybe the same clock
+    # reading): a channel's items are delivered in order, cards first.
+    await notify(deps, tx, run, offered, behind=timedelta(microseconds=1))
 
 
 class Batches:

@@ -14,6 +14,7 @@ from runtime._engine import cancel_in
 from runtime._support import Deps, move_run, open_ticket, record
 from runtime.driving import Driving
 from runtime.errors import NotAwaiting, RunNotFound
+from runtime.notifications import RunPaused
 from runtime.queries import Queries
 from runtime.results import RunResult
 from runtime.states import RunStatus, TicketStatus
@@ -125,7 +126,7 @@ class RunControl:
         run.updated_at = now
         agent = deps.agents.get(run.agent)
         if agent is not None:
-            await open_ticket(deps, tx, run, agent, Pause(), None, "run_paused")
+            await open_ticket(deps, tx, run, agent, Pause(), None, RunPaused)
         await record(tx, run.run_id, now, "run_paused", by=who)
         await tx.update_run(run)
 

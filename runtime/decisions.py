@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, assert_never
+from typing import Any, TypedDict, assert_never
 
 from runtime import grants
 from runtime._engine import blocked_text
@@ -21,6 +21,7 @@ from runtime.driving import Driving
 from runtime.edits import Edit, args_digest, check_edit
 from runtime.errors import NotAwaiting, ResolutionError, UnknownExecutionKey, UnknownTicket
 from runtime.handoff import Slot
+from runtime.notifications import Decided
 from runtime.queries import Queries
 from runtime.results import PendingEntry, RunResult
 from runtime.states import CallState, RunStatus, TicketStatus
@@ -63,6 +64,17 @@ def _actor(actor: Actor | str | None, ticket: ResumeTicket) -> Actor:
     if isinstance(actor, str):
         return Actor(id=actor)
     return Actor(id=ticket.requester or "system", platform="api")
+
+
+class _DecidedDetails(TypedDict, total=False):
+    """The fields of a `Decided` note a decision sets only where they apply."""
+
+    reason: str
+    tool: str
+    edit: dict[str, Any] | None
+    args: dict[str, Any]
+    args_digest: str
+    grant: dict[str, Any]
 
 
 def _expect(state: CallState, allowed: tuple[CallState, ...], ticket: ResumeTicket) -> None:
@@ -304,17 +316,10 @@ class Decisions:
         fitted = fit(ticket.target, answer)
         if fitted is None:
             raise ResolutionError(f"a {answer.kind} answer does not fit a {ticket.target.kind}")
-        described: dict[str, Any] = {
-            "ticket_id": ticket.ticket_id,
-            "decision": answer.kind,
-            "actor": actor.id,
-            "actor_name": actor.name,
-            "platform": actor.platform,
-            "decided_at": command.at.isoformat(),
-        }
         reason = getattr(answer, "reason", None)
-        if reason:
-            described["reason"] = reason
+        # Only what applies is written: a decision without a reason or a call has no
+        # such fields in its stored notification.
+        described: _DecidedDetails = {"reason": reason} if reason else {}
         grant: GrantRecord | None = None
         match fitted:
             case PermissionDecision() | InputDecision() | UncertainDecision():
@@ -349,8 +354,19 @@ class Decisions:
                 raise ResolutionError(f"ticket {ticket.ticket_id} is settled by its child run")
             case _:
                 assert_never(fitted)
-        await record(tx, run.run_id, command.at, "ticket_decided", by=actor.id, **described)
-        await notify(self._deps, tx, run, "decided", described, ticket_id=ticket.ticket_id)
+        decided = Decided(
+            run_id=run.run_id,
+            agent=run.agent,
+            ticket_id=ticket.ticket_id,
+            decision=answer.kind,
+            actor=actor.id,
+            actor_name=actor.name,
+            platform=actor.platform,
+            decided_at=command.at.isoformat(),
+            **described,
+        )
+        await record(tx, run.run_id, command.at, "ticket_decided", by=actor.id, **decided.details())
+        await notify(self._deps, tx, run, decided)
         if grant is not None:
             # In the decision's transaction: the grant exists exactly when the allow does.
             await grants.give(tx, self._deps, grant)

@@ -37,12 +37,13 @@ from runtime._support import (
     Deps,
     chain_of,
     claim_new,
+    describe_ticket,
     move,
     move_run,
     record,
-    ticket_payload,
 )
 from runtime.agent import Agent
+from runtime.notifications import DescribedTicket
 from runtime.results import Totals
 from runtime.states import CallState, RunStatus, TicketStatus
 from runtime.store.base import Transaction
@@ -250,7 +251,8 @@ async def _open_child_ticket(
         chain=chain_of(parent),
     )
     await tx.insert_ticket(ticket)
-    await record(tx, parent.run_id, now, "ticket_opened", **ticket_payload(ticket, agent))
+    opened = describe_ticket(DescribedTicket, parent, ticket, agent)
+    await record(tx, parent.run_id, now, "ticket_opened", **opened.details())
     return ticket
 
 

@@ -6,6 +6,7 @@ from runtime import delegation
 from runtime._engine import blocked_text, cancel_in
 from runtime._support import Deps, move, move_run, notify, open_ticket, record
 from runtime.agent import Agent
+from runtime.notifications import ApprovalRequested, InputRequested, TicketExpired
 from runtime.states import CallState, RunStatus, TicketStatus
 from runtime.store.base import Transaction
 from runtime.store.records import CallRecord, RunRecord
@@ -53,14 +54,10 @@ class Expiry:
         await record(
             tx, run.run_id, now, "ticket_expired", ticket_id=ticket.ticket_id, action=outcome
         )
-        await notify(
-            deps,
-            tx,
-            run,
-            "expired",
-            {"ticket_id": ticket.ticket_id, "action": outcome},
-            ticket_id=ticket.ticket_id,
+        expired = TicketExpired(
+            run_id=run.run_id, agent=run.agent, ticket_id=ticket.ticket_id, action=outcome
         )
+        await notify(deps, tx, run, expired)
         if outcome == "cancel":
             await cancel_in(
                 deps, tx, run, actor=None, reason="a decision deadline passed without a decision"
@@ -110,19 +107,15 @@ class Expiry:
             action="escalate",
             approvers=list(action.approvers),
         )
-        await notify(
-            self._deps,
-            tx,
-            run,
-            "expired",
-            {
-                "ticket_id": ticket.ticket_id,
-                "action": "escalate",
-                "escalated_to": list(action.approvers),
-            },
+        escalated = TicketExpired(
+            run_id=run.run_id,
+            agent=run.agent,
             ticket_id=ticket.ticket_id,
+            action="escalate",
+            escalated_to=list(action.approvers),
         )
-        kind = "input_requested" if ticket.target.kind == "remote_input" else "approval_requested"
+        await notify(self._deps, tx, run, escalated)
+        note = InputRequested if ticket.target.kind == "remote_input" else ApprovalRequested
         await open_ticket(
             self._deps,
             tx,
@@ -130,7 +123,7 @@ class Expiry:
             agent,
             ticket.target,
             tool,
-            kind,
+            note,
             approvers=action.approvers,
             deadline=action.deadline,
         )

@@ -29,6 +29,7 @@ from runtime import constraints
 from runtime._support import Deps, display_args, grant_scopes, move, notify, record
 from runtime.agent import Agent
 from runtime.errors import GrantNotActive, GrantNotAllowed, UnknownGrant
+from runtime.notifications import Decided
 from runtime.states import CallState, TicketStatus
 from runtime.store.base import Transaction
 from runtime.store.records import CallRecord, GrantRecord, RunRecord
@@ -335,20 +336,22 @@ async def cover_open(
         call.decided_by = actor.model_dump(mode="json")
         call.updated_at = at
         await tx.update_call(call)
-        described: dict[str, Any] = {
-            "ticket_id": ticket.ticket_id,
-            "decision": "allow",
-            "actor": actor.id,
-            "actor_name": actor.name,
-            "platform": actor.platform,
-            "decided_at": at.isoformat(),
-            "tool": call.tool,
-            "args": display_args(agent, call.tool, call.args),
-            "grant": summary(grant, agent),
-            "by_grant": True,
-        }
-        await record(tx, run.run_id, at, "ticket_decided", by=actor.id, **described)
-        await notify(deps, tx, run, "decided", described, ticket_id=ticket.ticket_id)
+        decided = Decided(
+            run_id=run.run_id,
+            agent=run.agent,
+            ticket_id=ticket.ticket_id,
+            decision="allow",
+            actor=actor.id,
+            actor_name=actor.name,
+            platform=actor.platform,
+            decided_at=at.isoformat(),
+            tool=call.tool,
+            args=display_args(agent, call.tool, call.args),
+            grant=summary(grant, agent),
+            by_grant=True,
+        )
+        await record(tx, run.run_id, at, "ticket_decided", by=actor.id, **decided.details())
+        await notify(deps, tx, run, decided)
         allowed.append(ticket.ticket_id)
     return allowed
 

@@ -11,13 +11,14 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from runtime._support import Deps
+from runtime._support import Deps, notify
 from runtime.accepting import Accepted, AcceptOutcome, ActorSource, Decidable, FormOutcome, Refused
 from runtime.decisions import Decisions
 from runtime.errors import ResumeError, RunNotFound, SignoffError, StorageError, UnknownTicket
+from runtime.notifications import DecisionRefused
 from runtime.refusals import Refusal, classify
 from runtime.store.base import DuplicateKey, Transaction
-from runtime.store.records import OutboxRecord, ReceivedRecord
+from runtime.store.records import ReceivedRecord
 from runtime.tickets import (
     ANSWER,
     Actor,
@@ -306,24 +307,15 @@ class Inbox:
             return
         refusal = classify(error, ticket)
         at = item.applied_at or self._deps.clock.now()
-        await tx.add_outbox(
-            OutboxRecord(
-                outbox_id=self._deps.ids.new_id("ob"),
-                run_id=run.run_id,
-                kind="decision_refused",
-                payload={
-                    "run_id": run.run_id,
-                    "agent": run.agent,
-                    "ticket_id": item.ticket_id,
-                    "error": item.error_code,
-                    "reason": refusal.reason.value,
-                    "decided_by": refusal.decided_by,
-                    "message": item.error,
-                    "actor": item.actor.get("id"),
-                },
-                destination={**(item.reply or {}), "platform": item.source},
-                created_at=at,
-                next_attempt_at=at,
-                ticket_id=item.ticket_id,
-            )
+        refused = DecisionRefused(
+            run_id=run.run_id,
+            agent=run.agent,
+            ticket_id=item.ticket_id,
+            error=item.error_code,
+            reason=refusal.reason.value,
+            decided_by=refusal.decided_by,
+            message=item.error,
+            actor=item.actor.get("id"),
         )
+        to = {**(item.reply or {}), "platform": item.source}
+        await notify(self._deps, tx, run, refused, to=to, at=at)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -35,13 +35,30 @@ class _Note(BaseModel):
     agent: str = ""
 
     def payload(self) -> dict[str, Any]:
-        """The notification as plain data (for renderers that read mappings)."""
-        return self.model_dump(mode="json")
+        """The notification as its outbox row stores it (without its ``kind``).
+
+        It holds the fields its writer set, and only those: a field left to its default
+        is not written, so rows keep the shape older versions wrote and read.
+        """
+        return self.model_dump(mode="json", exclude_unset=True, exclude={"kind"})
+
+    def details(self) -> dict[str, Any]:
+        """The stored payload without ``run_id`` and ``agent``: what the flight
+        recorder's event of the same change holds."""
+        return self.model_dump(mode="json", exclude_unset=True, exclude={"kind", "run_id", "agent"})
 
 
-class _TicketNote(_Note):
-    ticket_id: str
-    target: dict[str, Any]
+class DescribedTicket(_Note):
+    """A ticket as notifications and the flight recorder describe it.
+
+    The notes that post a card (and a pause's note) carry these fields; fields a writer
+    sets only for a tool's permission (``editable``, ``tool_description``,
+    ``tool_server``) are absent from the stored payload otherwise.
+    """
+
+    ticket_id: str | None = None
+    target: dict[str, Any] = {}
+    """The ticket's await target as JSON (a call's arguments masked)."""
     requester: str | None = None
     approvers: list[str] = []
     deciders: list[str] = []
@@ -69,6 +86,23 @@ class _TicketNote(_Note):
             alone = [requester] if requester and not data.get("four_eyes") else []
             data = {**data, "deciders": approvers or alone}
         return data
+
+    @property
+    def tool(self) -> str | None:
+        """The tool the ticket is about (None: it is about none)."""
+        tool = self.target.get("tool")
+        return str(tool) if tool else None
+
+    @property
+    def args(self) -> dict[str, Any]:
+        """The call's arguments as a person may see them (secret ones masked)."""
+        args = self.target.get("args")
+        return dict(args) if isinstance(args, dict) else {}
+
+
+class _TicketNote(DescribedTicket):
+    ticket_id: str
+    target: dict[str, Any]
 
 
 class ApprovalRequested(_TicketNote):
@@ -101,14 +135,16 @@ class Decided(_Note):
     decided_at: str | None = None
     reason: str | None = None
     tool: str | None = None
+    edit: dict[str, Any] | None = None
+    """For an allow with edits: what changed (``summary``, ``changes``), by whom."""
+    args: dict[str, Any] | None = None
+    """For a call: the arguments it runs with, as a person may see them."""
+    args_digest: str | None = None
+    """For an allow: the digest of the arguments the call runs with."""
     grant: dict[str, Any] | None = None
     """The standing grant given with the allow (or that allowed it, with `by_grant`):
     ``grant_id``, ``scope``, ``expires_at``, ``constraint``."""
     by_grant: bool = False
-    args_digest: str | None = None
-    """For an allow: the digest of the arguments the call runs with."""
-    edit: dict[str, Any] | None = None
-    """For an allow with edits: what changed (``summary``, ``changes``), by whom."""
 
 
 class TicketExpired(_Note):
@@ -139,11 +175,10 @@ class RunFinished(_Note):
     thread_id: str | None = None
 
 
-class RunPaused(_Note):
-    """The run was paused; it waits to be resumed."""
+class RunPaused(DescribedTicket):
+    """The run was paused; it waits to be resumed (its pause ticket described)."""
 
     kind: Literal["run_paused"] = "run_paused"
-    ticket_id: str | None = None
 
 
 class DecisionRefused(_Note):
@@ -158,6 +193,22 @@ class DecisionRefused(_Note):
     actor: str | None = None
 
 
+class BatchCall(BaseModel):
+    """One call of a `BatchOffered` batch, as its card shows it.
+
+    Attributes:
+        ticket_id: Its permission ticket.
+        tool: The tool it calls.
+        args: Its arguments as a person may see them (secret ones masked).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    ticket_id: str | None = None
+    tool: str | None = None
+    args: dict[str, Any] = {}
+
+
 class BatchOffered(_Note):
     """Several calls of one model turn wait for approval: once every one of their cards
     is posted, a message offers to decide them all at once ("Allow all N").
@@ -166,23 +217,24 @@ class BatchOffered(_Note):
         ticket_ids: The permission tickets of the turn, in the order of their calls; the
             first one names the batch (`runtime.batches`).
         token: Proves a click came from this message (`runtime.batches.batch_token`).
-        calls: Each call as shown on its card: ``tool`` and masked ``args``.
+        calls: Each call as shown on its card.
     """
 
     kind: Literal["batch_offered"] = "batch_offered"
     ticket_ids: list[str]
     token: str
-    calls: list[dict[str, Any]] = []
+    calls: list[BatchCall] = []
 
 
 class RunCallback(_Note):
-    """A webhook's run ended: its completion callback."""
+    """A webhook's run ended: its completion callback (what its `RunFinished` says)."""
 
     kind: Literal["run_callback"] = "run_callback"
     status: str
     text: str | None = None
     error: str | None = None
     reason: str | None = None
+    thread_id: str | None = None
 
 
 Notification = Annotated[
@@ -206,6 +258,32 @@ TicketNotification = ApprovalRequested | InputRequested | UncertainCall
 """The notifications that post a card asking for a decision."""
 OutcomeNotification = Decided | TicketExpired | TicketVoided
 """The notifications that edit a card to show how its ticket ended."""
+CardNotification = TicketNotification | RunPaused
+"""The notifications that post a message a later outcome edits."""
+PostingNotification = TicketNotification | RunFinished | RunPaused | BatchOffered
+"""The notifications that post a new message in a channel (the others edit one, reply
+to one person, or leave chat)."""
+
+
+def kinds_of(notes: Any) -> tuple[str, ...]:
+    """The ``kind`` of each notification of a union of them, in the union's order.
+
+    Args:
+        notes: A notification class, or a union of them (`Notification` included).
+    """
+    members = get_args(notes)
+    if members and get_origin(notes) is Annotated:
+        members = get_args(members[0])
+    classes = members or (notes,)
+    return tuple(str(cls.model_fields["kind"].default) for cls in classes)
+
+
+KINDS = kinds_of(Notification)
+"""Every notification kind an outbox row can have."""
+CARD_KINDS = kinds_of(TicketNotification)
+"""Notifications that post a card asking for a decision."""
+OUTCOME_KINDS = kinds_of(OutcomeNotification)
+"""Notifications that edit a card to show how its ticket ended."""
 
 
 class UnreadableNotification(ValueError):
@@ -244,7 +322,7 @@ class PostedCard:
         ref: The platform's reference to the posted message (empty until posted).
     """
 
-    note: TicketNotification | RunPaused
+    note: CardNotification
     state: str
     ref: Mapping[str, Any]
 
@@ -299,17 +377,24 @@ class Delivery:
 
 
 __all__ = [
+    "CARD_KINDS",
+    "KINDS",
     "NOTIFICATION",
+    "OUTCOME_KINDS",
     "ApprovalRequested",
+    "BatchCall",
     "BatchMember",
     "BatchOffered",
+    "CardNotification",
     "Decided",
     "DecisionRefused",
     "Delivery",
+    "DescribedTicket",
     "InputRequested",
     "Notification",
     "OutcomeNotification",
     "PostedCard",
+    "PostingNotification",
     "RunCallback",
     "RunFinished",
     "RunPaused",
@@ -318,6 +403,7 @@ __all__ = [
     "TicketVoided",
     "UncertainCall",
     "UnreadableNotification",
+    "kinds_of",
     "read_notification",
     "refusal_of",
 ]
