@@ -8,6 +8,7 @@ holds them, as the README documented them before it became a front page.
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from pathlib import Path
@@ -120,3 +121,33 @@ def test_every_setting_has_a_row_in_the_settings_page() -> None:
 
     assert variables - rows == set(), "settings without a row in docs/settings.md"
     assert f"{ENV_PREFIX}CONFIG" in rows
+
+
+def documented_value(value: object) -> str:
+    """A setting's default as the settings page writes it."""
+    match value:
+        case bool():
+            return str(value).lower()
+        case float() if value.is_integer():
+            return str(int(value))
+        case dict() | list():
+            return json.dumps(value)
+        case _:
+            return str(value)
+
+
+def test_the_settings_page_gives_every_default_as_the_code_has_it() -> None:
+    from bot.settings import ENV_PREFIX, Settings
+
+    page = (REPO / "docs" / "settings.md").read_text(encoding="utf-8")
+    defaults = dict(re.findall(r"^\| `(SIGNOFF_[A-Z0-9_]+)` \| ([^|]*) \|", page, re.M))
+    wrong = []
+    for name, field in Settings.model_fields.items():
+        value = field.get_default(call_default_factory=True)
+        written = defaults[ENV_PREFIX + name.upper()]
+        if value is None:  # unset: the page says what happens instead, in words
+            continue
+        if not written.startswith(f"`{documented_value(value)}`"):
+            wrong.append(f"{ENV_PREFIX}{name.upper()}: documented {written}, code {value!r}")
+
+    assert not wrong, "\n".join(wrong)
