@@ -151,3 +151,13 @@ def test_the_settings_page_gives_every_default_as_the_code_has_it() -> None:
             wrong.append(f"{ENV_PREFIX}{name.upper()}: documented {written}, code {value!r}")
 
     assert not wrong, "\n".join(wrong)
+
+
+def test_every_page_is_in_the_index_and_on_the_front_page() -> None:
+    docs = REPO / "docs"
+    pages_there = {page.name for page in docs.glob("*.md")} - {"README.md"}
+    index = {target.partition("#")[0] for target in links(docs / "README.md")}
+    front = {target.partition("#")[0] for target in links(REPO / "README.md")}
+
+    assert pages_there - index == set(), "pages missing from docs/README.md"
+    assert {f"docs/{name}" for name in pages_there} - front == set(), "pages missing from README"
