@@ -90,14 +90,31 @@ class DescribedTicket(_Note):
     @property
     def tool(self) -> str | None:
         """The tool the ticket is about (None: it is about none)."""
-        tool = self.target.get("tool")
-        return str(tool) if tool else None
+        return self._said("tool")
 
     @property
-    def args(self) -> dict[str, Any]:
+    def args(self) -> Any:
         """The call's arguments as a person may see them (secret ones masked)."""
-        args = self.target.get("args")
-        return dict(args) if isinstance(args, dict) else {}
+        return self.target.get("args") or {}
+
+    @property
+    def why(self) -> str | None:
+        """Why the tool asks (its permission rule's reason), if it says."""
+        return self._said("reason")
+
+    @property
+    def prompt(self) -> str | None:
+        """For an input request: what the tool asks for."""
+        return self._said("prompt")
+
+    @property
+    def execution_key(self) -> str | None:
+        """For an uncertain call: the key its execution was started with."""
+        return self._said("execution_key")
+
+    def _said(self, key: str) -> str | None:
+        value = self.target.get(key)
+        return str(value) if value else None
 
 
 class _TicketNote(DescribedTicket):

@@ -1,8 +1,8 @@
-"""Block Kit messages for signoff's notifications: pure functions from outbox payloads.
+"""Block Kit messages for signoff's notifications: pure functions from typed notes.
 
-Every card is built from the payload the runtime committed with the notification (agent,
-tool, masked arguments, requester, deadline, who may decide) plus, for open tickets, the
-ticket's correlation token. Buttons carry only ``{"t": ticket_id, "c": correlation}`` in
+Every card is built from the notification the runtime committed (agent, tool, masked
+arguments, requester, deadline, who may decide) plus, for open tickets, the ticket's
+correlation token. Buttons carry only ``{"t": ticket_id, "c": correlation}`` in
 their ``value``; everything else is looked up server-side when they are clicked.
 
 Slack's limits are enforced here, never left to chance: section text 3000 characters,
@@ -18,9 +18,23 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, assert_never
 
 from runtime.jsontext import loads_strict
+from runtime.notifications import (
+    ApprovalRequested,
+    BatchOffered,
+    Decided,
+    DescribedTicket,
+    InputRequested,
+    OutcomeNotification,
+    RunFinished,
+    RunPaused,
+    TicketExpired,
+    TicketNotification,
+    TicketVoided,
+    UncertainCall,
+)
 from runtime.tickets import describe_chain, describe_deciders
 
 Block = dict[str, Any]
@@ -255,35 +269,32 @@ def _context(text: str) -> Block:
     return {"type": "context", "elements": [mrkdwn(text)]}
 
 
-def _details(payload: Mapping[str, Any], groups: Groups | None) -> Block:
-    deadline = payload.get("deadline")
-    deciders = [str(entry) for entry in payload.get("deciders") or ()]
-    who = who_may_decide(deciders, bool(payload.get("four_eyes")), groups)
+def _details(note: DescribedTicket, groups: Groups | None) -> Block:
+    who = who_may_decide(note.deciders, note.four_eyes, groups)
     return _fields(
-        ("Agent", agent_label(payload)),
-        ("Requested by", user(payload.get("requester"))),
+        ("Agent", agent_label(note)),
+        ("Requested by", user(note.requester)),
         ("Who may decide", who),
-        ("Deadline", when(deadline) if deadline else "none"),
+        ("Deadline", when(note.deadline) if note.deadline else "none"),
     )
 
 
-def agent_label(payload: Mapping[str, Any]) -> str:
+def agent_label(note: DescribedTicket) -> str:
     """The asking agent; for a sub-agent's request, with the agents that delegated to it."""
-    agent = f"`{escape(str(payload.get('agent') or '?'))}`"
-    above = describe_chain([str(a) for a in payload.get("chain") or ()], lambda a: f"`{escape(a)}`")
+    agent = f"`{escape(note.agent or '?')}`"
+    above = describe_chain(note.chain, lambda a: f"`{escape(a)}`")
     return f"{agent}, sub-agent of {above}" if above else agent
 
 
-def about_tool(payload: Mapping[str, Any]) -> Block | None:
+def about_tool(note: DescribedTicket) -> Block | None:
     """What the tool says it does (cut short, on one line) and, for an MCP tool, its
-    server; None when the payload has neither."""
+    server; None when the note has neither."""
     parts: list[dict[str, Any]] = []
-    described = " ".join(str(payload.get("tool_description") or "").split())
+    described = " ".join((note.tool_description or "").split())
     if described:
         parts.append(mrkdwn(escape(truncate(described, MAX_TOOL_DESCRIPTION))))
-    server = payload.get("tool_server")
-    if server:
-        parts.append(mrkdwn(f"MCP server `{escape(truncate(str(server), 100))}`"))
+    if note.tool_server:
+        parts.append(mrkdwn(f"MCP server `{escape(truncate(note.tool_server, 100))}`"))
     return {"type": "context", "elements": parts} if parts else None
 
 
@@ -298,41 +309,35 @@ def finish(blocks: list[Block]) -> list[Block]:
     return [*blocks[: MAX_BLOCKS - 2], *blocks[-2:]]
 
 
-def _target(payload: Mapping[str, Any]) -> dict[str, Any]:
-    target = payload.get("target")
-    return dict(target) if isinstance(target, Mapping) else {}
-
-
 def approval_card(
-    payload: Mapping[str, Any],
+    note: DescribedTicket,
     ref: TicketRef | None,
     outcome: str | None = None,
     groups: Groups | None = None,
 ) -> list[Block]:
-    """The card of an ``approval_requested`` notification.
+    """The card of an `ApprovalRequested` notification.
 
     Args:
-        payload: The notification payload (``agent``, ``target`` with the tool and its
-            masked arguments, ``requester``, ``approvers``, ``deadline`` ...).
+        note: The notification (its agent, the tool and its masked arguments, the
+            requester, who may decide, the deadline ...).
         ref: The open ticket; None renders the card without buttons.
         outcome: A line saying how it was decided (the decided-state card).
+        groups: Named approver groups mapped to Slack ids.
     """
-    target = _target(payload)
-    tool = str(target.get("tool") or "?")
+    tool = note.tool or "?"
     blocks: list[Block] = [
         _header(f"Approval needed: {tool}"),
         _section(
-            f"*{escape(str(payload.get('agent') or '?'))}* wants to run `{escape(tool)}` "
-            "with these arguments:"
+            f"*{escape(note.agent or '?')}* wants to run `{escape(tool)}` with these arguments:"
         ),
-        _section(code_block(target.get("args") or {})),
-        _details(payload, groups),
+        _section(code_block(note.args)),
+        _details(note, groups),
     ]
-    about = about_tool(payload)
+    about = about_tool(note)
     if about is not None:
         blocks.insert(1, about)
-    if target.get("reason"):
-        blocks.append(_context(f"Why: {escape(str(target['reason']))}"))
+    if note.why:
+        blocks.append(_context(f"Why: {escape(note.why)}"))
     if outcome is not None:
         blocks.append(_section(outcome))
     if ref is not None:
@@ -341,18 +346,18 @@ def approval_card(
             button("Allow", ACTION_ALLOW, value, "primary"),
             button("Deny", ACTION_DENY, value, "danger"),
             button("Deny with reason", ACTION_DENY_REASON, value),
-            *grant_buttons(payload, value),
+            *grant_buttons(note, value),
         ]
-        if payload.get("editable"):
+        if note.editable:
             shown.append(button("Allow with changes…", ACTION_EDIT, value))
         blocks.append(_actions(ref.ticket_id, shown))
     return finish(blocks)
 
 
-def grant_buttons(payload: Mapping[str, Any], value: str) -> list[dict[str, Any]]:
+def grant_buttons(note: DescribedTicket, value: str) -> list[dict[str, Any]]:
     """The buttons that allow a tool beyond this call, as far as the tool allows
-    (the payload's ``grants``): for the rest of the run, in the thread for some hours."""
-    offered = payload.get("grants") or ()
+    (the note's ``grants``): for the rest of the run, in the thread for some hours."""
+    offered = note.grants
     found = []
     if "run" in offered:
         found.append(button("Allow for the rest of this run", ACTION_ALLOW_RUN, value))
@@ -373,18 +378,17 @@ def granted_text(grant: Any) -> str:
 
 
 def input_card(
-    payload: Mapping[str, Any],
+    note: DescribedTicket,
     ref: TicketRef | None,
     outcome: str | None = None,
     groups: Groups | None = None,
 ) -> list[Block]:
-    """The card of an ``input_requested`` notification: a button opens the form."""
-    target = _target(payload)
-    tool = str(target.get("tool") or "?")
+    """The card of an `InputRequested` notification: a button opens the form."""
+    tool = note.tool or "?"
     blocks: list[Block] = [
         _header(f"Input needed: {tool}"),
-        _section(escape(str(target.get("prompt") or "The agent asks for input."))),
-        _details(payload, groups),
+        _section(escape(note.prompt or "The agent asks for input.")),
+        _details(note, groups),
     ]
     if outcome is not None:
         blocks.append(_section(outcome))
@@ -404,14 +408,13 @@ def input_card(
 
 
 def uncertain_card(
-    payload: Mapping[str, Any],
+    note: DescribedTicket,
     ref: TicketRef | None,
     outcome: str | None = None,
     groups: Groups | None = None,
 ) -> list[Block]:
-    """The card of an ``uncertain`` notification: record a result, retry or abort."""
-    target = _target(payload)
-    tool = str(target.get("tool") or "?")
+    """The card of an `UncertainCall` notification: record a result, retry or abort."""
+    tool = note.tool or "?"
     blocks: list[Block] = [
         _header(f"Did it happen? {tool}"),
         _section(
@@ -419,11 +422,11 @@ def uncertain_card(
             "running it stopped). Check what really happened, then record the result, run it "
             "again, or abort it."
         ),
-        _section(code_block(target.get("args") or {})),
-        _details(payload, groups),
-        _context(f"Execution key: `{escape(str(target.get('execution_key') or '?'))}`"),
+        _section(code_block(note.args)),
+        _details(note, groups),
+        _context(f"Execution key: `{escape(note.execution_key or '?')}`"),
     ]
-    about = about_tool(payload)
+    about = about_tool(note)
     if about is not None:
         blocks.insert(1, about)
     if outcome is not None:
@@ -443,36 +446,37 @@ def uncertain_card(
     return finish(blocks)
 
 
-CARD_KINDS = ("approval_requested", "input_requested", "uncertain")
-"""Outbox kinds that post a card with buttons."""
-
-
 def card(
-    kind: str,
-    payload: Mapping[str, Any],
+    note: TicketNotification,
     ref: TicketRef | None,
     outcome: str | None = None,
     groups: Groups | None = None,
 ) -> list[Block]:
-    """The card of a notification `kind` (one of `CARD_KINDS`)."""
-    if kind == "input_requested":
-        return input_card(payload, ref, outcome, groups)
-    if kind == "uncertain":
-        return uncertain_card(payload, ref, outcome, groups)
-    return approval_card(payload, ref, outcome, groups)
+    """The card of a notification that asks for a decision."""
+    match note:
+        case ApprovalRequested():
+            return approval_card(note, ref, outcome, groups)
+        case InputRequested():
+            return input_card(note, ref, outcome, groups)
+        case UncertainCall():
+            return uncertain_card(note, ref, outcome, groups)
+        case _:
+            assert_never(note)
 
 
-def card_text(kind: str, payload: Mapping[str, Any]) -> str:
+def card_text(note: TicketNotification) -> str:
     """The notification text (fallback) of a card."""
-    tool = str(_target(payload).get("tool") or "a tool")
-    agent = str(payload.get("agent") or "an agent")
-    match kind:
-        case "input_requested":
+    tool = note.tool or "a tool"
+    agent = note.agent or "an agent"
+    match note:
+        case ApprovalRequested():
+            text = f"{agent} asks to run {tool}"
+        case InputRequested():
             text = f"{agent} needs input for {tool}"
-        case "uncertain":
+        case UncertainCall():
             text = f"{agent}: did {tool} happen? It needs a person to resolve it"
         case _:
-            text = f"{agent} asks to run {tool}"
+            assert_never(note)
     return truncate(escape(text), MAX_FALLBACK_TEXT)
 
 
@@ -489,81 +493,82 @@ _DECISIONS = {
 }
 
 
-def decided_line(payload: Mapping[str, Any]) -> str:
-    """ "Approved by @user at time" / "Denied by @user: reason", from a ``decided`` payload;
+def decided_line(note: Decided) -> str:
+    """ "Approved by @user at time" / "Denied by @user: reason", from a `Decided` note;
     an allow with edits says what changed: "Approved with changes by @ana at time: amount
     249.0 → 200.0"."""
-    decision = str(payload.get("decision") or "")
+    decision = note.decision
     head = _DECISIONS.get(decision, f"Decided ({escape(decision)})")
-    edit = payload.get("edit")
-    if decision == "allow" and isinstance(edit, Mapping):
+    edit = note.edit
+    if decision == "allow" and edit is not None:
         head += " with changes"
-    line = f"{head} by {user(payload.get('actor'))} at {when(payload.get('decided_at'))}"
-    grant = payload.get("grant")
-    if isinstance(grant, Mapping) and payload.get("by_grant"):
+    line = f"{head} by {user(note.actor)} at {when(note.decided_at)}"
+    grant = note.grant
+    if grant is not None and note.by_grant:
         line += f", with standing grant `{escape(str(grant.get('grant_id') or '?'))}`"
     elif grant:
         line += f", and {granted_text(grant)}"
-    reason = payload.get("reason")
-    if reason:
-        line += f": {escape(str(reason))}"
-    if isinstance(edit, Mapping) and edit.get("summary"):
+    if note.reason:
+        line += f": {escape(note.reason)}"
+    if edit is not None and edit.get("summary"):
         line += f": {escape(str(edit['summary']))}"
     return truncate(line, MAX_SECTION_TEXT)
 
 
-def expired_line(payload: Mapping[str, Any]) -> str:
-    """ "Expired", with what happened then, from an ``expired`` payload."""
-    action = payload.get("action")
-    if action == "escalate":
-        to = ", ".join(approver(str(a)) for a in payload.get("escalated_to") or ()) or "others"
+def expired_line(note: TicketExpired) -> str:
+    """ "Expired", with what happened then, from a `TicketExpired` note."""
+    if note.action == "escalate":
+        to = ", ".join(approver(a) for a in note.escalated_to) or "others"
         return truncate(f":hourglass: Expired without a decision; escalated to {to}", 3000)
-    if action == "cancel":
+    if note.action == "cancel":
         return ":hourglass: Expired without a decision; the run was cancelled"
     return ":hourglass: Expired without a decision; the call was denied"
 
 
-def voided_line(payload: Mapping[str, Any]) -> str:
-    """The line of a ``ticket_voided`` payload."""
-    reason = payload.get("reason")
-    suffix = f": {escape(str(reason))}" if reason else ""
+def voided_line(reason: str | None) -> str:
+    """The line of a voided ticket (a `TicketVoided` note's reason)."""
+    suffix = f": {escape(reason)}" if reason else ""
     return truncate(f":heavy_multiplication_x: Voided (the run was cancelled){suffix}", 3000)
 
 
-def outcome_line(kind: str, payload: Mapping[str, Any]) -> str:
-    """The outcome line of a ``decided``, ``expired`` or ``ticket_voided`` notification."""
-    if kind == "decided":
-        return decided_line(payload)
-    if kind == "expired":
-        return expired_line(payload)
-    return voided_line(payload)
+def outcome_line(note: OutcomeNotification) -> str:
+    """The outcome line of a notification that ends a ticket."""
+    match note:
+        case Decided():
+            return decided_line(note)
+        case TicketExpired():
+            return expired_line(note)
+        case TicketVoided():
+            return voided_line(note.reason)
+        case _:
+            assert_never(note)
 
 
 # -- batches -----------------------------------------------------------------------------
 
 
 def batch_message(
-    payload: Mapping[str, Any],
+    note: BatchOffered,
     open_ids: Sequence[str],
     ref: TicketRef | None,
     outcome: str | None = None,
 ) -> tuple[str, list[Block]]:
-    """The message of a ``batch_offered`` notification: the turn's open calls, and
+    """The message of a `BatchOffered` notification: the turn's open calls, and
     "Allow all N" / "Deny all N" (N = the open ones) whose value names the batch.
 
     Args:
-        payload: The notification payload (``ticket_ids``, ``token``, ``calls``).
+        note: The notification (its tickets, token and calls).
         open_ids: The batch's tickets still open, in order.
         ref: The batch's first ticket and its token (None: no buttons).
         outcome: A line saying what was done with the batch.
     """
-    calls = [c for c in payload.get("calls") or () if c.get("ticket_id") in open_ids]
+    calls = [c for c in note.calls if c.ticket_id in open_ids]
     count = len(calls)
-    raw_agent = str(payload.get("agent") or "the agent")
+    raw_agent = note.agent or "the agent"
     agent = escape(raw_agent)
     lines = [
-        f"• `{escape(str(c.get('tool') or '?'))}` "
-        + truncate(escape(json.dumps(c.get("args") or {}, ensure_ascii=False, default=str)), 300)
+        f"• `{escape(c.tool or '?')}` "
+        + truncate(escape(json.dumps(c.args or {}, ensure_ascii=False, default=str)), 300)
         for c in calls
     ]
     text = f"{raw_agent}: {count} calls of one turn wait for a decision"
@@ -595,12 +600,12 @@ def batch_message(
 # -- run messages ------------------------------------------------------------------------
 
 
-def finished_message(payload: Mapping[str, Any]) -> tuple[str, list[Block]]:
-    """The text and blocks of a ``run_finished`` notification: the run's final answer."""
-    status = str(payload.get("status") or "done")
-    agent = escape(str(payload.get("agent") or "The agent"))
+def finished_message(note: RunFinished) -> tuple[str, list[Block]]:
+    """The text and blocks of a `RunFinished` notification: the run's final answer."""
+    status = note.status or "done"
+    agent = escape(note.agent or "The agent")
     if status == "done":
-        raw = str(payload.get("text") or "(no answer)")
+        raw = note.text or "(no answer)"
         # Chunk before escaping so an entity is never split; each chunk still fits.
         step = MAX_SECTION_TEXT - 100
         chunks = [escape(raw[i : i + step]) for i in range(0, len(raw), step)]
@@ -608,24 +613,24 @@ def finished_message(payload: Mapping[str, Any]) -> tuple[str, list[Block]]:
         if len(chunks) > room:
             chunks = [*chunks[: room - 1], chunks[room - 1] + ELLIPSIS * 3]
         blocks = [_section(chunk) for chunk in chunks]
-        blocks.append(_context(f"{agent} finished · run `{escape(str(payload.get('run_id')))}`"))
+        blocks.append(_context(f"{agent} finished · run `{escape(note.run_id)}`"))
         return truncate(escape(raw), MAX_FALLBACK_TEXT), blocks
     if status == "failed":
-        error = escape(str(payload.get("error") or "unknown error"))
+        error = escape(note.error or "unknown error")
         text = f":x: {agent} failed: {error}"
     else:
-        reason = payload.get("reason")
+        reason = note.reason
         text = f":heavy_multiplication_x: {agent} was cancelled" + (
-            f": {escape(str(reason))}" if reason else ""
+            f": {escape(reason)}" if reason else ""
         )
     text = truncate(text, MAX_SECTION_TEXT)
     return text, [_section(text)]
 
 
-def paused_message(payload: Mapping[str, Any]) -> tuple[str, list[Block]]:
-    """The text and blocks of a ``run_paused`` notification."""
+def paused_message(note: RunPaused) -> tuple[str, list[Block]]:
+    """The text and blocks of a `RunPaused` notification."""
     text = (
-        f":double_vertical_bar: {escape(str(payload.get('agent') or 'The run'))} is paused; "
+        f":double_vertical_bar: {escape(note.agent or 'The run')} is paused; "
         "an operator can resume it from the console or with `signoff resume`."
     )
     return text, [_section(text)]

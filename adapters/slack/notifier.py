@@ -194,17 +194,20 @@ def closed_outcome(ticket: ResumeTicket) -> str:
         case TicketStatus.DECIDED:
             decision = ticket.decision
             return blocks.decided_line(
-                {
-                    "decision": decision.kind if decision is not None else None,
-                    "actor": ticket.decided_by,
-                    "decided_at": ticket.decided_at.isoformat() if ticket.decided_at else None,
-                    "reason": getattr(decision, "reason", None),
-                }
+                Decided(
+                    run_id=ticket.run_id,
+                    agent=ticket.agent,
+                    ticket_id=ticket.ticket_id,
+                    decision=decision.kind if decision is not None else "",
+                    actor=ticket.decided_by,
+                    decided_at=ticket.decided_at.isoformat() if ticket.decided_at else None,
+                    reason=getattr(decision, "reason", None),
+                )
             )
         case TicketStatus.EXPIRED:
             return ":hourglass: Expired without a decision"
         case _:
-            return blocks.voided_line({})
+            return blocks.voided_line(None)
 
 
 class SlackNotifier:
@@ -251,10 +254,10 @@ class SlackNotifier:
             case Decided() | TicketExpired() | TicketVoided():
                 return await self._update_card(note, delivery, channel)
             case RunFinished():
-                text, shown = blocks.finished_message(note.payload())
+                text, shown = blocks.finished_message(note)
                 return await self._post(note, delivery, channel, text, shown)
             case RunPaused():
-                text, shown = blocks.paused_message(note.payload())
+                text, shown = blocks.paused_message(note)
                 return await self._post(note, delivery, channel, text, shown)
             case BatchOffered():
                 return await self._post_batch(note, delivery, channel)
@@ -266,15 +269,14 @@ class SlackNotifier:
         self, note: TicketNotification, delivery: Delivery, channel: str
     ) -> dict[str, Any] | None:
         ticket = delivery.ticket
-        payload = note.payload()
         if ticket is not None and ticket.status is TicketStatus.OPEN:
             ref = TicketRef(ticket.ticket_id, ticket.correlation)
-            shown = blocks.card(note.kind, payload, ref, groups=self._groups)
+            shown = blocks.card(note, ref, groups=self._groups)
         else:
             # Decided (or expired) before its card could be posted: show how, no buttons.
             outcome = closed_outcome(ticket) if ticket is not None else None
-            shown = blocks.card(note.kind, payload, None, outcome, self._groups)
-        text = blocks.card_text(note.kind, payload)
+            shown = blocks.card(note, None, outcome, self._groups)
+        text = blocks.card_text(note)
         return await self._post(note, delivery, channel, text, shown)
 
     async def _post_batch(
@@ -285,7 +287,7 @@ class SlackNotifier:
         if len(open_ids) < 2:
             return None  # decided one by one meanwhile: nothing left to decide at once
         ref = TicketRef(note.ticket_ids[0], note.token)
-        text, shown = blocks.batch_message(note.payload(), open_ids, ref)
+        text, shown = blocks.batch_message(note, open_ids, ref)
         return await self._post(note, delivery, channel, text, shown)
 
     async def _post(
@@ -344,7 +346,7 @@ class SlackNotifier:
     async def _update_card(
         self, note: OutcomeNotification, delivery: Delivery, channel: str
     ) -> dict[str, Any] | None:
-        outcome = blocks.outcome_line(note.kind, note.payload())
+        outcome = blocks.outcome_line(note)
         card = delivery.card
         if card is not None and card.state == "pending":
             # Update the card once it is posted (the outbox delivers it first, normally).
@@ -379,9 +381,9 @@ class SlackNotifier:
 
     def _closed_card(self, card: PostedCard, outcome: str) -> list[Block]:
         if isinstance(card.note, RunPaused):
-            _text, shown = blocks.paused_message(card.note.payload())
+            _text, shown = blocks.paused_message(card.note)
             return [*shown, blocks.notice_section(outcome)]
-        return blocks.card(card.note.kind, card.note.payload(), None, outcome, self._groups)
+        return blocks.card(card.note, None, outcome, self._groups)
 
     # -- the Web API -------------------------------------------------------------------
     async def _call(

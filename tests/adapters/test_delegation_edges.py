@@ -139,9 +139,9 @@ def _note(chain: list[str]) -> ApprovalRequested:
     [(["ops", "billing"], "sub-agent of `ops`"), (["top", "ops", "billing"], "`top` → `ops`")],
 )
 def test_slack_cards_name_the_parent_chain(chain: list[str], shown: str) -> None:
-    rendered = json.dumps(blocks.approval_card(_note(chain).payload(), None), ensure_ascii=False)
+    rendered = json.dumps(blocks.approval_card(_note(chain), None), ensure_ascii=False)
     assert shown in rendered
-    assert "sub-agent" not in json.dumps(blocks.approval_card(_note([]).payload(), None))
+    assert "sub-agent" not in json.dumps(blocks.approval_card(_note([]), None))
 
 
 def test_discord_cards_name_the_parent_chain() -> None:

@@ -36,7 +36,7 @@ async def test_an_mcp_approval_card_shows_the_tools_description_and_server(
     assert (note.tool_description, note.tool_server) == ("Deploy a service.", "infra")
     payload = note.payload()
 
-    slack = blocks.approval_card(payload, blocks.TicketRef(entry.ticket_id, "c" * 43))
+    slack = blocks.approval_card(note, blocks.TicketRef(entry.ticket_id, "c" * 43))
     [about] = [b for b in slack if b["type"] == "context" and "MCP server" in json.dumps(b)]
     assert [e["text"] for e in about["elements"]] == ["Deploy a service.", "MCP server `infra`"]
 

@@ -11,11 +11,23 @@ from hypothesis import strategies as st
 
 from adapters.slack import blocks, modals
 from adapters.slack.blocks import TicketRef
+from runtime.notifications import (
+    CARD_KINDS,
+    ApprovalRequested,
+    Decided,
+    InputRequested,
+    RunFinished,
+    TicketExpired,
+    TicketNotification,
+    TicketVoided,
+    UncertainCall,
+    read_notification,
+)
 
 REF = TicketRef("tk_0123456789abcdef0123", "A" * 43)
 
 
-def payload(args: Any, **extra: Any) -> dict[str, Any]:
+def fields(args: Any, **extra: Any) -> dict[str, Any]:
     return {
         "run_id": "run_1",
         "agent": "bank",
@@ -28,6 +40,16 @@ def payload(args: Any, **extra: Any) -> dict[str, Any]:
         "deadline": "2026-01-01T00:10:00+00:00",
         **extra,
     }
+
+
+def payload(args: Any, **extra: Any) -> ApprovalRequested:
+    return ApprovalRequested.model_validate(fields(args, **extra))
+
+
+def note(kind: str, args: Any, **extra: Any) -> TicketNotification:
+    read = read_notification(kind, fields(args, **extra))
+    assert isinstance(read, ApprovalRequested | InputRequested | UncertainCall)
+    return read
 
 
 def check_limits(message: list[dict[str, Any]]) -> None:
@@ -83,29 +105,39 @@ def test_foreign_button_values_are_not_ours(value: Any) -> None:
 
 
 def test_closed_cards_have_no_buttons_and_say_how() -> None:
-    decided = {
-        "decision": "deny",
-        "actor": "U2",
-        "decided_at": "2026-01-01T00:05:00+00:00",
-        "reason": "too <much>",
-    }
-    line = blocks.outcome_line("decided", decided)
+    decided = Decided(
+        run_id="run_1",
+        ticket_id=REF.ticket_id,
+        decision="deny",
+        actor="U2",
+        decided_at="2026-01-01T00:05:00+00:00",
+        reason="too <much>",
+    )
+    line = blocks.outcome_line(decided)
     assert line.startswith(":no_entry: Denied by <@U2> at <!date^") and "too &lt;much&gt;" in line
     card = blocks.approval_card(payload({}), None, line)
     assert not any(b["type"] == "actions" for b in card)
-    assert "Expired" in blocks.outcome_line("expired", {"action": "deny"})
-    escalated = blocks.outcome_line("expired", {"action": "escalate", "escalated_to": ["U9"]})
+    expired = TicketExpired(run_id="run_1", ticket_id=REF.ticket_id, action="deny")
+    assert "Expired" in blocks.outcome_line(expired)
+    escalated = blocks.outcome_line(
+        TicketExpired(
+            run_id="run_1", ticket_id=REF.ticket_id, action="escalate", escalated_to=["U9"]
+        )
+    )
     assert "escalated to <@U9>" in escalated
-    assert "Voided" in blocks.outcome_line("ticket_voided", {"reason": "stop"})
+    voided = TicketVoided(run_id="run_1", ticket_id=REF.ticket_id, reason="stop")
+    assert "Voided" in blocks.outcome_line(voided)
 
 
 def test_final_answer_is_split_within_limits() -> None:
     text, message = blocks.finished_message(
-        {"status": "done", "text": "word " * 60_000, "agent": "bank", "run_id": "run_1"}
+        RunFinished(status="done", text="word " * 60_000, agent="bank", run_id="run_1")
     )
     check_limits(message)
     assert len(text) <= 3000 and len(message) == blocks.MAX_BLOCKS
-    failed, _ = blocks.finished_message({"status": "failed", "error": "boom", "agent": "bank"})
+    failed, _ = blocks.finished_message(
+        RunFinished(status="failed", error="boom", agent="bank", run_id="run_1")
+    )
     assert "failed: boom" in failed
 
 
@@ -122,7 +154,7 @@ def test_final_answer_is_split_within_limits() -> None:
     reason=st.text(max_size=4000),
 )
 def test_any_card_fits_block_kit(args: Any, tool: str, reason: str) -> None:
-    for kind in blocks.CARD_KINDS:
+    for kind in CARD_KINDS:
         target = {
             "tool": tool,
             "args": args,
@@ -130,8 +162,8 @@ def test_any_card_fits_block_kit(args: Any, tool: str, reason: str) -> None:
             "prompt": reason,
             "execution_key": tool,
         }
-        check_limits(blocks.card(kind, payload(args, target=target), REF))
-        assert len(blocks.card_text(kind, payload(args, target=target))) <= 3000
+        check_limits(blocks.card(note(kind, args, target=target), REF))
+        assert len(blocks.card_text(note(kind, args, target=target))) <= 3000
 
 
 def test_input_modal_from_a_json_schema() -> None:
