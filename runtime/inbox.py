@@ -218,34 +218,6 @@ class Inbox:
         found = actor(ticket)
         return found if isinstance(found, Actor) else await found
 
-    async def receive(
-        self,
-        ticket_id: str,
-        answer: Answer,
-        actor: Actor,
-        *,
-        correlation: str,
-        source: str,
-        delivery_id: str,
-        reply: dict[str, Any] | None,
-    ) -> bool:
-        """Store a decision unchecked; False if this delivery was stored before."""
-        item = self._received(
-            ticket_id,
-            answer,
-            actor,
-            correlation,
-            source,
-            delivery_id,
-            reply,
-            self._deps.clock.now(),
-        )
-        try:
-            async with self._deps.store.transaction() as tx:
-                return await tx.insert_received(item)
-        except DuplicateKey:
-            return False
-
     async def apply_received(self, limit: int) -> list[ReceivedOutcome]:
         """Apply stored decisions, oldest first, each exactly once."""
         deps = self._deps

@@ -503,20 +503,6 @@ class Runtime:
         _, command = await self._decisions.command_for(ticket_id, answer, actor, correlation)
         return await self.submit(command, resume=resume)
 
-    async def check(
-        self, ticket_id: str, answer: Answer, actor: Actor, *, correlation: str
-    ) -> ResumeTicket:
-        """Validate a decision without applying it (a chat edge does this before acking).
-
-        Raises the same errors as `decide` would and changes nothing.
-
-        Returns:
-            The committed ticket the decision is about.
-        """
-        ticket, command = await self._decisions.command_for(ticket_id, answer, actor, correlation)
-        self._decisions.validate(command, ticket)
-        return ticket
-
     async def accept(
         self,
         ticket_id: str,
@@ -561,44 +547,6 @@ class Runtime:
         answer's content. Changes nothing.
         """
         return await self._inbox.may_answer(ticket_id, kind, actor, correlation=correlation)
-
-    async def receive(
-        self,
-        ticket_id: str,
-        answer: Answer,
-        actor: Actor,
-        *,
-        correlation: str,
-        source: str,
-        delivery_id: str,
-        reply: dict[str, Any] | None = None,
-    ) -> bool:
-        """Store a decision durably, to be applied later by `apply_received`.
-
-        A chat edge calls this before acknowledging a click, so that a crash after the
-        acknowledgement cannot lose it. One short transaction.
-
-        Args:
-            ticket_id: The ticket the click names.
-            answer: The typed answer.
-            actor: The authenticated user.
-            correlation: The token the click carried.
-            source: The platform, e.g. ``slack``.
-            delivery_id: The platform's id of this delivery (retries repeat it).
-            reply: Anything the edge wants back with the outcome (e.g. a response URL).
-
-        Returns:
-            False if this delivery was received before (a retry); nothing is stored then.
-        """
-        return await self._inbox.receive(
-            ticket_id,
-            answer,
-            actor,
-            correlation=correlation,
-            source=source,
-            delivery_id=delivery_id,
-            reply=reply,
-        )
 
     async def apply_received(self, limit: int = 20) -> list[ReceivedOutcome]:
         """Apply stored decisions, oldest first, each exactly once.

@@ -5,18 +5,17 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import pytest
-
 from runtime import (
+    Accepted,
     Actor,
     Agent,
     Allow,
     Deny,
     NotAwaiting,
+    RefusalReason,
+    Refused,
     RunStatus,
     ScriptedModel,
-    Unauthorized,
-    UnknownTicket,
     final_reply,
     tool_call_reply,
 )
@@ -47,7 +46,7 @@ async def test_a_received_click_is_applied_once_by_another_process(
 ) -> None:
     ran: list[int] = []
     first, ticket = await parked(runtime_factory, ran)
-    stored = await first.receive(
+    stored = await first.accept(
         ticket.ticket_id,
         Allow(),
         Actor(id="U1", platform="slack"),
@@ -56,7 +55,7 @@ async def test_a_received_click_is_applied_once_by_another_process(
         delivery_id="click-1",
         reply={"response_url": "http://127.0.0.1/r"},
     )
-    assert stored
+    assert stored == Accepted(ticket, stored=True)
     # Nothing is applied until someone applies it: the run is still parked.
     assert (await first.get(ticket.run_id)).status is RunStatus.AWAITING
 
@@ -73,8 +72,8 @@ async def test_a_retried_delivery_is_stored_once(runtime_factory: Any) -> None:
     ran: list[int] = []
     rt, ticket = await parked(runtime_factory, ran)
     actor = Actor(id="U1", platform="slack")
-    for _ in range(3):
-        await rt.receive(
+    stored = [
+        await rt.accept(
             ticket.ticket_id,
             Allow(),
             actor,
@@ -82,6 +81,9 @@ async def test_a_retried_delivery_is_stored_once(runtime_factory: Any) -> None:
             source="slack",
             delivery_id="same",
         )
+        for _ in range(3)
+    ]
+    assert stored == [Accepted(ticket, stored=True)] + [Accepted(ticket, stored=False)] * 2
     outcomes = await rt.apply_received()
     assert len(outcomes) == 1 and outcomes[0].applied
 
@@ -91,9 +93,9 @@ async def test_the_loser_of_two_clicks_is_refused_and_changes_nothing(
 ) -> None:
     ran: list[int] = []
     rt, ticket = await parked(runtime_factory, ran)
-    await asyncio.gather(
+    accepted = await asyncio.gather(
         *(
-            rt.receive(
+            rt.accept(
                 ticket.ticket_id,
                 answer,
                 Actor(id="U1", platform="slack"),
@@ -105,6 +107,8 @@ async def test_the_loser_of_two_clicks_is_refused_and_changes_nothing(
             for n, answer in enumerate([Allow(), Deny(reason="no")])
         )
     )
+    # Both pass the check: neither is applied before the other is stored.
+    assert accepted == [Accepted(ticket, stored=True)] * 2
     outcomes = await rt.apply_received()
     assert [o.applied for o in outcomes] == [True, False]
     assert isinstance(outcomes[1].error, NotAwaiting)
@@ -122,19 +126,35 @@ async def test_the_loser_of_two_clicks_is_refused_and_changes_nothing(
     assert refused[0].payload["error"] == "not_awaiting"
 
 
-async def test_check_refuses_without_storing_anything(runtime_factory: Any, snapshot: Any) -> None:
+async def test_a_refused_click_is_not_stored_and_an_accepted_one_names_its_ticket(
+    runtime_factory: Any, snapshot: Any
+) -> None:
     ran: list[int] = []
     rt, ticket = await parked(runtime_factory, ran)
     before = await snapshot(ticket.run_id)
-    with pytest.raises(Unauthorized, match="who may: U1"):
-        await rt.check(ticket.ticket_id, Allow(), Actor(id="U2"), correlation=ticket.correlation)
-    with pytest.raises(NotAwaiting):
-        await rt.check(ticket.ticket_id, Allow(), Actor(id="U1"), correlation="forged")
-    with pytest.raises(UnknownTicket):
-        await rt.check("tk_nope", Allow(), Actor(id="U1"), correlation=ticket.correlation)
-    checked = await rt.check(
-        ticket.ticket_id, Allow(), Actor(id="U1"), correlation=ticket.correlation
-    )
-    assert checked.ticket_id == ticket.ticket_id
+
+    async def accept(ticket_id: str, actor: str, correlation: str, n: int) -> Any:
+        return await rt.accept(
+            ticket_id,
+            Allow(),
+            Actor(id=actor),
+            correlation=correlation,
+            source="slack",
+            delivery_id=f"click-{n}",
+        )
+
+    stranger = await accept(ticket.ticket_id, "U2", ticket.correlation, 1)
+    assert isinstance(stranger, Refused)
+    assert stranger.refusal.reason is RefusalReason.UNAUTHORIZED
+    assert "who may: U1" in stranger.refusal.message
+    forged = await accept(ticket.ticket_id, "U1", "forged", 2)
+    assert isinstance(forged, Refused) and forged.refusal.reason is RefusalReason.MISMATCH
+    unknown = await accept("tk_nope", "U1", ticket.correlation, 3)
+    assert isinstance(unknown, Refused)
+    assert unknown.refusal.reason is RefusalReason.UNKNOWN_TICKET
     assert await snapshot(ticket.run_id) == before
     assert await rt.apply_received() == []
+    accepted = await accept(ticket.ticket_id, "U1", ticket.correlation, 4)
+    assert isinstance(accepted, Accepted) and accepted.ticket is not None
+    assert accepted.ticket.ticket_id == ticket.ticket_id
+    assert await snapshot(ticket.run_id) == before  # stored, not applied
