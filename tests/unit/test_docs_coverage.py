@@ -161,3 +161,31 @@ def test_every_page_is_in_the_index_and_on_the_front_page() -> None:
 
     assert pages_there - index == set(), "pages missing from docs/README.md"
     assert {f"docs/{name}" for name in pages_there} - front == set(), "pages missing from README"
+
+
+def test_every_command_and_option_of_the_cli_is_documented() -> None:
+    import click
+
+    from bot.cli import cli
+
+    text = documented_text()
+    missing = []
+
+    def walk(command: click.Command, path: str) -> None:
+        if f"`{path}" not in text:
+            missing.append(path)
+        for param in command.params:
+            missing.extend(
+                f"{path} {opt}"
+                for opt in (*param.opts, *param.secondary_opts)
+                if opt.startswith("--")
+                and opt != "--help"
+                and not re.search(rf"(?<![\w-]){opt}(?![\w-])", text)
+            )
+        if isinstance(command, click.Group):
+            for name, sub in command.commands.items():
+                walk(sub, f"{path} {name}")
+
+    walk(cli, "signoff")
+
+    assert not missing, f"not documented in README.md or docs/: {missing}"
