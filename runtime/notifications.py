@@ -108,6 +108,12 @@ class DescribedTicket(_Note):
         return self._said("prompt")
 
     @property
+    def form_schema(self) -> dict[str, Any]:
+        """For an input request: the JSON schema of the form it asks to fill."""
+        schema = self.target.get("schema")
+        return dict(schema) if isinstance(schema, dict) else {}
+
+    @property
     def execution_key(self) -> str | None:
         """For an uncertain call: the key its execution was started with."""
         return self._said("execution_key")

@@ -1,10 +1,10 @@
 """Discord messages built from runtime notifications: pure functions returning REST bodies.
 
-- `card`: the message of a pending ticket (``approval_requested``, ``input_requested``,
-  ``uncertain``): an embed with the agent, tool, arguments, requester, who may decide
+- `card`: the message of a pending ticket (`ApprovalRequested`, `InputRequested`,
+  `UncertainCall`): an embed with the agent, tool, arguments, requester, who may decide
   and the deadline, and the buttons; with an `Outcome` the same card decided (buttons
   disabled, who decided and when).
-- `outcome`: what a ``decided`` / ``expired`` / ``ticket_voided`` notification says.
+- `outcome`: what a `Decided` / `TicketExpired` / `TicketVoided` notification says.
 - `finished_message`, `paused_message`, `started_text`: the other messages of a run.
 - `pending_embed`, `status_embed`: the ephemeral answers of ``/agent pending|status``.
 
@@ -19,14 +19,28 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, assert_never
 
 from adapters.discord.custom_ids import Action, BatchClick, TicketClick
 from adapters.discord.forms import clip, fits_modal, form_fields
 from runtime import PendingEntry, RunResult
+from runtime.notifications import (
+    ApprovalRequested,
+    BatchOffered,
+    Decided,
+    DescribedTicket,
+    InputRequested,
+    OutcomeNotification,
+    RunFinished,
+    RunPaused,
+    TicketExpired,
+    TicketNotification,
+    TicketVoided,
+    UncertainCall,
+)
 from runtime.tickets import describe_chain, describe_deciders
 
 CONTENT_LENGTH = 2000
@@ -48,11 +62,6 @@ COLOR_ALLOWED = 0x2ECC71
 COLOR_DENIED = 0xE74C3C
 COLOR_NEUTRAL = 0x95A5A6
 COLOR_INFO = 0x3498DB
-
-CARD_KINDS = ("approval_requested", "input_requested", "uncertain")
-"""Notifications that post a card with buttons."""
-OUTCOME_KINDS = ("decided", "expired", "ticket_voided")
-"""Notifications that edit a card."""
 
 # Discord button styles: 1 primary, 2 secondary, 3 success, 4 danger, 5 link.
 BUTTONS: dict[Action, tuple[int, str]] = {
@@ -106,17 +115,16 @@ def approver(entry: str, role_groups: Mapping[str, Sequence[str]]) -> str:
     return user(entry)
 
 
-def agent_label(agent: str, payload: Mapping[str, Any]) -> str:
+def agent_label(note: DescribedTicket) -> str:
     """The asking agent; for a sub-agent's request, with the agents that delegated to it."""
-    above = describe_chain([str(a) for a in payload.get("chain") or ()], escape)
-    return f"{escape(agent)}, sub-agent of {above}" if above else escape(agent)
+    above = describe_chain(note.chain, escape)
+    return f"{escape(note.agent)}, sub-agent of {above}" if above else escape(note.agent)
 
 
-def tool_label(tool: str, payload: Mapping[str, Any]) -> str:
+def tool_label(tool: str, note: DescribedTicket) -> str:
     """The tool, and for an MCP tool the server it comes from."""
-    server = payload.get("tool_server")
-    if server:
-        return f"{code(tool)} (MCP server {code(clip(str(server), 100))})"
+    if note.tool_server:
+        return f"{code(tool)} (MCP server {code(clip(note.tool_server, 100))})"
     return code(tool)
 
 
@@ -238,8 +246,7 @@ class Outcome:
 
 
 def card(
-    kind: str,
-    payload: Mapping[str, Any],
+    note: TicketNotification,
     correlation: str,
     *,
     role_groups: Mapping[str, Sequence[str]] | None = None,
@@ -249,8 +256,7 @@ def card(
     """The message of a pending ticket, or of the same ticket decided (with `outcome`).
 
     Args:
-        kind: ``approval_requested``, ``input_requested`` or ``uncertain``.
-        payload: The notification's payload (`runtime` ticket payload plus run and agent).
+        note: The notification that asks for a decision.
         correlation: The ticket's correlation token, carried by every button.
         role_groups: Group names mapped to role ids, to show approvers as role mentions.
         console_url: Base URL of the web console for forms too large for a modal.
@@ -260,18 +266,17 @@ def card(
         A ``POST /channels/{id}/messages`` (or ``PATCH``) body.
     """
     groups = role_groups or {}
-    target = payload.get("target") or {}
-    ticket_id = str(payload["ticket_id"])
-    run_id = str(payload.get("run_id", ""))
-    agent = str(payload.get("agent", ""))
-    tool = str(target.get("tool", ""))
-    requester = payload.get("requester")
+    ticket_id = note.ticket_id
+    run_id = note.run_id
+    agent = note.agent
+    tool = note.tool or ""
+    requester = note.requester
     fields = [
-        _field("Agent", agent_label(agent, payload)),
-        _field("Tool", tool_label(tool, payload)),
+        _field("Agent", agent_label(note)),
+        _field("Tool", tool_label(tool, note)),
         _field("Requested by", user(requester)),
     ]
-    described = " ".join(str(payload.get("tool_description") or "").split())
+    described = " ".join((note.tool_description or "").split())
     if described:
         fields.append(
             _field("What it does", escape(clip(described, TOOL_DESCRIPTION_LENGTH)), inline=False)
@@ -284,76 +289,36 @@ def card(
     def click(action: Action) -> TicketClick:
         return TicketClick(action, ticket_id, correlation)
 
-    if kind == "input_requested":
-        title = f"Input needed: {tool}"
-        schema = target.get("schema") or {}
-        listed = form_fields(schema)
-        lines = [
-            f"• **{escape(f.label)}**{' (required)' if f.required else ''}: {escape(f.placeholder)}"
-            for f in listed
-        ]
-        description = escape(str(target.get("prompt", ""))[:1500])
-        if lines:
-            description += "\n\n" + "\n".join(lines[:20])
-        buttons = []
-        if fits_modal(schema):
-            buttons.append(_button(click(Action.INPUT), disabled=disabled))
-        else:
-            where = f"/runs/{run_id}"
-            description += (
-                f"\n\nThis form has {len(listed)} fields, more than a Discord form holds: "
-                f"answer it in the web console at {code(where)}, or with "
-                f"{code(f'signoff answer {ticket_id} --data JSON')}."
-            )
-            if console_url:
-                url = console_url.rstrip("/") + where
-                buttons.append(_link("Answer in the console", url, disabled=disabled))
-        buttons.append(_button(click(Action.DENY), disabled=disabled))
-        color = COLOR_INFO
-    elif kind == "uncertain":
-        title = f"Did it happen? {tool}"
-        description = (
-            "The bot stopped while this call was running, so nobody knows whether it "
-            "took effect. Check the system it acts on, then record what happened, run it "
-            "again, or give up.\n" + args_block(target.get("args", {}))
-        )
-        key = target.get("execution_key")
-        if key:
-            fields.append(_field("Execution key", code(str(key)), inline=False))
-        buttons = [
-            _button(click(Action.RESULT), disabled=disabled),
-            _button(click(Action.RETRY), disabled=disabled),
-            _button(click(Action.ABORT), disabled=disabled),
-        ]
-        color = COLOR_PENDING
-    else:
-        title = f"Approval needed: {tool}"
-        description = args_block(target.get("args", {}))
-        reason = target.get("reason")
-        if reason:
-            fields.append(_field("Why", escape(str(reason)), inline=False))
-        buttons = [
-            _button(click(Action.ALLOW), disabled=disabled),
-            _button(click(Action.DENY), disabled=disabled),
-            _button(click(Action.REASON), disabled=disabled),
-        ]
-        granting = [_button(click(a), disabled=disabled) for a in grant_actions(payload)]
-        if payload.get("editable"):
-            buttons.append(_button(click(Action.EDIT), disabled=disabled))
-        color = COLOR_PENDING
+    match note:
+        case InputRequested():
+            title, description, buttons, color = _input_body(note, click, disabled, console_url)
+        case UncertainCall():
+            title, description, buttons, color = _uncertain_body(note, click, disabled, fields)
+        case ApprovalRequested():
+            title = f"Approval needed: {tool}"
+            description = args_block(note.args)
+            if note.why:
+                fields.append(_field("Why", escape(note.why), inline=False))
+            buttons = [
+                _button(click(Action.ALLOW), disabled=disabled),
+                _button(click(Action.DENY), disabled=disabled),
+                _button(click(Action.REASON), disabled=disabled),
+            ]
+            granting = [_button(click(a), disabled=disabled) for a in grant_actions(note)]
+            if note.editable:
+                buttons.append(_button(click(Action.EDIT), disabled=disabled))
+            color = COLOR_PENDING
+        case _:
+            assert_never(note)
     fields.append(
         _field(
             "Who may decide",
-            who_may_decide(
-                [str(e) for e in payload.get("deciders") or ()],
-                bool(payload.get("four_eyes")),
-                groups,
-            ),
+            who_may_decide(note.deciders, note.four_eyes, groups),
             inline=False,
         )
     )
-    if payload.get("deadline"):
-        fields.append(_field("Deadline", when(payload.get("deadline")), inline=False))
+    if note.deadline:
+        fields.append(_field("Deadline", when(note.deadline), inline=False))
     if outcome is not None:
         fields.append(_field("Outcome", outcome.text, inline=False))
         color = outcome.color
@@ -371,9 +336,9 @@ def card(
     )
     mentions: dict[str, Any] = dict(NO_MENTIONS)
     content = ""
-    if requester and str(requester).isdigit() and outcome is None:
+    if requester and requester.isdigit() and outcome is None:
         content = f"<@{requester}> **{escape(agent)}** is waiting for a decision."
-        mentions = {"parse": [], "users": [str(requester)]}
+        mentions = {"parse": [], "users": [requester]}
     elif outcome is None:
         content = f"**{escape(agent)}** is waiting for a decision."
     else:
@@ -386,10 +351,73 @@ def card(
     }
 
 
-def grant_actions(payload: Mapping[str, Any]) -> list[Action]:
-    """The grant buttons a card offers: as far as its tool allows (the payload's
+_Body = tuple[str, str, list[dict[str, Any]], int]
+"""A card's title, description, buttons and colour."""
+
+
+def _input_body(
+    note: InputRequested,
+    click: Callable[[Action], TicketClick],
+    disabled: bool,
+    console_url: str | None,
+) -> _Body:
+    """An input request's card: the form's fields, and a button that opens it (or a link
+    to the console when it does not fit a Discord form)."""
+    tool = note.tool or ""
+    ticket_id = note.ticket_id
+    schema = note.form_schema
+    listed = form_fields(schema)
+    lines = [
+        f"• **{escape(f.label)}**{' (required)' if f.required else ''}: {escape(f.placeholder)}"
+        for f in listed
+    ]
+    description = escape((note.prompt or "")[:1500])
+    if lines:
+        description += "\n\n" + "\n".join(lines[:20])
+    buttons = []
+    if fits_modal(schema):
+        buttons.append(_button(click(Action.INPUT), disabled=disabled))
+    else:
+        where = f"/runs/{note.run_id}"
+        description += (
+            f"\n\nThis form has {len(listed)} fields, more than a Discord form holds: "
+            f"answer it in the web console at {code(where)}, or with "
+            f"{code(f'signoff answer {ticket_id} --data JSON')}."
+        )
+        if console_url:
+            url = console_url.rstrip("/") + where
+            buttons.append(_link("Answer in the console", url, disabled=disabled))
+    buttons.append(_button(click(Action.DENY), disabled=disabled))
+    return f"Input needed: {tool}", description, buttons, COLOR_INFO
+
+
+def _uncertain_body(
+    note: UncertainCall,
+    click: Callable[[Action], TicketClick],
+    disabled: bool,
+    fields: list[dict[str, Any]],
+) -> _Body:
+    """An uncertain call's card: record what happened, run it again or give up (its
+    execution key joins `fields`)."""
+    description = (
+        "The bot stopped while this call was running, so nobody knows whether it "
+        "took effect. Check the system it acts on, then record what happened, run it "
+        "again, or give up.\n" + args_block(note.args)
+    )
+    if note.execution_key:
+        fields.append(_field("Execution key", code(note.execution_key), inline=False))
+    buttons = [
+        _button(click(Action.RESULT), disabled=disabled),
+        _button(click(Action.RETRY), disabled=disabled),
+        _button(click(Action.ABORT), disabled=disabled),
+    ]
+    return f"Did it happen? {note.tool or ''}", description, buttons, COLOR_PENDING
+
+
+def grant_actions(note: DescribedTicket) -> list[Action]:
+    """The grant buttons a card offers: as far as its tool allows (the note's
     ``grants``), for the rest of the run and in the thread for some hours."""
-    offered = payload.get("grants") or ()
+    offered = note.grants
     found = []
     if "run" in offered:
         found.append(Action.GRANT_RUN)
@@ -398,13 +426,13 @@ def grant_actions(payload: Mapping[str, Any]) -> list[Action]:
     return found
 
 
-def granted_text(payload: Mapping[str, Any]) -> str:
-    """How a ``decided`` payload's standing grant reads on its card ("" without one)."""
-    grant = payload.get("grant")
-    if not isinstance(grant, Mapping):
+def granted_text(note: Decided) -> str:
+    """How a `Decided` note's standing grant reads on its card ("" without one)."""
+    grant = note.grant
+    if grant is None:
         return ""
     grant_id = code(str(grant.get("grant_id") or "?"))
-    if payload.get("by_grant"):
+    if note.by_grant:
         return f"\nWith standing grant {grant_id}"
     where = "in this thread" if grant.get("scope") == "thread" else "for the rest of this run"
     text = f"\nAnd {where} (grant {grant_id}"
@@ -413,70 +441,79 @@ def granted_text(payload: Mapping[str, Any]) -> str:
     return text + ")"
 
 
-def _by(payload: Mapping[str, Any]) -> str:
-    who = user(payload.get("actor"))
-    platform = payload.get("platform")
+def _by(note: Decided) -> str:
+    who = user(note.actor)
+    platform = note.platform
     if platform and platform != "discord":
-        who += f" via {escape(str(platform))}"
-    return f"{who} · {when(payload.get('decided_at'))}"
+        who += f" via {escape(platform)}"
+    return f"{who} · {when(note.decided_at)}"
 
 
 def outcome(
-    kind: str, payload: Mapping[str, Any], role_groups: Mapping[str, Sequence[str]] | None = None
+    note: OutcomeNotification, role_groups: Mapping[str, Sequence[str]] | None = None
 ) -> Outcome:
-    """What a ``decided``, ``expired`` or ``ticket_voided`` notification says."""
-    groups = role_groups or {}
-    if kind == "decided":
-        decision = payload.get("decision")
-        reason = payload.get("reason")
-        shown = {
-            "allow": ("✅ Allowed by", COLOR_ALLOWED),
-            "deny": ("⛔ Denied by", COLOR_DENIED),
-            "input": ("📝 Answered by", COLOR_ALLOWED),
-            "resolve": ("📝 Result recorded by", COLOR_ALLOWED),
-            "retry": ("🔁 Retry accepted by", COLOR_ALLOWED),
-            "abort": ("🛑 Aborted by", COLOR_DENIED),
-        }.get(str(decision), (f"Decided ({escape(str(decision))}) by", COLOR_NEUTRAL))
-        edit = payload.get("edit")
-        head = shown[0]
-        if decision == "allow" and isinstance(edit, Mapping):
-            head = "✅ Allowed with changes by"
-        text = f"{head} {_by(payload)}{granted_text(payload)}"
-        if reason:
-            text += f"\nReason: {escape(str(reason))}"
-        if isinstance(edit, Mapping) and edit.get("summary"):
-            text += f"\nChanged: {escape(str(edit['summary']))}"
-        return Outcome(clip(text, FIELD_VALUE_LENGTH), shown[1])
-    if kind == "expired":
-        action = payload.get("action")
-        if action == "escalate":
-            to = ", ".join(approver(str(e), groups) for e in payload.get("escalated_to") or [])
-            return Outcome(f"⏰ Expired without a decision; escalated to {to}", COLOR_NEUTRAL)
-        if action == "cancel":
-            return Outcome("⏰ Expired without a decision; the run was cancelled", COLOR_DENIED)
-        return Outcome("⏰ Expired without a decision; the call was denied", COLOR_DENIED)
-    reason = payload.get("reason")
-    text = "✖️ Withdrawn" + (f": {escape(str(reason))}" if reason else "")
-    return Outcome(clip(text, FIELD_VALUE_LENGTH), COLOR_NEUTRAL)
+    """What a notification that ends a ticket says."""
+    match note:
+        case Decided():
+            return _decided(note)
+        case TicketExpired():
+            return _expired(note, role_groups or {})
+        case TicketVoided():
+            text = "✖️ Withdrawn" + (f": {escape(note.reason)}" if note.reason else "")
+            return Outcome(clip(text, FIELD_VALUE_LENGTH), COLOR_NEUTRAL)
+        case _:
+            assert_never(note)
+
+
+def _decided(note: Decided) -> Outcome:
+    decision = note.decision
+    reason = note.reason
+    shown = {
+        "allow": ("✅ Allowed by", COLOR_ALLOWED),
+        "deny": ("⛔ Denied by", COLOR_DENIED),
+        "input": ("📝 Answered by", COLOR_ALLOWED),
+        "resolve": ("📝 Result recorded by", COLOR_ALLOWED),
+        "retry": ("🔁 Retry accepted by", COLOR_ALLOWED),
+        "abort": ("🛑 Aborted by", COLOR_DENIED),
+    }.get(decision, (f"Decided ({escape(decision)}) by", COLOR_NEUTRAL))
+    edit = note.edit
+    head = shown[0]
+    if decision == "allow" and edit is not None:
+        head = "✅ Allowed with changes by"
+    text = f"{head} {_by(note)}{granted_text(note)}"
+    if reason:
+        text += f"\nReason: {escape(reason)}"
+    if edit is not None and edit.get("summary"):
+        text += f"\nChanged: {escape(str(edit['summary']))}"
+    return Outcome(clip(text, FIELD_VALUE_LENGTH), shown[1])
+
+
+def _expired(note: TicketExpired, groups: Mapping[str, Sequence[str]]) -> Outcome:
+    if note.action == "escalate":
+        to = ", ".join(approver(e, groups) for e in note.escalated_to)
+        return Outcome(f"⏰ Expired without a decision; escalated to {to}", COLOR_NEUTRAL)
+    if note.action == "cancel":
+        return Outcome("⏰ Expired without a decision; the run was cancelled", COLOR_DENIED)
+    return Outcome("⏰ Expired without a decision; the call was denied", COLOR_DENIED)
 
 
 def batch_message(
-    payload: Mapping[str, Any], open_ids: Sequence[str], *, settled: str | None = None
+    note: BatchOffered, open_ids: Sequence[str], *, settled: str | None = None
 ) -> dict[str, Any]:
-    """The message of a ``batch_offered`` notification: the turn's open calls with "Allow
+    """The message of a `BatchOffered` notification: the turn's open calls with "Allow
     all N" and "Deny all N" (N = the open ones), or, `settled`, what was done with it
     (buttons disabled)."""
-    calls = [c for c in payload.get("calls") or () if c.get("ticket_id") in open_ids]
+    calls = [c for c in note.calls if c.ticket_id in open_ids]
     count = len(calls)
-    ticket_id = str((payload.get("ticket_ids") or [""])[0])
-    token = str(payload.get("token", ""))
+    ticket_id = (note.ticket_ids or [""])[0]
+    token = note.token
     lines = [
-        f"• {code(str(c.get('tool', '')))} "
-        + code(clip(json.dumps(c.get("args") or {}, ensure_ascii=False, default=str), 200))
+        f"• {code(c.tool or '')} "
+        + code(clip(json.dumps(c.args or {}, ensure_ascii=False, default=str), 200))
         for c in calls
     ]
     description = (
-        f"**{escape(str(payload.get('agent', '')))}** asked for these in one turn; each has "
+        f"**{escape(note.agent)}** asked for these in one turn; each has "
         "its card above.\n" + "\n".join(lines) + "\n\nDeciding all of them decides each on "
         "its own: one that cannot be decided (already decided, not yours) stays as it is."
     )
@@ -489,7 +526,7 @@ def batch_message(
             "description": description,
             "color": COLOR_NEUTRAL if settled is not None else COLOR_PENDING,
             "fields": fields,
-            "footer": {"text": f"run {payload.get('run_id', '')} · batch {ticket_id}"},
+            "footer": {"text": f"run {note.run_id} · batch {ticket_id}"},
         }
     )
     disabled = settled is not None
@@ -511,46 +548,46 @@ def batch_message(
     }
 
 
-def outcome_message(payload: Mapping[str, Any], result: Outcome) -> dict[str, Any]:
+def outcome_message(note: OutcomeNotification, result: Outcome) -> dict[str, Any]:
     """A new message saying how a ticket ended (when its card cannot be edited)."""
-    ticket = payload.get("ticket_id", "")
+    ticket = note.ticket_id
     embed = fit_embed(
         {
-            "title": f"{payload.get('agent', '')}: ticket {ticket}",
+            "title": f"{note.agent}: ticket {ticket}",
             "description": result.text,
             "color": result.color,
-            "footer": {"text": f"run {payload.get('run_id', '')} · ticket {ticket}"},
+            "footer": {"text": f"run {note.run_id} · ticket {ticket}"},
         }
     )
     return {"content": "", "embeds": [embed], "allowed_mentions": NO_MENTIONS}
 
 
-def finished_message(payload: Mapping[str, Any]) -> dict[str, Any]:
+def finished_message(note: RunFinished) -> dict[str, Any]:
     """The message of a finished run: its answer, its error, or why it was cancelled."""
-    agent = escape(str(payload.get("agent", "")))
-    run_id = str(payload.get("run_id", ""))
-    status = payload.get("status")
+    agent = escape(note.agent)
+    run_id = note.run_id
+    status = note.status
     if status == "done":
         embed = {
-            "title": f"{payload.get('agent', '')} finished",
-            "description": str(payload.get("text") or "(no answer)"),
+            "title": f"{note.agent} finished",
+            "description": note.text or "(no answer)",
             "color": COLOR_ALLOWED,
             "footer": {"text": f"run {run_id}"},
         }
         content = f"✅ **{agent}** finished · run {code(run_id)}"
     elif status == "failed":
         embed = {
-            "title": f"{payload.get('agent', '')} failed",
-            "description": escape(str(payload.get("error") or "unknown error")),
+            "title": f"{note.agent} failed",
+            "description": escape(note.error or "unknown error"),
             "color": COLOR_DENIED,
             "footer": {"text": f"run {run_id}"},
         }
         content = f"❌ **{agent}** failed · run {code(run_id)}"
     else:
-        reason = payload.get("reason")
+        reason = note.reason
         embed = {
-            "title": f"{payload.get('agent', '')} was cancelled",
-            "description": escape(str(reason)) if reason else "Cancelled.",
+            "title": f"{note.agent} was cancelled",
+            "description": escape(reason) if reason else "Cancelled.",
             "color": COLOR_NEUTRAL,
             "footer": {"text": f"run {run_id}"},
         }
@@ -558,11 +595,11 @@ def finished_message(payload: Mapping[str, Any]) -> dict[str, Any]:
     return {"content": content, "embeds": [fit_embed(embed)], "allowed_mentions": NO_MENTIONS}
 
 
-def paused_message(payload: Mapping[str, Any]) -> dict[str, Any]:
+def paused_message(note: RunPaused) -> dict[str, Any]:
     """The message of a paused run."""
-    run_id = str(payload.get("run_id", ""))
+    run_id = note.run_id
     text = (
-        f"⏸ **{escape(str(payload.get('agent', '')))}** is paused · run {code(run_id)}. "
+        f"⏸ **{escape(note.agent)}** is paused · run {code(run_id)}. "
         f"Resume it from the console or with {code(f'signoff resume {run_id}')}."
     )
     return {"content": clip(text, CONTENT_LENGTH), "allowed_mentions": NO_MENTIONS}

@@ -120,15 +120,15 @@ class DiscordNotifier:
             case Decided() | TicketExpired() | TicketVoided():
                 return await self._settle(note, delivery, channel)
             case RunFinished():
-                return await self._post(channel, cards.finished_message(note.payload()))
+                return await self._post(channel, cards.finished_message(note))
             case RunPaused():
-                return await self._post(channel, cards.paused_message(note.payload()))
+                return await self._post(channel, cards.paused_message(note))
             case BatchOffered():
                 open_ids = batch_open_ids(note, delivery)
                 if len(open_ids) < 2:
                     return None  # decided one by one meanwhile: nothing to decide at once
                 try:
-                    body = cards.batch_message(note.payload(), open_ids)
+                    body = cards.batch_message(note, open_ids)
                 except ValueError as exc:  # ids too long for a custom_id
                     raise DeliveryError(str(exc), permanent=True) from exc
                 return await self._post(channel, body)
@@ -167,8 +167,7 @@ class DiscordNotifier:
             raise DeliveryError(f"ticket {note.ticket_id} does not exist", permanent=True)
         try:
             return cards.card(
-                note.kind,
-                note.payload(),
+                note,
                 ticket.correlation,
                 role_groups=self._config.role_groups,
                 console_url=self._config.console_url,
@@ -181,19 +180,19 @@ class DiscordNotifier:
         self, note: OutcomeNotification, delivery: Delivery, channel: str
     ) -> dict[str, Any]:
         """Edit the ticket's card to show how it ended."""
-        result = cards.outcome(note.kind, note.payload(), self._config.role_groups)
+        result = cards.outcome(note, self._config.role_groups)
         card = delivery.card
         if card is not None and card.state == "pending":
             raise DeliveryError("the ticket's card is not posted yet", retry_after=1.0)
         ref = card.ref if card is not None else None
         if card is None or card.state != "delivered" or not ref or isinstance(card.note, RunPaused):
-            return await self._post(channel, cards.outcome_message(note.payload(), result))
+            return await self._post(channel, cards.outcome_message(note, result))
         body = self._card(card.note, delivery, outcome=result)
         ref_channel, message = str(ref.get("channel_id")), str(ref.get("message_id"))
         try:
             await self._request("PATCH", f"/channels/{ref_channel}/messages/{message}", body)
         except _MessageGone:
-            return await self._post(channel, cards.outcome_message(note.payload(), result))
+            return await self._post(channel, cards.outcome_message(note, result))
         return {"channel_id": ref_channel, "message_id": message}
 
     # -- REST --------------------------------------------------------------------------

@@ -145,10 +145,10 @@ def test_slack_cards_name_the_parent_chain(chain: list[str], shown: str) -> None
 
 
 def test_discord_cards_name_the_parent_chain() -> None:
-    message = cards.card("approval_requested", _note(["top", "ops", "billing"]).payload(), "c")
+    message = cards.card(_note(["top", "ops", "billing"]), "c")
     agent_field = next(f for f in message["embeds"][0]["fields"] if f["name"] == "Agent")
     assert agent_field["value"] == "billing, sub-agent of top → ops"
-    plain = cards.card("approval_requested", _note([]).payload(), "c")
+    plain = cards.card(_note([]), "c")
     assert next(f for f in plain["embeds"][0]["fields"] if f["name"] == "Agent")["value"] == (
         "billing"
     )

@@ -34,13 +34,12 @@ async def test_an_mcp_approval_card_shows_the_tools_description_and_server(
     note = NOTIFICATION.validate_python({**stored.payload, "kind": stored.kind})
     assert isinstance(note, ApprovalRequested)
     assert (note.tool_description, note.tool_server) == ("Deploy a service.", "infra")
-    payload = note.payload()
 
     slack = blocks.approval_card(note, blocks.TicketRef(entry.ticket_id, "c" * 43))
     [about] = [b for b in slack if b["type"] == "context" and "MCP server" in json.dumps(b)]
     assert [e["text"] for e in about["elements"]] == ["Deploy a service.", "MCP server `infra`"]
 
-    discord = cards.card("approval_requested", payload, "c" * 43)
+    discord = cards.card(note, "c" * 43)
     fields = {f["name"]: f["value"] for f in discord["embeds"][0]["fields"]}
     assert fields["Tool"] == "`deploy` (MCP server `infra`)"
     assert fields["What it does"] == "Deploy a service."

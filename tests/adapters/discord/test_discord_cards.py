@@ -22,12 +22,17 @@ from adapters.discord.forms import form_fields, read_values, submitted_values
 from bot.discord_wiring import discord_config
 from bot.settings import load_settings
 from runtime import ConfigurationError
+from runtime.notifications import ApprovalRequested, Decided, TicketExpired, TicketVoided
 
 TICKET = "tk_0123456789abcdef0123"
 TOKEN = "Ab-_" * 10 + "xyz"  # 43 characters, like RandomIds.token()
 
 
-def payload(**target: Any) -> dict[str, Any]:
+def payload(**target: Any) -> ApprovalRequested:
+    return ApprovalRequested.model_validate(ticket_fields(**target))
+
+
+def ticket_fields(**target: Any) -> dict[str, Any]:
     return {
         "run_id": "run_1",
         "agent": "bank",
@@ -44,9 +49,7 @@ def payload(**target: Any) -> dict[str, Any]:
 
 def test_huge_arguments_are_cut_within_every_embed_limit() -> None:
     args = {f"key{i}": "é" * 500 + "```" for i in range(40)}
-    message = card(
-        "approval_requested", payload(args=args, reason="r" * 5000), TOKEN, role_groups={}
-    )
+    message = card(payload(args=args, reason="r" * 5000), TOKEN, role_groups={})
     [embed] = message["embeds"]
     assert len(embed["description"]) <= DESCRIPTION_LENGTH
     assert embed["description"].startswith("```json\n") and embed["description"].endswith("\n```")
@@ -69,30 +72,32 @@ def test_fit_embed_keeps_the_total_and_field_count() -> None:
 
 
 def test_who_may_decide_uses_mentions_and_role_groups() -> None:
-    data = payload(args={})
     entries = ["group:role:42", "group:finance", "group:ops", "*", "U7"]
-    data.update(approvers=entries, deciders=entries, four_eyes=True)
-    message = card("approval_requested", data, TOKEN, role_groups={"finance": ("43", "44")})
+    data = payload(args={}).model_copy(
+        update={"approvers": entries, "deciders": entries, "four_eyes": True}
+    )
+    message = card(data, TOKEN, role_groups={"finance": ("43", "44")})
     who = next(f["value"] for f in message["embeds"][0]["fields"] if f["name"] == "Who may decide")
     assert who == "<@&42>, <@&43> / <@&44>, group `ops`, anyone, `U7` (not the requester)"
 
 
 def test_decided_cards_disable_every_button_and_say_who_and_when() -> None:
     result = outcome(
-        "decided",
-        {
-            "decision": "deny",
-            "actor": "operator:alice",
-            "platform": "cli",
-            "decided_at": "2026-01-01T00:00:30+00:00",
-            "reason": "*not* today",
-        },
+        Decided(
+            run_id="run_1",
+            ticket_id=TICKET,
+            decision="deny",
+            actor="operator:alice",
+            platform="cli",
+            decided_at="2026-01-01T00:00:30+00:00",
+            reason="*not* today",
+        )
     )
     assert result.text == (
         "⛔ Denied by `operator:alice` via cli · <t:1767225630:f> (<t:1767225630:R>)\n"
         "Reason: \\*not\\* today"
     )
-    message = card("approval_requested", payload(args={}), TOKEN, outcome=result)
+    message = card(payload(args={}), TOKEN, outcome=result)
     assert all(b["disabled"] for b in message["components"][0]["components"])
     assert message["allowed_mentions"] == {"parse": []}
 
@@ -188,19 +193,31 @@ def test_settings_are_checked_and_named_by_their_variables() -> None:
 
 
 def test_expiry_and_withdrawal_outcomes() -> None:
-    escalated = outcome("expired", {"action": "escalate", "escalated_to": ["group:role:9", "5"]})
-    assert escalated.text == "⏰ Expired without a decision; escalated to <@&9>, <@5>"
-    assert outcome("expired", {"action": "cancel"}).text.endswith("the run was cancelled")
-    assert (
-        outcome("ticket_voided", {"reason": "run cancelled"}).text == "✖️ Withdrawn: run cancelled"
+    escalated = outcome(
+        TicketExpired(
+            run_id="run_1",
+            ticket_id=TICKET,
+            action="escalate",
+            escalated_to=["group:role:9", "5"],
+        )
     )
+    assert escalated.text == "⏰ Expired without a decision; escalated to <@&9>, <@5>"
+    cancelled = TicketExpired(run_id="run_1", ticket_id=TICKET, action="cancel")
+    assert outcome(cancelled).text.endswith("the run was cancelled")
+    voided = TicketVoided(run_id="run_1", ticket_id=TICKET, reason="run cancelled")
+    assert outcome(voided).text == "✖️ Withdrawn: run cancelled"
 
 
 def test_the_tools_own_description_and_mcp_server_are_shown_cut_and_escaped() -> None:
     hostile = "Moves @everyone's *money* <@1> `now`.\n\n" + "x" * 2000
     shown = card(
-        "approval_requested",
-        {**payload(args={"amount": 1}), "tool_description": hostile, "tool_server": "bank`api"},
+        ApprovalRequested.model_validate(
+            {
+                **ticket_fields(args={"amount": 1}),
+                "tool_description": hostile,
+                "tool_server": "bank`api",
+            }
+        ),
         TOKEN,
     )
     [embed] = shown["embeds"]
@@ -212,7 +229,7 @@ def test_the_tools_own_description_and_mcp_server_are_shown_cut_and_escaped() ->
     assert shown["allowed_mentions"]["parse"] == []  # @everyone pings nobody
     assert embed_length(embed) <= EMBED_TOTAL
 
-    plain = card("approval_requested", payload(args={}), TOKEN)
+    plain = card(payload(args={}), TOKEN)
     names = [f["name"] for f in plain["embeds"][0]["fields"]]
     assert "What it does" not in names
     assert {f["name"]: f["value"] for f in plain["embeds"][0]["fields"]}["Tool"] == "`transfer`"
