@@ -189,3 +189,9 @@ def test_every_command_and_option_of_the_cli_is_documented() -> None:
     walk(cli, "signoff")
 
     assert not missing, f"not documented in README.md or docs/: {missing}"
+
+
+def test_the_front_page_stays_a_front_page() -> None:
+    lines = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
+
+    assert len(lines) < 300, "README.md is the front page: move details to docs/"
