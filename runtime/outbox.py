@@ -43,6 +43,7 @@ from runtime.notifications import (
     ApprovalRequested,
     BatchMember,
     BatchOffered,
+    CardNotification,
     Decided,
     Delivery,
     InputRequested,
@@ -53,6 +54,7 @@ from runtime.notifications import (
     TicketVoided,
     UncertainCall,
     UnreadableNotification,
+    kinds_of,
     read_notification,
 )
 from runtime.states import TicketStatus
@@ -126,7 +128,7 @@ class NullNotifier:
         return None
 
 
-CARD_KINDS = ("approval_requested", "input_requested", "uncertain", "run_paused")
+CARD_KINDS = kinds_of(CardNotification)
 """Notifications that post a message a later outcome edits."""
 
 

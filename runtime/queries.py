@@ -13,6 +13,7 @@ from typing import Any, Generic, TypeVar
 from runtime import delegation
 from runtime._support import Deps, display_args, grant_scopes
 from runtime.errors import RunNotFound, UnknownTicket
+from runtime.notifications import CARD_KINDS as CARD_KINDS
 from runtime.results import PendingEntry, RunResult, pending_entry, run_result
 from runtime.states import RunStatus, TicketStatus
 from runtime.store.base import Transaction
@@ -22,9 +23,6 @@ from runtime.visibility import sees_run
 
 _T = TypeVar("_T")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-CARD_KINDS = ("approval_requested", "input_requested", "uncertain")
-"""Notifications that post a card asking for a decision."""
 
 
 @dataclass(frozen=True, slots=True)

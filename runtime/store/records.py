@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from runtime.notifications import PostingNotification, kinds_of
 from runtime.states import CallState, RunStatus
 from runtime.tickets import ANYONE, GROUP_PREFIX, REQUESTER, ResumeTicket
 
@@ -173,16 +174,7 @@ class OutboxRecord:
         return pacing_key(self.kind, self.destination)
 
 
-PACED_KINDS = frozenset(
-    {
-        "approval_requested",
-        "input_requested",
-        "uncertain",
-        "run_finished",
-        "run_paused",
-        "batch_offered",
-    }
-)
+PACED_KINDS = frozenset(kinds_of(PostingNotification))
 """Notifications that post a new message in a channel. Only those are paced: editing a
 posted card or a reply only one person sees has its own, far looser platform limits."""
 
