@@ -680,7 +680,8 @@ def bytecode_note() -> str:
     """Whether the project's own modules start from bytecode or are compiled each time."""
     import importlib.util
 
-    cached = Path(importlib.util.cache_from_source(str(ROOT / "bot" / "cli.py"))).exists()
+    source = ROOT / "bot" / "cli" / "__init__.py"
+    cached = Path(importlib.util.cache_from_source(str(source))).exists()
     if cached:
         return "the project's modules have bytecode (__pycache__)"
     flag = " (PYTHONDONTWRITEBYTECODE is set)" if os.environ.get("PYTHONDONTWRITEBYTECODE") else ""
