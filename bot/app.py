@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import secrets
-from typing import Literal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 from aiohttp import web
 from pydantic import SecretStr
 
 from adapters.web import ApiToken, TokenAuth, add_api_routes, add_console_routes, body_deadline
 from adapters.webhook import CallbackNotifier, HookConfig, add_hook_routes
-from bot.notifiers import NOTIFIERS_KEY
 from bot.settings import Settings
 from runtime import ConfigurationError, Runtime
 from runtime.outbox import Notifier
 from runtime.worker import Worker
+
+if TYPE_CHECKING:  # the Slack libraries are an optional extra, imported when Slack is on
+    from slack_bolt.async_app import AsyncApp
+    from slack_sdk.web.async_client import AsyncWebClient
+
+    from adapters.slack import ChannelLimiter, SlackConfig
 
 
 def hook_configs(settings: Settings) -> dict[str, HookConfig]:
@@ -55,15 +61,44 @@ def api_tokens(settings: Settings, operator_token: str) -> list[ApiToken]:
     return tokens
 
 
-def build_app(
+@dataclass
+class SlackEdge:
+    """The mounted Slack edge: its bolt app and the notifier of ``slack`` outbox items."""
+
+    bolt: AsyncApp
+    notifier: Notifier
+
+
+@dataclass
+class Web:
+    """The HTTP application and the notifiers of the edges mounted on it.
+
+    Attributes:
+        app: Console, JSON API, webhooks and (when on) Slack's routes.
+        notifiers: Notifier per platform name (``callback``, ``slack`` when on).
+        slack: The Slack edge, when it is on.
+    """
+
+    app: web.Application
+    notifiers: dict[str, Notifier]
+    slack: SlackEdge | None = None
+
+
+def build_web(
     settings: Settings,
     runtime: Runtime,
     worker: Worker,
     operator_token: str,
     *,
     cookie_secret: bytes | None = None,
-) -> web.Application:
-    """The aiohttp application: console, JSON API and webhooks (health is added later).
+    auth: TokenAuth | None = None,
+    slack_config: SlackConfig | None = None,
+    slack_client: AsyncWebClient | None = None,
+    slack_limiter: ChannelLimiter | None = None,
+) -> Web:
+    """The aiohttp application (console, JSON API, webhooks, Slack) and its notifiers.
+
+    Health routes are added later (`bot.health.add_health_routes`).
 
     Args:
         settings: The settings.
@@ -72,12 +107,20 @@ def build_app(
         operator_token: The built-in operator's sign-in token.
         cookie_secret: The key signing console cookies (None: ``SIGNOFF_COOKIE_SECRET``,
             else a random one for this process; see `bot.console_secrets`).
+        auth: Who the API and console let in (default: the operator token and
+            ``SIGNOFF_API_TOKENS``).
+        slack_config: The Slack edge's configuration (default: from the
+            ``SIGNOFF_SLACK_*`` settings, when ``SIGNOFF_SLACK_MODE`` is not ``off``);
+            given, the edge is mounted whatever the mode setting says.
+        slack_client: Slack's Web API client (default: one for the configuration).
+        slack_limiter: Spacing of Slack messages to one channel (default: one a second).
 
     Raises:
         ConfigurationError: A hook names an agent that is not loaded, or another bad value.
     """
     app = web.Application(client_max_size=1024 * 1024)
-    auth = TokenAuth(api_tokens(settings, operator_token))
+    if auth is None:
+        auth = TokenAuth(api_tokens(settings, operator_token))
     if cookie_secret is None:
         cookie_secret = (
             settings.cookie_secret.get_secret_value().encode()
@@ -104,44 +147,55 @@ def build_app(
         body_timeout=settings.http_body_timeout_seconds,
     )
     notifiers: dict[str, Notifier] = {"callback": CallbackNotifier(hooks, clock=runtime.clock)}
-    if settings.slack_mode != "off":
-        notifiers["slack"] = add_slack(app, settings, runtime, worker)
-    app[NOTIFIERS_KEY] = notifiers
+    slack = None
+    if slack_config is not None or settings.slack_mode != "off":
+        slack = add_slack(
+            app,
+            settings,
+            runtime,
+            worker,
+            config=slack_config,
+            client=slack_client,
+            limiter=slack_limiter,
+        )
+        notifiers["slack"] = slack.notifier
     # Innermost, after the API's own error middleware; webhooks time their own reads.
     app.middlewares.append(body_deadline(settings.http_body_timeout_seconds, skip=("/hooks/",)))
-    return app
+    return Web(app, notifiers, slack)
 
 
-def add_slack(
-    app: web.Application, settings: Settings, runtime: Runtime, worker: Worker
-) -> Notifier:
-    """Mount the Slack edge (``SIGNOFF_SLACK_MODE`` http or socket); return its notifier.
+def build_app(
+    settings: Settings,
+    runtime: Runtime,
+    worker: Worker,
+    operator_token: str,
+    *,
+    cookie_secret: bytes | None = None,
+) -> web.Application:
+    """`build_web`'s application alone (its notifiers are not delivered to).
 
-    HTTP mode serves ``POST /slack/events``. Socket Mode connects when the server starts
-    and disconnects when it begins to shut down (aiohttp's startup / shutdown signals).
+    Raises:
+        ConfigurationError: A hook names an agent that is not loaded, or another bad value.
+    """
+    return build_web(settings, runtime, worker, operator_token, cookie_secret=cookie_secret).app
+
+
+def slack_config_of(settings: Settings) -> SlackConfig:
+    """The Slack edge's configuration from the ``SIGNOFF_SLACK_*`` settings.
 
     Raises:
         ConfigurationError: The ``slack`` extra is not installed.
     """
     try:
-        from adapters.slack import (
-            SlackConfig,
-            SlackNotifier,
-            SlackSocketMode,
-            add_slack_routes,
-            build_slack_app,
-        )
+        from adapters.slack import SlackConfig
     except ImportError as exc:
-        raise ConfigurationError(
-            f"SIGNOFF_SLACK_MODE={settings.slack_mode} needs the Slack libraries: "
-            f"install the slack extra, pip install -e '.[slack]' ({exc})"
-        ) from exc
+        raise _no_slack(settings, exc) from exc
 
     def secret(value: SecretStr | None) -> str:
         return value.get_secret_value() if value is not None else ""
 
     mode: Literal["http", "socket"] = "socket" if settings.slack_mode == "socket" else "http"
-    config = SlackConfig(
+    return SlackConfig(
         bot_token=secret(settings.slack_bot_token),
         signing_secret=secret(settings.slack_signing_secret),
         app_token=secret(settings.slack_app_token) or None,
@@ -151,13 +205,62 @@ def add_slack(
         default_agent=settings.slack_default_agent,
         approver_groups={k: tuple(v) for k, v in settings.slack_approver_groups.items()},
     )
+
+
+def _no_slack(settings: Settings, exc: ImportError) -> ConfigurationError:
+    return ConfigurationError(
+        f"SIGNOFF_SLACK_MODE={settings.slack_mode} needs the Slack libraries: "
+        f"install the slack extra, pip install -e '.[slack]' ({exc})"
+    )
+
+
+def add_slack(
+    app: web.Application,
+    settings: Settings,
+    runtime: Runtime,
+    worker: Worker,
+    *,
+    config: SlackConfig | None = None,
+    client: AsyncWebClient | None = None,
+    limiter: ChannelLimiter | None = None,
+) -> SlackEdge:
+    """Mount the Slack edge (``SIGNOFF_SLACK_MODE`` http or socket).
+
+    HTTP mode serves ``POST /slack/events``. Socket Mode connects when the server starts
+    and disconnects when it begins to shut down (aiohttp's startup / shutdown signals).
+
+    Args:
+        app: Where to mount it.
+        settings: The settings.
+        runtime: The runtime the edge drives.
+        worker: Woken when a run was started or a click stored.
+        config: The edge's configuration (default: `slack_config_of` the settings).
+        client: Slack's Web API client (default: one for the configuration).
+        limiter: Spacing of messages to one channel (default: one a second).
+
+    Raises:
+        ConfigurationError: The ``slack`` extra is not installed, or the default agent
+            is not loaded.
+    """
+    try:
+        from adapters.slack import (
+            SlackNotifier,
+            SlackSocketMode,
+            add_slack_routes,
+            build_slack_app,
+        )
+    except ImportError as exc:
+        raise _no_slack(settings, exc) from exc
+
+    if config is None:
+        config = slack_config_of(settings)
     if config.default_agent is not None and config.default_agent not in runtime.agents:
         raise ConfigurationError(
             f"SIGNOFF_SLACK_DEFAULT_AGENT: no agent named {config.default_agent!r} "
             f"(loaded: {', '.join(sorted(runtime.agents)) or 'none'})"
         )
-    bolt = build_slack_app(runtime, config, worker.wake)
-    if mode == "http":
+    bolt = build_slack_app(runtime, config, worker.wake, client=client)
+    if config.mode == "http":
         add_slack_routes(app, bolt, signing_secret=config.signing_secret)
     else:
         socket = SlackSocketMode(bolt, config.app_token or "")
@@ -170,4 +273,5 @@ def add_slack(
 
         app.on_startup.append(connect)
         app.on_shutdown.append(disconnect)
-    return SlackNotifier(bolt.client, groups=config.approver_groups)
+    notifier = SlackNotifier(bolt.client, groups=config.approver_groups, limiter=limiter)
+    return SlackEdge(bolt, notifier)

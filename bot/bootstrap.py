@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -23,17 +25,22 @@ from aiohttp import web
 
 from bot.console_secrets import ConsoleSecrets, console_secrets
 from bot.health import Metrics, add_health_routes
-from bot.notifiers import NOTIFIERS_KEY
 from bot.settings import Settings, require_shared_settings
-from runtime import ConfigurationError, Runtime
-from runtime.outbox import Claim, Notifier, NullNotifier, RoutingNotifier
+from runtime import Agent, Clock, ConfigurationError, IdSource, Model, Runtime
+from runtime.outbox import Claim, Notifier, NullNotifier, RetryPolicy, RoutingNotifier
 from runtime.store.base import Store
 from runtime.store.sql import WAKE_OUTBOX, WAKE_RUNS, SQLStore
 from runtime.worker import Worker, deadline_loop, outbox_loop
 
 if TYPE_CHECKING:
+    from slack_sdk.web.async_client import AsyncWebClient
+
+    from adapters.slack import ChannelLimiter, SlackConfig
+    from adapters.web import TokenAuth
+    from bot.app import SlackEdge
     from bot.discord_wiring import DiscordEdge
     from bot.wiring import LoadedAgents
+    from runtime._support import Checkpoint
 
 PACING = {"slack": 1.0, "discord": 0.2}
 """Seconds between two messages to one chat channel, across every replica: Slack allows
@@ -41,9 +48,31 @@ about one per second per channel; Discord a burst of five per five seconds, and 
 429s are retried."""
 
 
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """Which parts of the process `Service.start` runs; `signoff serve` runs them all.
+
+    Attributes:
+        listen: Bind the HTTP server on ``SIGNOFF_BIND_HOST:SIGNOFF_PORT``. Off, the
+            caller serves `Service.app` itself (an aiohttp test server).
+        outbox: Deliver notifications (cards, messages, callbacks).
+        deadlines: Expire tickets whose deadline passed.
+        wake_ups: Listen for other replicas' commits (SQL stores).
+        discord: Start the Discord edge when ``SIGNOFF_DISCORD_BOT_TOKEN`` is set.
+        worker: Drive ready runs and apply received clicks.
+    """
+
+    listen: bool = True
+    outbox: bool = True
+    deadlines: bool = True
+    wake_ups: bool = True
+    discord: bool = True
+    worker: bool = True
+
+
 @dataclass
 class Service:
-    """A running `signoff serve`: the web server, workers and loops of one process."""
+    """A `signoff serve` process: the web server, workers and loops (see `build_service`)."""
 
     settings: Settings
     runtime: Runtime
@@ -51,6 +80,11 @@ class Service:
     metrics: Metrics
     worker: Worker
     app: web.Application
+    notifiers: dict[str, Notifier] = field(default_factory=dict)
+    slack: SlackEdge | None = None
+    parts: Parts = field(default_factory=Parts)
+    pacing: Mapping[str, float] = field(default_factory=lambda: dict(PACING))
+    outbox_policy: RetryPolicy | None = None
     url: str = ""
     operator_token: str = ""
     console_secrets: ConsoleSecrets | None = None
@@ -59,10 +93,58 @@ class Service:
     _runner: web.AppRunner | None = None
     discord: DiscordEdge | None = None
     loaded: LoadedAgents | None = None
+    owns_store: bool = True
     _outbox_wake: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def start(self) -> str:
-        """Bind the HTTP server, start the loops; return the server's base URL."""
+        """Bind the HTTP server, start the loops; return the server's base URL.
+
+        Returns:
+            The base URL (empty when `Parts.listen` is off).
+
+        Raises:
+            ConfigurationError: The address cannot be bound, or Discord refused the bot.
+        """
+        if self.parts.listen:
+            self.url = await self._listen()
+        if self.parts.discord and self.settings.discord_bot_token is not None:
+            # The edge is loaded only when on.
+            from bot.discord_wiring import DiscordEdge
+
+            edge = DiscordEdge(self.runtime, self.worker, self.settings)
+            await edge.start()
+            self.discord = edge
+        if self.parts.worker:
+            self._tasks.append(asyncio.create_task(self.worker.run(self._stop), name="worker"))
+        if self.parts.outbox:
+            claim = Claim(
+                owner=self.runtime.worker_id,
+                lease_seconds=self.settings.outbox_lease_seconds,
+                pacing=self.pacing,
+            )
+            outbox = outbox_loop(
+                self.runtime,
+                self._notifier(),
+                self._stop,
+                seconds=self.settings.poll_seconds,
+                policy=self.outbox_policy,
+                claim=claim,
+                wake=self._outbox_wake,
+            )
+            self._tasks.append(asyncio.create_task(outbox, name="outbox"))
+        if self.parts.deadlines:
+            deadlines = deadline_loop(self.runtime, self._stop)
+            self._tasks.append(asyncio.create_task(deadlines, name="deadlines"))
+        if self.parts.wake_ups and isinstance(self.store, SQLStore):
+            listen = self.store.listen(self._woken, self._stop)
+            self._tasks.append(asyncio.create_task(listen, name="wake-ups"))
+        if self.discord is not None:
+            hold = self.discord.hold(self._stop)
+            self._tasks.append(asyncio.create_task(hold, name="discord-lease"))
+        self.worker.wake()
+        return self.url
+
+    async def _listen(self) -> str:
         self._runner = web.AppRunner(
             self.app,
             handle_signals=False,
@@ -88,42 +170,8 @@ class Service:
             ) from None
         addresses = self._runner.addresses
         port = int(addresses[0][1]) if addresses else self.settings.port
-        host = self.settings.bind_host
         shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
-        self.url = f"http://{shown}:{port}"
-        if self.settings.discord_bot_token is not None:  # the edge is loaded only when on
-            from bot.discord_wiring import DiscordEdge
-
-            edge = DiscordEdge(self.runtime, self.worker, self.settings)
-            await edge.start()
-            self.discord = edge
-        notifier = self._notifier()
-        claim = Claim(
-            owner=self.runtime.worker_id,
-            lease_seconds=self.settings.outbox_lease_seconds,
-            pacing=PACING,
-        )
-        outbox = outbox_loop(
-            self.runtime,
-            notifier,
-            self._stop,
-            seconds=self.settings.poll_seconds,
-            claim=claim,
-            wake=self._outbox_wake,
-        )
-        self._tasks = [
-            asyncio.create_task(self.worker.run(self._stop), name="worker"),
-            asyncio.create_task(outbox, name="outbox"),
-            asyncio.create_task(deadline_loop(self.runtime, self._stop), name="deadlines"),
-        ]
-        if isinstance(self.store, SQLStore):
-            listen = self.store.listen(self._woken, self._stop)
-            self._tasks.append(asyncio.create_task(listen, name="wake-ups"))
-        if self.discord is not None:
-            hold = self.discord.hold(self._stop)
-            self._tasks.append(asyncio.create_task(hold, name="discord-lease"))
-        self.worker.wake()
-        return self.url
+        return f"http://{shown}:{port}"
 
     def _woken(self, kinds: frozenset[str]) -> None:
         """Another replica (or this one) committed work: look at once."""
@@ -134,8 +182,7 @@ class Service:
 
     def _notifier(self) -> Notifier:
         routes: dict[str, Notifier] = {"console": NullNotifier()}
-        extra = self.app.get(NOTIFIERS_KEY) or {}
-        routes.update(extra)
+        routes.update(self.notifiers)
         if self.discord is not None:
             routes["discord"] = self.discord.notifier
         return RoutingNotifier(routes)
@@ -161,41 +208,157 @@ class Service:
         if self._runner is not None:
             await self._runner.cleanup()
         await self.runtime.aclose()
-        await self.store.close()
+        if self.owns_store:
+            await self.store.close()
 
 
-async def build_service(settings: Settings) -> Service:
+async def build_service(
+    settings: Settings,
+    *,
+    agents: Sequence[Agent] | None = None,
+    store: Store | None = None,
+    clock: Clock | None = None,
+    ids: IdSource | None = None,
+    worker_id: str | None = None,
+    model_resolver: Callable[[str], Model] | None = None,
+    checkpoint: Checkpoint | None = None,
+    auth: TokenAuth | None = None,
+    slack_config: SlackConfig | None = None,
+    slack_client: AsyncWebClient | None = None,
+    slack_limiter: ChannelLimiter | None = None,
+    outbox_policy: RetryPolicy | None = None,
+    pacing: Mapping[str, float] = PACING,
+    parts: Parts | None = None,
+) -> Service:
     """Build every part of the serving process from settings (nothing runs yet).
+
+    Every dependency has a default that `signoff serve` uses; tests pass fakes.
+
+    Args:
+        settings: The settings.
+        agents: The agents to run (default: ``SIGNOFF_APP`` and ``SIGNOFF_AGENTS``, with
+            their MCP servers connected now and closed by `Service.stop`).
+        store: The store, as it is; the caller closes it after `Service.stop`
+            (default: ``SIGNOFF_DATABASE_URL``'s, migrated, and closed by `Service.stop`).
+        clock: The runtime's time source (default: the system clock).
+        ids: The runtime's id source (default: random ids).
+        worker_id: Names this process in leases (default: host and process id).
+        model_resolver: Builds agents' models from their specs (default: from the
+            ``SIGNOFF_*`` model settings).
+        checkpoint: Also observes the runtime's named execution points (after the
+            metrics do).
+        auth: Who the API and console let in (default: the operator token and
+            ``SIGNOFF_API_TOKENS``).
+        slack_config: The Slack edge's configuration (default: from the
+            ``SIGNOFF_SLACK_*`` settings when ``SIGNOFF_SLACK_MODE`` is not ``off``).
+        slack_client: Slack's Web API client (default: one for the configuration).
+        slack_limiter: Spacing of Slack messages to one channel (default: one a second).
+        outbox_policy: Retries of failed deliveries (default: the outbox's).
+        pacing: Seconds between two messages to one chat channel, by platform.
+        parts: Which parts `Service.start` runs (default: all).
 
     Raises:
         ConfigurationError: A setting is invalid, or one every replica must share is
             missing (a database other than SQLite).
     """
-    from bot.app import build_app
+    from bot.app import build_web
     from bot.wiring import build_runtime, load_agent_set
 
     require_shared_settings(settings)
     metrics = Metrics()
-    loaded = load_agent_set(settings)
-    await loaded.start()  # MCP servers: connected and listed, or reported unavailable
+    observe: Checkpoint = metrics.observe
+    if checkpoint is not None:
+        also = checkpoint
+
+        def observe(point: str, info: dict[str, Any]) -> None:
+            metrics.observe(point, info)
+            also(point, info)
+
+    owns_store = store is None
+    loaded = None
+    if agents is None:
+        loaded = load_agent_set(settings)
+        await loaded.start()  # MCP servers: connected and listed, or reported unavailable
+        agents = loaded.agents
     try:
-        runtime, store = await build_runtime(settings, loaded.agents, checkpoint=metrics.observe)
+        runtime, store = await build_runtime(
+            settings,
+            agents,
+            checkpoint=observe,
+            store=store,
+            clock=clock,
+            ids=ids,
+            worker_id=worker_id,
+            resolver=model_resolver,
+        )
         worker = Worker(runtime, concurrency=settings.workers, poll_seconds=settings.poll_seconds)
         kept = console_secrets(settings)
-        operator_token = kept.operator_token
-        app = build_app(settings, runtime, worker, operator_token, cookie_secret=kept.cookie_secret)
+        built = build_web(
+            settings,
+            runtime,
+            worker,
+            kept.operator_token,
+            cookie_secret=kept.cookie_secret,
+            auth=auth,
+            slack_config=slack_config,
+            slack_client=slack_client,
+            slack_limiter=slack_limiter,
+        )
     except BaseException:
-        await loaded.close()
+        if loaded is not None:
+            await loaded.close()
         raise
-    add_health_routes(app, runtime, metrics)
+    add_health_routes(built.app, runtime, metrics)
     return Service(
         settings=settings,
         runtime=runtime,
         store=store,
         metrics=metrics,
         worker=worker,
-        app=app,
-        operator_token=operator_token,
+        app=built.app,
+        notifiers=built.notifiers,
+        slack=built.slack,
+        parts=parts or Parts(),
+        pacing=pacing,
+        outbox_policy=outbox_policy,
+        operator_token=kept.operator_token,
         console_secrets=kept,
         loaded=loaded,
+        owns_store=owns_store,
     )
+
+
+@asynccontextmanager
+async def open_runtime(
+    settings: Settings,
+    *,
+    agents: Sequence[Agent] | None = None,
+    checkpoint: Checkpoint | None = None,
+) -> AsyncIterator[Runtime]:
+    """A runtime for one command (no worker, no server), closed after the block.
+
+    Args:
+        settings: The settings.
+        agents: The agents (default: ``SIGNOFF_APP`` and ``SIGNOFF_AGENTS``, with their
+            MCP servers connected for the block).
+        checkpoint: Observer of the runtime's named execution points.
+
+    Raises:
+        ConfigurationError: The agents, models or database URL are invalid.
+        StorageError: The database cannot be reached or migrated.
+    """
+    from bot.wiring import build_runtime, connected_agents
+
+    async with contextlib.AsyncExitStack() as stack:
+        if agents is None:
+            loaded = await stack.enter_async_context(connected_agents(settings))
+            agents = loaded.agents
+        runtime, store = await build_runtime(settings, agents, checkpoint=checkpoint)
+        try:
+            yield runtime
+        finally:
+            await runtime.aclose()
+            await store.close()
+
+
+__all__ = ["PACING", "Parts", "Service", "build_service", "open_runtime"]

@@ -6,7 +6,7 @@ Nothing here runs at import time; every function is called by the CLI (or a test
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -14,7 +14,16 @@ from typing import TYPE_CHECKING, Any
 from adapters.models import ModelOptions, ModelResolver, Price, parse_spec
 from bot.imports import import_object
 from bot.settings import Settings
-from runtime import Agent, ConfigurationError, Model, Runtime, SignoffError, StorageError
+from runtime import (
+    Agent,
+    Clock,
+    ConfigurationError,
+    IdSource,
+    Model,
+    Runtime,
+    SignoffError,
+    StorageError,
+)
 from runtime.store.sql import SQLStore
 
 if TYPE_CHECKING:
@@ -23,6 +32,7 @@ if TYPE_CHECKING:
 
     # Not re-exported by `runtime`: any callable taking (point, info) fits.
     from runtime._support import Checkpoint
+    from runtime.store.base import Store
 
 
 def _app_agents(settings: Settings) -> list[Agent]:
@@ -123,7 +133,7 @@ def model_resolver(settings: Settings) -> SettingsModelResolver:
 
 
 def check_models(
-    settings: Settings, agents: Sequence[Agent], resolve: SettingsModelResolver | None = None
+    settings: Settings, agents: Sequence[Agent], resolve: Callable[[str], Model] | None = None
 ) -> None:
     """Resolve every model spec of `agents` once, so a missing key is reported now.
 
@@ -333,7 +343,12 @@ async def build_runtime(
     agents: Sequence[Agent] | None = None,
     *,
     checkpoint: Checkpoint | None = None,
-) -> tuple[Runtime, SQLStore]:
+    store: Store | None = None,
+    clock: Clock | None = None,
+    ids: IdSource | None = None,
+    worker_id: str | None = None,
+    resolver: Callable[[str], Model] | None = None,
+) -> tuple[Runtime, Store]:
     """Build a `Runtime` over a migrated SQL store.
 
     Args:
@@ -341,6 +356,13 @@ async def build_runtime(
         agents: The agents to run; by default `load_agents` (without MCP tools; pass
             `connected_agents`' for those).
         checkpoint: Observer of the runtime's named execution points (metrics, tests).
+        store: The store to use as it is (not migrated; the caller closes it); by
+            default the migrated store of ``SIGNOFF_DATABASE_URL``.
+        clock: The runtime's time source (default: the system clock).
+        ids: The runtime's id source (default: random ids).
+        worker_id: Names this process in leases (default: host and process id).
+        resolver: Builds agents' models from their specs (default: from the
+            ``SIGNOFF_*`` model settings).
 
     Returns:
         The runtime and its store; when done, close the runtime (`Runtime.aclose`: the
@@ -356,21 +378,25 @@ async def build_runtime(
     # of an agents file keep the model the file names.
     chosen = list(agents) if agents is not None else load_agents(settings)
     # Models first: a missing key is reported before the database is touched.
-    resolver = model_resolver(settings)
-    check_models(settings, chosen, resolver)
-    store = await migrated_store(settings)
+    resolve = resolver or model_resolver(settings)
+    check_models(settings, chosen, resolve)
+    opened = store if store is not None else await migrated_store(settings)
     try:
         runtime = Runtime(
-            store,
+            opened,
             chosen,
+            clock=clock,
+            ids=ids,
+            worker_id=worker_id,
             lease_seconds=settings.lease_seconds,
             checkpoint=checkpoint,
-            model_resolver=resolver,
+            model_resolver=resolve,
         )
     except BaseException:
-        await store.close()
+        if store is None:
+            await opened.close()
         raise
-    return runtime, store
+    return runtime, opened
 
 
 __all__ = [

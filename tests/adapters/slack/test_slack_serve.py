@@ -29,7 +29,6 @@ from fake_slack import (
 from slackbed import buttons, slack_config, text_of
 
 from adapters.slack import blocks, build_slack_app
-from bot.notifiers import NOTIFIERS_KEY
 from bot.serve import Service, build_service
 from bot.settings import load_settings
 from runtime import ConfigurationError, RunStatus, Runtime
@@ -98,7 +97,7 @@ def card_of(fake: FakeSlack, tool_name: str) -> Message | None:
 
 @pytest.mark.parametrize("served", ["http"], indirect=True)
 async def test_serve_in_http_mode(served: Service, fake: FakeSlack) -> None:
-    assert "slack" in served.app[NOTIFIERS_KEY]
+    assert served.slack is not None and "slack" in served.notifiers
     url = f"{served.url}/slack/events"
     async with aiohttp.ClientSession() as http:
         body = command_body("refunds Order A1001 was charged twice")
