@@ -185,10 +185,9 @@ class Batches:
             try:
                 # A ticket the actor may not see does not exist for them (UnknownTicket).
                 await self._queries.ticket(item.ticket_id, actor)
-                _, command = await self._decisions.command_for(
-                    item.ticket_id, item.answer, actor, None
+                result = await self._decisions.decide(
+                    item.ticket_id, item.answer, actor, None, resume=resume
                 )
-                result = await self._decisions.submit(command, resume=resume)
             except SignoffError as exc:
                 now = await self._visible(item.ticket_id, actor)
                 outcomes.append(BatchOutcome(item.ticket_id, item.answer, classify(exc, now)))

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypedDict, assert_never
 
 from runtime import grants
@@ -28,6 +30,7 @@ from runtime.states import CallState, RunStatus, TicketStatus
 from runtime.store.base import Transaction
 from runtime.store.records import CallRecord, GrantRecord, ReceivedRecord, RunRecord
 from runtime.tickets import (
+    ANSWER,
     Abort,
     Actor,
     Allow,
@@ -64,6 +67,41 @@ def _actor(actor: Actor | str | None, ticket: ResumeTicket) -> Actor:
     if isinstance(actor, str):
         return Actor(id=actor)
     return Actor(id=ticket.requester or "system", platform="api")
+
+
+@dataclass(frozen=True, slots=True)
+class _Named:
+    """A decision that names its ticket by id: its command is built from the ticket as
+    read in the transaction that applies it, so the ticket is read once.
+
+    Attributes:
+        ref: The ticket id (or, with ``by_key``, an execution key).
+        answer: The typed answer.
+        actor: Who decides (None: the run's requester, for trusted host code).
+        at: When the decision was made.
+        correlation: The token the click carried (None: the ticket's own).
+        by_key: Whether `ref` may be an execution key (`Runtime.approve` and friends).
+    """
+
+    ref: str
+    answer: Answer
+    actor: Actor | str | None
+    at: datetime
+    correlation: str | None = None
+    by_key: bool = False
+
+    def command(self, ticket: ResumeTicket) -> ResumeCommand:
+        """The command answering `ticket`."""
+        command = ResumeCommand.from_ticket(
+            ticket, self.answer, _actor(self.actor, ticket), self.at
+        )
+        if self.correlation is None:
+            return command
+        return command.model_copy(update={"correlation": self.correlation})
+
+
+Decision = ResumeCommand | _Named
+"""What `Decisions` applies: a command built by the caller, or a ticket named by id."""
 
 
 class _DecidedDetails(TypedDict, total=False):
@@ -152,11 +190,42 @@ class Decisions:
         self, pending: TicketRef, answer: Answer, actor: Actor | str | None, resume: bool
     ) -> RunResult:
         """Decide a pending entry, ticket, ticket id or execution key."""
-        ticket = await self._find_ticket(pending)
-        command = ResumeCommand.from_ticket(
-            ticket, answer, _actor(actor, ticket), self._deps.clock.now()
-        )
+        now = self._deps.clock.now()
+        if isinstance(pending, str):
+            named = _Named(pending, answer, actor, now, by_key=True)
+            return await self._decided(named, resume=resume, received=None)
+        ticket = pending.ticket if isinstance(pending, PendingEntry) else pending
+        command = ResumeCommand.from_ticket(ticket, answer, _actor(actor, ticket), now)
         return await self.submit(command, resume=resume)
+
+    async def decide(
+        self,
+        ticket_id: str,
+        answer: Answer,
+        actor: Actor,
+        correlation: str | None,
+        *,
+        resume: bool = False,
+    ) -> RunResult:
+        """Decide a ticket by id now (see `Runtime.decide`); `UnknownTicket` if none."""
+        named = _Named(ticket_id, answer, actor, self._deps.clock.now(), correlation)
+        return await self._decided(named, resume=resume, received=None)
+
+    async def apply_received(self, item: ReceivedRecord) -> None:
+        """Apply a stored click, marking it applied in the decision's own transaction (so
+        a crash cannot make it look refused on the next try).
+
+        The decision was made when the click arrived, not when it is applied: a click
+        acknowledged before the deadline counts.
+        """
+        named = _Named(
+            item.ticket_id,
+            ANSWER.validate_python(item.answer),
+            Actor.model_validate(item.actor),
+            item.received_at,
+            item.correlation,
+        )
+        await self._decide(named, resume=False, received=item, report=False)
 
     @staticmethod
     def resolution(result: Any, retry: bool, abort: bool, reason: str | None) -> Answer:
@@ -169,37 +238,23 @@ class Decisions:
             return Retry()
         return Abort(reason=reason)
 
-    async def _find_ticket(self, pending: TicketRef) -> ResumeTicket:
-        if isinstance(pending, PendingEntry):
-            return pending.ticket
-        if isinstance(pending, ResumeTicket):
-            return pending
-        async with self._deps.store.transaction() as tx:
-            ticket = await tx.get_ticket(pending)
-            if ticket is not None:
-                return ticket
-            call = await tx.call_by_execution_key(pending)
-            if call is None:
-                raise UnknownExecutionKey(f"no pending call or ticket {pending!r}")
-            open_ticket = await tx.open_ticket_for_call(call.call_id)
-            if open_ticket is None:
-                raise NotAwaiting(
-                    f"call {call.call_id} ({call.tool}) is {call.state}, not awaiting a decision"
-                )
-            return open_ticket
-
-    async def command_for(
-        self, ticket_id: str, answer: Answer, actor: Actor, correlation: str | None
-    ) -> tuple[ResumeTicket, ResumeCommand]:
-        """The committed ticket and a command answering it (`UnknownTicket` if none)."""
-        async with self._deps.store.transaction() as tx:
-            ticket = await tx.get_ticket(ticket_id)
-        if ticket is None:
-            raise UnknownTicket(f"no ticket {ticket_id!r} exists")
-        command = ResumeCommand.from_ticket(ticket, answer, actor, self._deps.clock.now())
-        if correlation is not None:
-            command = command.model_copy(update={"correlation": correlation})
-        return ticket, command
+    @staticmethod
+    async def _ticket_in(tx: Transaction, named: _Named) -> ResumeTicket:
+        """The committed ticket `named` names, read in the applying transaction."""
+        ticket = await tx.get_ticket(named.ref)
+        if ticket is not None:
+            return ticket
+        if not named.by_key:
+            raise UnknownTicket(f"no ticket {named.ref!r} exists")
+        call = await tx.call_by_execution_key(named.ref)
+        if call is None:
+            raise UnknownExecutionKey(f"no pending call or ticket {named.ref!r}")
+        open_ticket = await tx.open_ticket_for_call(call.call_id)
+        if open_ticket is None:
+            raise NotAwaiting(
+                f"call {call.call_id} ({call.tool}) is {call.state}, not awaiting a decision"
+            )
+        return open_ticket
 
     def validate(self, command: ResumeCommand, ticket: ResumeTicket | None) -> Edit | None:
         """`validate_resume` against the agent as loaded now, the standing grant an allow
@@ -234,32 +289,63 @@ class Decisions:
         received: ReceivedRecord | None = None,
     ) -> RunResult:
         """Validate and apply one resume command (see `Runtime.submit`)."""
+        return await self._decided(command, resume=resume, received=received)
+
+    async def _decided(
+        self, decision: Decision, *, resume: bool, received: ReceivedRecord | None
+    ) -> RunResult:
+        """Validate and apply one decision, and return the run as it then is."""
+        result = await self._decide(decision, resume=resume, received=received, report=True)
+        assert result is not None  # reported
+        return result
+
+    async def _decide(
+        self,
+        decision: Decision,
+        *,
+        resume: bool,
+        received: ReceivedRecord | None,
+        report: bool,
+    ) -> RunResult | None:
+        """Validate and apply one decision; with `report`, return the run as it then is."""
         deps = self._deps
         # Not resuming here, a run this decision makes ready goes to a free place of the
         # local worker, claimed in this transaction, if there is one.
         slot = None if resume else deps.reserve_slot()
         try:
-            return await self._submit(command, resume, received, slot)
+            return await self._submit(decision, resume, received, slot, report)
         finally:
             if slot is not None:
                 slot.release()
 
     async def _submit(
         self,
-        command: ResumeCommand,
+        decision: Decision,
         resume: bool,
         received: ReceivedRecord | None,
         slot: Slot | None,
-    ) -> RunResult:
+        report: bool,
+    ) -> RunResult | None:
         deps = self._deps
         async with deps.store.transaction() as tx:
-            run = await tx.get_run(command.run_id, for_update=True)
-            ticket = await tx.get_ticket(command.ticket_id)
+            if isinstance(decision, ResumeCommand):
+                command = decision
+                run = await tx.get_run(command.run_id, for_update=True)
+                ticket: ResumeTicket | None = await tx.get_ticket(command.ticket_id)
+            else:
+                # The ticket names the run, so it is read before the run's row is locked:
+                # a concurrent decision may close it meanwhile, which the compare-and-set
+                # close below finds out.
+                ticket = await self._ticket_in(tx, decision)
+                command = decision.command(ticket)
+                run = await tx.get_run(command.run_id, for_update=True)
             edit = self.validate(command, ticket)
             assert ticket is not None and run is not None
+            stale = not isinstance(decision, ResumeCommand)
             if run.cancel_requested:
                 # E.g. a sub-agent's run whose parent was cancelled while it ran: it
                 # stops at its next step and voids this ticket then.
+                await self._refuse_stale(tx, command, stale)
                 raise NotAwaiting(f"run {run.run_id} is being cancelled")
             if not await tx.close_ticket(
                 ticket.ticket_id,
@@ -268,6 +354,7 @@ class Decisions:
                 decision=command.answer,
                 decided_by=command.actor.id,
             ):
+                await self._refuse_stale(tx, command, stale)
                 raise NotAwaiting(f"ticket {ticket.ticket_id} was decided concurrently")
             await self._apply(tx, run, ticket, command, edit)
             if received is not None:
@@ -295,13 +382,24 @@ class Decisions:
         )
         if claimed_calls is not None and slot is not None:
             slot.use(run.run_id, self._driving.proceed(run, calls=claimed_calls))
-            return await self._queries.get(command.run_id)
+            return await self._report(command, report)
         if claimed_calls is not None:
             return await self._driving.drive_claimed(run, calls=claimed_calls)
         if resume and not remaining:
             # Ready but not awaiting (e.g. paused meanwhile): the usual path decides.
             return await self._resume(command.run_id, command.actor)
-        return await self._queries.get(command.run_id)
+        return await self._report(command, report)
+
+    async def _refuse_stale(self, tx: Transaction, command: ResumeCommand, stale: bool) -> None:
+        """Refuse `command` as the ticket committed now warrants, when the ticket it was
+        checked against was read before the run's lock (off the hot path: only when the
+        decision is refused anyway), so that it is refused as if read under the lock."""
+        if stale:
+            self.validate(command, await tx.get_ticket(command.ticket_id))
+
+    async def _report(self, command: ResumeCommand, report: bool) -> RunResult | None:
+        """The run as it now is, read only for a caller that wants it."""
+        return await self._queries.get(command.run_id) if report else None
 
     async def _apply(
         self,

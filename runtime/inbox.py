@@ -234,21 +234,8 @@ class Inbox:
         for item in pending:
             error: SignoffError | None = None
             try:
-                async with deps.store.transaction() as tx:
-                    ticket = await tx.get_ticket(item.ticket_id)
-                if ticket is None:
-                    raise UnknownTicket(f"no ticket {item.ticket_id!r} exists")
-                # The decision was made when the click arrived, not when it is applied:
-                # a click acknowledged before the deadline counts.
-                command = ResumeCommand.from_ticket(
-                    ticket,
-                    ANSWER.validate_python(item.answer),
-                    Actor.model_validate(item.actor),
-                    item.received_at,
-                ).model_copy(update={"correlation": item.correlation})
-                # Marked applied in the decision's own transaction, so a crash cannot
-                # make it look refused on the next try.
-                await self._decisions.submit(command, received=item)
+                # The ticket is read once, in the transaction that applies the click.
+                await self._decisions.apply_received(item)
             except (ResumeError, RunNotFound) as exc:
                 error = exc
             if error is not None:

@@ -500,8 +500,7 @@ class Runtime:
             correlation: The token the click carried; checked against the ticket.
             resume: Continue the run now if this was its last open decision.
         """
-        _, command = await self._decisions.command_for(ticket_id, answer, actor, correlation)
-        return await self.submit(command, resume=resume)
+        return await self._decisions.decide(ticket_id, answer, actor, correlation, resume=resume)
 
     async def accept(
         self,

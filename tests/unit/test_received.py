@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from runtime import (
@@ -15,10 +17,13 @@ from runtime import (
     RefusalReason,
     Refused,
     RunStatus,
+    Runtime,
     ScriptedModel,
     final_reply,
     tool_call_reply,
 )
+from runtime.store.memory import MemoryStore, MemoryTransaction
+from runtime.tickets import ResumeTicket
 
 
 def agent(ran: list[int]) -> Agent:
@@ -158,3 +163,52 @@ async def test_a_refused_click_is_not_stored_and_an_accepted_one_names_its_ticke
     assert isinstance(accepted, Accepted) and accepted.ticket is not None
     assert accepted.ticket.ticket_id == ticket.ticket_id
     assert await snapshot(ticket.run_id) == before  # stored, not applied
+
+
+class CountingStore(MemoryStore):
+    """The memory store, counting transactions and reads of tickets by id."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.transactions = 0
+        self.ticket_reads = 0
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[MemoryTransaction]:
+        async with super().transaction() as tx:
+            self.transactions += 1
+            read = tx.get_ticket
+
+            async def get_ticket(ticket_id: str) -> ResumeTicket | None:
+                self.ticket_reads += 1
+                return await read(ticket_id)
+
+            tx.get_ticket = get_ticket  # type: ignore[method-assign]
+            yield tx
+
+    def reset(self) -> None:
+        self.transactions = self.ticket_reads = 0
+
+
+async def test_a_click_reads_its_ticket_once_when_accepted_and_once_when_applied() -> None:
+    store = CountingStore()
+    rt = Runtime(store, [agent([])])
+    ticket = (await rt.start("payments", "pay 5", requester="U1")).pending[0].ticket
+    store.reset()
+    accepted = await rt.accept(
+        ticket.ticket_id,
+        Allow(),
+        Actor(id="U1", platform="slack"),
+        correlation=ticket.correlation,
+        source="slack",
+        delivery_id="click-1",
+    )
+    assert isinstance(accepted, Accepted) and accepted.stored
+    assert (store.transactions, store.ticket_reads) == (1, 1)
+    store.reset()
+    [outcome] = await rt.apply_received()
+    assert outcome.applied
+    # One transaction claims the stored clicks, one applies this one; nothing is read
+    # before it, and nothing after it that no one asked for.
+    assert (store.transactions, store.ticket_reads) == (2, 1)
+    await rt.aclose()
