@@ -1,11 +1,16 @@
 """What the outbox hands a platform's notifier: a typed notification and its `Delivery`.
 
 Every message a platform must receive is written to the outbox in the transaction of the
-state change it reports. When it is delivered, the core reads it back as one frozen value
-of the closed union `Notification` (tagged by ``kind``) and gathers what the notifier needs
-to know about the world in a `Delivery`: where it goes, the ticket as it stands now, the
-card an outcome edits, the run's first message in that channel. Notifiers never read the
-store or open transactions; they turn a value into a platform message.
+state change it reports: its writer builds one frozen value of the closed union
+`Notification` (tagged by ``kind``) and the journal stores its kind and `payload`. When
+it is delivered, the core reads it back as the same value and gathers what the notifier
+needs to know about the world in a `Delivery`: where it goes, the ticket as it stands
+now, the card an outcome edits, the run's first message in that channel. Notifiers never
+read the store or open transactions; they turn a value into a platform message.
+
+A stored payload holds the fields its writer set, and only those, so rows keep the shape
+older versions wrote; a row may carry fields a later version added (they are ignored).
+The lists of kinds (`KINDS`, `CARD_KINDS` ...) are derived from the union (`kinds_of`).
 """
 
 from __future__ import annotations
