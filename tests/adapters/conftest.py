@@ -1,9 +1,10 @@
 """A real signoff web service for the adapter tests.
 
-`service` starts: a `SQLStore` on a fresh SQLite file (migrated), a `Runtime` over it with
-a `ManualClock`, a real `Worker` looping in the background, and an aiohttp server on
-127.0.0.1 (port 0) with the JSON API and the console. The test agents record every real
-tool execution in ``service.ledger``.
+`service` builds `signoff serve`'s process (`bot.bootstrap.build_service`) on a fresh
+SQLite file (migrated), with a `ManualClock`, the test tokens and agents, and starts only
+its worker; an aiohttp test server on 127.0.0.1 (port 0) serves its application (JSON
+API, console, webhooks, health). The test agents record every real tool execution in
+``service.ledger``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from testkit import Crash, RollbackPlan, echo_model
 
-from adapters.web import ApiToken, TokenAuth, add_api_routes, add_console_routes
+from adapters.web import ApiToken, TokenAuth, add_console_routes
+from bot.bootstrap import Parts, build_service
+from bot.settings import Settings
 from runtime import (
     Agent,
     InputRequest,
@@ -252,28 +255,38 @@ def csrf_in(html: str) -> str:
     return found.group(1)
 
 
+ONLY_THE_WORKER = Parts(listen=False, outbox=False, deadlines=False, wake_ups=False)
+"""What the adapter tests run of `signoff serve`: the worker (the test serves the app)."""
+
+
 @pytest.fixture
 async def service(tmp_path: Path) -> AsyncIterator[Service]:
-    store = SQLStore.sqlite(tmp_path / "signoff.db")
+    path = tmp_path / "signoff.db"
+    store = SQLStore.sqlite(path)
     await store.migrate()
     clock = ManualClock()
     ledger: list[tuple[str, dict[str, Any]]] = []
     agents = build_agents(ledger)
-    runtime = Runtime(store, agents, clock=clock)
-    worker = Worker(runtime, poll_seconds=0.05)
-    stop = asyncio.Event()
-    loop_task = asyncio.create_task(worker.run(stop))
-    auth = TokenAuth(TOKENS)
-    app = web.Application()
-    add_api_routes(app, runtime, auth, worker.wake)
-    add_console_routes(app, runtime, auth, worker.wake, cookie_secret=COOKIE_SECRET)
-    client = TestClient(TestServer(app, host="127.0.0.1", port=0))
+    settings = Settings(
+        database_url=f"sqlite+aiosqlite:///{path}",
+        operator_token="tok-ops-0123456789abcdef",
+        cookie_secret=COOKIE_SECRET.decode(),
+        poll_seconds=0.05,
+    )
+    built = await build_service(
+        settings,
+        agents=agents,
+        store=store,
+        clock=clock,
+        auth=TokenAuth(TOKENS),
+        parts=ONLY_THE_WORKER,
+    )
+    client = TestClient(TestServer(built.app, host="127.0.0.1", port=0))
     await client.start_server()
+    await built.start()
     try:
-        yield Service(runtime, store, clock, worker, client, agents, ledger)
+        yield Service(built.runtime, store, clock, built.worker, client, agents, ledger)
     finally:
         await client.close()
-        stop.set()
-        await loop_task
-        await worker.drain(5)
+        await built.stop(grace_seconds=5)
         await store.close()

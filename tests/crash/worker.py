@@ -5,10 +5,13 @@ Run as a real subprocess by ``tests/crash/test_crash_recovery.py``::
     python tests/crash/worker.py --db PATH|URL --ledger PATH --policy manual|safe|idempotent \
         --kill-at POINT --phase start|park|approve|recover|resolve [--resolve result|retry|abort]
 
+Every phase builds `signoff serve`'s process (`bot.bootstrap.build_service`) on the
+database; only the ``serve`` phase starts its worker.
+
 Phases (each is meant to run in a fresh process):
 
 * ``start``   start the run (it parks on the ``ask`` tool), then approve it with ``resume=True``;
-* ``serve``   as ``signoff serve`` drives runs: a `Worker` loop runs, the run is started
+* ``serve``   as ``signoff serve`` drives runs: its worker loop runs, the run is started
               without waiting and approved without resuming, and the worker drives it (each
               time claimed for the worker in the start's or the decision's own commit);
 * ``park``    only start the run (it parks);
@@ -44,6 +47,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from bot.bootstrap import Parts, Service, build_service
+from bot.settings import Settings
 from runtime import (
     Agent,
     ModelRequest,
@@ -57,7 +62,6 @@ from runtime import (
     tool_call_reply,
 )
 from runtime.store.sql import SQLStore
-from runtime.worker import Worker
 
 AGENT = "crashy"
 REQUESTER = "U1"
@@ -245,26 +249,24 @@ class Turns:
                 await self.changed.wait()
 
 
-async def serve(runtime: Runtime, turns: Turns) -> dict[str, Any]:
-    """The ``serve`` phase: a worker's loop drives what is started and decided."""
-    worker = Worker(runtime, poll_seconds=0.05)
-    stop = asyncio.Event()
-    loop = asyncio.create_task(worker.run(stop))
+async def serve(service: Service, turns: Turns) -> dict[str, Any]:
+    """The ``serve`` phase: the process's worker loop drives what is started and decided."""
+    runtime = service.runtime
+    await service.start()
     await asyncio.sleep(0)  # the loop has begun: it takes runs from now on
-    try:
-        started = await runtime.start(AGENT, "refund order A1", requester=REQUESTER, wait=False)
-        if started.status is not RunStatus.RUNNING:
-            raise SystemExit(f"the start was not handed to the worker: {started.status}")
-        parked = await turns.until(runtime, started.run_id, RunStatus.AWAITING)
-        print(json.dumps({"parked": parked.run_id}), flush=True)
-        decided = await runtime.approve(parked.pending[0], resume=False)
-        if decided.status is not RunStatus.RUNNING:
-            raise SystemExit(f"the decision was not handed to the worker: {decided.status}")
-        return result_json(await turns.until(runtime, started.run_id, RunStatus.DONE))
-    finally:
-        stop.set()
-        await loop
-        await worker.drain(5)
+    started = await runtime.start(AGENT, "refund order A1", requester=REQUESTER, wait=False)
+    if started.status is not RunStatus.RUNNING:
+        raise SystemExit(f"the start was not handed to the worker: {started.status}")
+    parked = await turns.until(runtime, started.run_id, RunStatus.AWAITING)
+    print(json.dumps({"parked": parked.run_id}), flush=True)
+    decided = await runtime.approve(parked.pending[0], resume=False)
+    if decided.status is not RunStatus.RUNNING:
+        raise SystemExit(f"the decision was not handed to the worker: {decided.status}")
+    return result_json(await turns.until(runtime, started.run_id, RunStatus.DONE))
+
+
+ONLY_THE_WORKER = Parts(listen=False, outbox=False, deadlines=False, wake_ups=False)
+"""What a phase runs of `signoff serve`'s process: its worker, in the ``serve`` phase."""
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
@@ -281,16 +283,21 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         killer.checkpoint(point, info)
         turns.checkpoint(point, info)
 
-    runtime = Runtime(
-        store,
-        [agent],
+    settings = Settings(
+        database_url=url,
         lease_seconds=args.lease,
-        checkpoint=checkpoint,
+        poll_seconds=0.05,
+        operator_token="crash-operator-0123456789",
+        cookie_secret="crash-cookie-secret-0123456789abcdef",
     )
+    service = await build_service(
+        settings, agents=[agent], store=store, checkpoint=checkpoint, parts=ONLY_THE_WORKER
+    )
+    runtime = service.runtime
     output: dict[str, Any] = {"phase": args.phase, "pid": os.getpid()}
     try:
         if args.phase == "serve":
-            output["result"] = await serve(runtime, turns)
+            output["result"] = await serve(service, turns)
         elif args.phase in ("start", "park"):
             result = await runtime.start(AGENT, "refund order A1", requester=REQUESTER)
             print(json.dumps({"parked": result.run_id}), flush=True)
@@ -319,6 +326,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         output["runs"] = await describe(runtime, store)
         output["commits"] = store.commits
     finally:
+        await service.stop(grace_seconds=5)
         await store.close()
     return output
 

@@ -1,9 +1,9 @@
 """The MCP test bed: real MCP servers (`fake_mcp_server`) and a real signoff around them.
 
-`McpBed` holds a `SQLStore` on a SQLite file, a `Runtime`, a real `Worker` in the
-background, the operator console on an aiohttp test server, and an `McpHub` connected to
-the servers of the test. Servers run as subprocesses: over stdio (started by the hub) or
-over Streamable HTTP (`HttpProcess`, started by the test).
+`McpBed` holds `signoff serve`'s process (`bot.bootstrap.build_service`) on a SQLite
+file, its worker running, the operator console on an aiohttp test server, and an `McpHub`
+connected to the servers of the test. Servers run as subprocesses: over stdio (started by
+the hub) or over Streamable HTTP (`HttpProcess`, started by the test).
 """
 
 from __future__ import annotations
@@ -200,34 +200,41 @@ async def open_bed(
     *,
     console: bool = True,
 ) -> McpBed:
-    """Connect the servers, then build the runtime, the worker and the console."""
-    from adapters.web import ApiToken, TokenAuth, add_api_routes, add_console_routes
+    """Connect the servers, then build `signoff serve`'s process around them
+    (`bot.bootstrap.build_service`) and start its worker; the console on a test server."""
+    from aiohttp.test_utils import TestServer
+
+    from adapters.web import ApiToken, TokenAuth
+    from bot.bootstrap import Parts, build_service
+    from bot.settings import Settings
 
     hub = McpHub(servers, bindings)
     await hub.start()
     store = SQLStore.sqlite(db)
     await store.migrate()
-    runtime = Runtime(store, agents)
-    worker = Worker(runtime, poll_seconds=0.05)
-    stop = asyncio.Event()
-    loop = asyncio.create_task(worker.run(stop))
-    bed = McpBed(runtime, store, worker, hub, list(agents))
+    settings = Settings(
+        database_url=f"sqlite+aiosqlite:///{db}",
+        operator_token="mcp-operator-0123456789",
+        cookie_secret="k" * 32,
+        poll_seconds=0.05,
+    )
+    service = await build_service(
+        settings,
+        agents=agents,
+        store=store,
+        auth=TokenAuth([ApiToken("tok-u1", "U1", name="Uma")]),
+        parts=Parts(listen=False, outbox=False, deadlines=False, wake_ups=False),
+    )
+    bed = McpBed(service.runtime, store, service.worker, hub, list(agents))
     if console:
-        auth = TokenAuth([ApiToken("tok-u1", "U1", name="Uma")])
-        app = web.Application()
-        add_api_routes(app, runtime, auth, worker.wake)
-        add_console_routes(app, runtime, auth, worker.wake, cookie_secret=b"k" * 32)
-        from aiohttp.test_utils import TestServer
-
-        bed.client = TestClient(TestServer(app, host="127.0.0.1", port=0))
+        bed.client = TestClient(TestServer(service.app, host="127.0.0.1", port=0))
         await bed.client.start_server()
+    await service.start()
 
     async def close() -> None:
         if bed.client is not None:
             await bed.client.close()
-        stop.set()
-        await loop
-        await worker.drain(5)
+        await service.stop(grace_seconds=5)
         await hub.stop()
         await store.close()
 

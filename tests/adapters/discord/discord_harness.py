@@ -1,9 +1,9 @@
-"""Agents, people and a harness for the Discord tests: real SQLite store, worker, outbox loop."""
+"""Agents, people and a harness for the Discord tests: bots are `signoff serve`'s process
+(`bot.bootstrap.build_service`) on a real SQLite store, against a fake Discord."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,12 +21,8 @@ from fake_discord import (
 from pydantic import BaseModel
 from testkit import Crash, RollbackPlan, echo_model, settled  # noqa: F401  (re-exported)
 
-from bot.discord_wiring import (
-    DiscordHandle,
-    discord_notifier,
-    start_discord,
-    stop_discord,
-)
+from bot.bootstrap import Parts, Service, build_service
+from bot.discord_wiring import DiscordHandle
 from bot.settings import Settings
 from runtime import (
     Agent,
@@ -37,9 +33,8 @@ from runtime import (
     current_tool_context,
     tool,
 )
-from runtime.outbox import NullNotifier, RoutingNotifier
 from runtime.store.sql import SQLStore
-from runtime.worker import Worker, outbox_loop
+from runtime.worker import Worker
 
 # People and roles of the fake server.
 ROLE_APPROVER = 810000000000000001
@@ -182,22 +177,33 @@ def build_agents(ledger: list[tuple[str, dict[str, Any]]]) -> list[Agent]:
 
 @dataclass
 class Bot:
-    """One bot "process": a runtime, its worker and outbox loops, and the Discord edge."""
+    """One bot "process": `signoff serve`'s process with the Discord edge on."""
 
-    runtime: Runtime
-    worker: Worker
-    handle: DiscordHandle
-    stop: asyncio.Event
-    tasks: list[asyncio.Task[Any]]
+    service: Service
+    gateway: DiscordHandle | None = None
+    closed: bool = False
+
+    @property
+    def runtime(self) -> Runtime:
+        """The process's runtime."""
+        return self.service.runtime
+
+    @property
+    def worker(self) -> Worker:
+        """The process's worker."""
+        return self.service.worker
+
+    @property
+    def handle(self) -> DiscordHandle:
+        """The gateway connection it made when it started (holding the gateway lease)."""
+        assert self.gateway is not None, "another bot held the gateway lease"
+        return self.gateway
 
     async def close(self) -> None:
         """Stop the loops and the Discord client (what dying gracefully looks like)."""
-        self.stop.set()
-        for task in self.tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(task, timeout=5)
-        await self.worker.drain(5)
-        await stop_discord(self.handle)
+        if not self.closed:
+            self.closed = True
+            await self.service.stop(grace_seconds=5)
 
 
 @dataclass
@@ -228,40 +234,49 @@ class Harness:
             "ready_timeout": 10,
         }
         values.update(overrides)
-        return Settings(**{f"discord_{name}": value for name, value in values.items()})
+        return Settings(
+            database_url=f"sqlite+aiosqlite:///{self.path}",
+            operator_token="discord-operator-0123456789",
+            cookie_secret="discord-cookie-secret-0123456789abcdef",
+            poll_seconds=0.02,
+            **{f"discord_{name}": value for name, value in values.items()},
+        )
 
     def runtime(self, **kwargs: Any) -> Runtime:
         """Another runtime on the same store (another process, in effect)."""
         return Runtime(self.store, self.agents, clock=self.clock, **kwargs)
 
-    def fresh_runtime(self, **kwargs: Any) -> Runtime:
-        """A runtime on a new connection pool to the same SQLite file: a new process."""
+    def fresh_store(self) -> SQLStore:
+        """A new connection pool to the same SQLite file: a new process's."""
         store = SQLStore.sqlite(self.path)
         self.extra_stores.append(store)
-        return Runtime(store, self.agents, clock=self.clock, **kwargs)
+        return store
 
     async def start_bot(
         self,
         *,
-        runtime: Runtime | None = None,
+        store: SQLStore | None = None,
+        worker_id: str | None = None,
+        agents: list[Agent] | None = None,
         apply: bool = True,
         **overrides: Any,
     ) -> Bot:
-        """Start a bot; with ``apply=False`` its worker never runs (it only stores clicks)."""
-        chosen = runtime or self.runtime()
-        worker = Worker(chosen, poll_seconds=0.02)
-        handle = await start_discord(chosen, worker, self.settings(**overrides))
-        stop = asyncio.Event()
-        tasks: list[asyncio.Task[Any]] = []
-        if apply:
-            notifier = RoutingNotifier(
-                {"discord": discord_notifier(handle), "console": NullNotifier()}
-            )
-            tasks = [
-                asyncio.create_task(worker.run(stop)),
-                asyncio.create_task(outbox_loop(chosen, notifier, stop, seconds=0.02)),
-            ]
-        bot = Bot(chosen, worker, handle, stop, tasks)
+        """Start a bot (`bot.bootstrap.build_service`, Discord on, no pacing); with
+        ``apply=False`` its worker and outbox never run (it only stores clicks).
+
+        It takes the gateway lease: the bot before it must have been closed.
+        """
+        service = await build_service(
+            self.settings(**overrides),
+            agents=self.agents if agents is None else agents,
+            store=store or self.store,
+            clock=self.clock,
+            worker_id=worker_id,
+            pacing={},
+            parts=Parts(listen=False, deadlines=False, wake_ups=False, worker=apply, outbox=apply),
+        )
+        await service.start()
+        bot = Bot(service, service.discord.gateway if service.discord is not None else None)
         self.bots.append(bot)
         return bot
 

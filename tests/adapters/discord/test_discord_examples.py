@@ -8,15 +8,14 @@ import pytest
 from discord_harness import ALICE, BOB, CAROL, ROLE_APPROVER, Harness
 
 from examples import demo_agents
-from runtime import RunStatus, Runtime
+from runtime import RunStatus
 
 pytestmark = pytest.mark.timeout(60)
 
 
 async def test_deploys_is_approved_by_a_release_manager_in_discord(harness: Harness) -> None:
-    runtime = Runtime(harness.store, demo_agents(), clock=harness.clock)
     await harness.start_bot(
-        runtime=runtime, approver_roles={"release-managers": [str(ROLE_APPROVER)]}
+        agents=demo_agents(), approver_roles={"release-managers": [str(ROLE_APPROVER)]}
     )
     run_id, _ = await harness.start_run(ALICE, "deploys", "deploy checkout 2.4.1")
     plan_card = await harness.card_for(run_id)

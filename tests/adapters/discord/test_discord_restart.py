@@ -19,7 +19,7 @@ async def test_a_new_bot_handles_a_click_on_a_card_the_old_one_posted(harness: H
 
     # A new process: its own store connection, runtime, worker and Discord client. It
     # has never seen the card; the button's custom_id is all it gets.
-    new = await harness.start_bot(runtime=harness.fresh_runtime(worker_id="new"))
+    new = await harness.start_bot(store=harness.fresh_store(), worker_id="new")
     assert new.handle.client is not old.handle.client
     answer = await harness.click(ALICE, card, "Allow")
     assert "Allow recorded" in answer.text
@@ -40,7 +40,7 @@ async def test_a_click_stored_by_a_bot_killed_before_applying_it_is_applied_once
 
     # This bot stores clicks but never gets to apply them: it is "killed" right after
     # acknowledging.
-    doomed = await harness.start_bot(runtime=harness.fresh_runtime(worker_id="doomed"), apply=False)
+    doomed = await harness.start_bot(store=harness.fresh_store(), worker_id="doomed", apply=False)
     answer = await harness.click(ALICE, card, "Allow")
     assert "Allow recorded" in answer.text
     await doomed.close()
@@ -52,7 +52,7 @@ async def test_a_click_stored_by_a_bot_killed_before_applying_it_is_applied_once
     assert harness.ledger == []
 
     # The next process, on a fresh connection to the same file, applies it exactly once.
-    survivor = await harness.start_bot(runtime=harness.fresh_runtime(worker_id="survivor"))
+    survivor = await harness.start_bot(store=harness.fresh_store(), worker_id="survivor")
     result = await harness.finished(run_id)
     assert result.status is RunStatus.DONE
     assert len(harness.ledger) == 1

@@ -1,9 +1,9 @@
 """Fixtures of the Slack edge tests: the fake Slack and a running signoff Slack edge.
 
-`slack` starts: the fake Slack Web API (127.0.0.1, port 0), a `SQLStore` on a fresh SQLite
-file (migrated), a `Runtime` with a `ManualClock`, a real `Worker` and the real outbox
-loop (`RoutingNotifier` -> `SlackNotifier`) in the background, and the bolt app mounted at
-``POST /slack/events`` on an aiohttp test server.
+`slack` starts the fake Slack Web API (127.0.0.1, port 0) and `signoff serve`'s process
+(`bot.bootstrap.build_service`) on a fresh SQLite file (migrated), with a `ManualClock`,
+the Slack edge pointed at the fake and no pacing; its worker and outbox loop run in the
+background, and an aiohttp test server serves its application (``POST /slack/events``).
 """
 
 from __future__ import annotations
@@ -15,22 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from fake_slack import FakeSlack
 from slackbed import SlackBed, build_agents, slack_config
 
-from adapters.slack import (
-    ChannelLimiter,
-    SlackNotifier,
-    add_slack_routes,
-    build_client,
-    build_slack_app,
-)
-from runtime import Agent, ManualClock, Runtime
-from runtime.outbox import RetryPolicy, RoutingNotifier
+from adapters.slack import ChannelLimiter
+from bot.bootstrap import Parts, build_service
+from bot.settings import Settings
+from runtime import Agent, ManualClock
+from runtime.outbox import RetryPolicy
 from runtime.store.sql import SQLStore
-from runtime.worker import Worker, outbox_loop
 
 
 @pytest.fixture(autouse=True)
@@ -88,42 +82,44 @@ async def slack(
     await store.migrate()
     clock = ManualClock()
     agents = slack_agents
-    runtime = Runtime(store, agents, clock=clock)
-    worker = Worker(runtime, poll_seconds=0.05)
-    config = slack_config(fake, **slack_options)
-    client = build_client(config)
-    bolt = build_slack_app(runtime, config, worker.wake, client=client)
-    notifier = RoutingNotifier(
-        {
-            "slack": SlackNotifier(
-                client,
-                groups=config.approver_groups,
-                # No spacing, and a 429's hold follows the manual clock like the outbox does.
-                limiter=ChannelLimiter(interval=0.0, monotonic=lambda: clock.now().timestamp()),
-            )
-        }
+    settings = Settings(
+        database_url=f"sqlite+aiosqlite:///{db_path}",
+        operator_token="slack-operator-0123456789",
+        cookie_secret="slack-cookie-secret-0123456789abcdef",
+        poll_seconds=0.02,
     )
-    stop = asyncio.Event()
-    loops = [
-        asyncio.create_task(worker.run(stop)),
-        asyncio.create_task(
-            outbox_loop(runtime, notifier, stop, seconds=0.02, policy=RetryPolicy(base_delay=5.0))
-        ),
-    ]
-    app = web.Application()
-    add_slack_routes(app, bolt, signing_secret=config.signing_secret)
-    test_client = TestClient(TestServer(app, host="127.0.0.1", port=0))
+    built = await build_service(
+        settings,
+        agents=agents,
+        store=store,
+        clock=clock,
+        slack_config=slack_config(fake, **slack_options),
+        # No spacing, and a 429's hold follows the manual clock like the outbox does.
+        slack_limiter=ChannelLimiter(interval=0.0, monotonic=lambda: clock.now().timestamp()),
+        outbox_policy=RetryPolicy(base_delay=5.0),
+        pacing={},
+        parts=Parts(listen=False, deadlines=False, wake_ups=False),
+    )
+    assert built.slack is not None
+    test_client = TestClient(TestServer(built.app, host="127.0.0.1", port=0))
     await test_client.start_server()
+    await built.start()
     try:
         yield SlackBed(
-            fake, runtime, store, clock, worker, bolt, test_client, agents, db_path, ledger
+            fake,
+            built.runtime,
+            store,
+            clock,
+            built.worker,
+            built.slack.bolt,
+            test_client,
+            agents,
+            db_path,
+            ledger,
         )
     finally:
         await test_client.close()
-        stop.set()
-        for task in loops:
-            await task
-        await worker.drain(5)
         # Let bolt's background listener tasks finish before the store closes.
         await asyncio.sleep(0.05)
+        await built.stop(grace_seconds=5)
         await store.close()
