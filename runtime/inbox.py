@@ -184,12 +184,20 @@ class Inbox:
     async def may_answer(
         self, ticket_id: str, kind: AnswerKind, actor: ActorSource, *, correlation: str
     ) -> FormOutcome:
-        """Whether `actor` may answer the ticket with `kind` now (see `Runtime.may_answer`)."""
+        """Whether `actor` may answer the ticket with `kind` now (see `Runtime.may_answer`).
+
+        As in `accept`, the ticket is read once when the clicker is known without a
+        look-up, and read again after a look-up otherwise.
+        """
         deps = self._deps
         try:
-            who = await self._resolve_actor(actor, ticket_id)
-            async with deps.store.transaction() as tx:
-                ticket = await tx.get_ticket(ticket_id)
+            ticket = await self._read_ticket(ticket_id)
+            found = actor if isinstance(actor, Actor) else actor(ticket)
+            if isinstance(found, Actor):
+                who = found
+            else:
+                who = await found
+                ticket = await self._read_ticket(ticket_id)
         except StorageError as exc:
             return Refused(classify(exc, None))
         agent = deps.agents.get(ticket.agent) if ticket is not None else None
@@ -210,13 +218,9 @@ class Inbox:
             return Refused(classify(exc, ticket))
         return Decidable(ticket)
 
-    async def _resolve_actor(self, actor: ActorSource, ticket_id: str) -> Actor:
-        if isinstance(actor, Actor):
-            return actor
+    async def _read_ticket(self, ticket_id: str) -> ResumeTicket | None:
         async with self._deps.store.transaction() as tx:
-            ticket = await tx.get_ticket(ticket_id)
-        found = actor(ticket)
-        return found if isinstance(found, Actor) else await found
+            return await tx.get_ticket(ticket_id)
 
     async def apply_received(self, limit: int) -> list[ReceivedOutcome]:
         """Apply stored decisions, oldest first, each exactly once."""

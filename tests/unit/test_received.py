@@ -12,6 +12,7 @@ from runtime import (
     Actor,
     Agent,
     Allow,
+    Decidable,
     Deny,
     NotAwaiting,
     RefusalReason,
@@ -211,4 +212,31 @@ async def test_a_click_reads_its_ticket_once_when_accepted_and_once_when_applied
     # One transaction claims the stored clicks, one applies this one; nothing is read
     # before it, and nothing after it that no one asked for.
     assert (store.transactions, store.ticket_reads) == (2, 1)
+    await rt.aclose()
+
+
+async def test_a_form_button_reads_its_ticket_once_when_the_clicker_is_known_at_once() -> None:
+    store = CountingStore()
+    rt = Runtime(store, [agent([])])
+    ticket = (await rt.start("payments", "pay 5", requester="U1")).pending[0].ticket
+    seen: list[ResumeTicket | None] = []
+
+    def known(found: ResumeTicket | None) -> Actor:
+        seen.append(found)
+        return Actor(id="U1", platform="slack")
+
+    async def look_up() -> Actor:
+        return Actor(id="U1", platform="slack")
+
+    store.reset()
+    opened = await rt.may_answer(ticket.ticket_id, "deny", known, correlation=ticket.correlation)
+    assert opened == Decidable(ticket) and seen == [ticket]
+    assert (store.transactions, store.ticket_reads) == (1, 1)
+    # A look-up may take long: the ticket is read again after it.
+    store.reset()
+    opened = await rt.may_answer(
+        ticket.ticket_id, "deny", lambda found: look_up(), correlation=ticket.correlation
+    )
+    assert opened == Decidable(ticket)
+    assert (store.transactions, store.ticket_reads) == (2, 2)
     await rt.aclose()
