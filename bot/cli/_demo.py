@@ -16,7 +16,7 @@ from bot.cli._exits import EXIT_OK, EXIT_RUN_FAILED
 from bot.cli._options import cli_state, login_name, run_coroutine
 from bot.cli._output import fail, one_line, print_events, print_pending
 from bot.settings import Settings
-from bot.wiring import build_runtime, with_model_setting
+from bot.wiring import with_model_setting
 from runtime import Actor, Agent, PendingEntry, RunResult, RunStatus, Runtime
 
 
@@ -79,8 +79,10 @@ async def _demo(
     login = login_name()
     me = Actor(id=f"cli:{login}", platform="cli", name=login)
     keyboard = None if yes else _Keyboard()
-    runtime, store = await build_runtime(settings, agents=with_model_setting(settings, [agent]))
-    try:
+    from bot.bootstrap import open_runtime  # the serving process's modules, when needed
+
+    agents = with_model_setting(settings, [agent])
+    async with open_runtime(settings, agents=agents) as runtime:
         model = runtime.agents[agent.name].model_name
         offline = " (scripted, no network)" if model.startswith("scripted") else ""
         click.echo(f"Agent {agent.name!r} on model {model}{offline}.")
@@ -111,9 +113,6 @@ async def _demo(
                 f"--database-url sqlite+aiosqlite:///{kept}"
             )
         return result
-    finally:
-        await runtime.aclose()
-        await store.close()
 
 
 class _Keyboard:

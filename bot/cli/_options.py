@@ -13,7 +13,6 @@ from typing import Any, TypeVar
 import click
 
 from bot.settings import Settings, load_settings
-from bot.wiring import build_runtime, connected_agents
 from runtime import Actor, Runtime
 
 
@@ -125,14 +124,11 @@ def actor_of(as_user: str | None, operator: bool) -> Actor:
 
 @asynccontextmanager
 async def opened_runtime(database_url: str | None) -> AsyncIterator[Runtime]:
+    from bot.bootstrap import open_runtime  # the serving process's modules, when needed
+
     settings = cli_state().settings(database_url)
-    async with connected_agents(settings) as loaded:
-        runtime, store = await build_runtime(settings, loaded.agents)
-        try:
-            yield runtime
-        finally:
-            await runtime.aclose()
-            await store.close()
+    async with open_runtime(settings) as runtime:
+        yield runtime
 
 
 def run_coroutine(coro: Any) -> Any:
