@@ -196,8 +196,8 @@ async def timed(
 _LAYERS = (
     ("sqlite3: COMMIT (the fsync)", lambda file, fn: "commit" in fn and "sqlite3" in fn),
     ("sqlite3: statements", lambda file, fn: "sqlite3" in fn),
-    ("store: runtime/store/_sqlite.py", lambda file, fn: "/runtime/store/_sqlite" in file),
-    ("store: runtime/store/sql.py", lambda file, fn: "/runtime/store/" in file),
+    ("store: runtime/store/sql/sqlite_*.py", lambda file, fn: "/runtime/store/sql/sqlite_" in file),
+    ("store: runtime/store/sql/", lambda file, fn: "/runtime/store/" in file),
     ("runtime (the core)", lambda file, fn: "/runtime/" in file),
     ("json", lambda file, fn: "json" in file or "json" in fn),
     ("SQLAlchemy (column type conversions)", lambda file, fn: "sqlalchemy" in file),

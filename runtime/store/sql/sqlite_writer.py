@@ -27,28 +27,22 @@ column type (JSON, booleans), minus its per-statement execution machinery.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import logging
-import operator
 import queue
 import sqlite3
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import Table
-from sqlalchemy.dialects import sqlite
-from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ClauseElement, Executable
-from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.dml import UpdateBase
-from sqlalchemy.types import TypeEngine
 
 from runtime.errors import StorageError
+from runtime.store.sql.sqlite_plans import OpenFailed, Plan, Rows, compile_plan, sqlite_dialect
 
 _T = TypeVar("_T")
 
@@ -62,219 +56,6 @@ _PLAN_CACHE = 512
 _LOCK_PAUSE_SECONDS = (0.001, 0.05)
 """First and longest pause between two tries of a statement SQLite refused at once
 because another connection holds a lock (see `wait_for_locks`)."""
-_REQUIRED: Any = object()
-
-
-class OpenFailed(StorageError):
-    """The database file could not be opened.
-
-    Attributes:
-        reason: SQLite's own message.
-    """
-
-    def __init__(self, where: str, reason: str) -> None:
-        super().__init__(f"cannot open {where}: {reason}")
-        self.reason = reason
-
-
-def sqlite_dialect() -> Dialect:
-    """SQLAlchemy's SQLite dialect, configured for this machine's SQLite library."""
-    dialect = sqlite.dialect()
-    returning = sqlite3.sqlite_version_info >= (3, 35)
-    # An offline dialect does not know the library's version; RETURNING came with 3.35.
-    dialect.insert_returning = returning
-    dialect.update_returning = returning
-    dialect.delete_returning = returning
-    return dialect
-
-
-# --- statements ------------------------------------------------------------------------
-
-
-class Rows:
-    """The rows and row count of one statement (what the store reads of a result)."""
-
-    __slots__ = ("_rows", "rowcount")
-
-    def __init__(self, rows: list[Any], rowcount: int) -> None:
-        self._rows = rows
-        self.rowcount = rowcount
-
-    def first(self) -> Any:
-        """The first row, or None."""
-        return self._rows[0] if self._rows else None
-
-    def one(self) -> Any:
-        """The only row."""
-        if len(self._rows) != 1:
-            raise StorageError(f"expected one row, got {len(self._rows)}")
-        return self._rows[0]
-
-    def all(self) -> list[Any]:
-        """Every row."""
-        return list(self._rows)
-
-    def scalars(self) -> list[Any]:
-        """The first column of every row."""
-        return [row[0] for row in self._rows]
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self._rows)
-
-
-class Plan:
-    """A statement compiled for SQLite, with how to bind its parameters and read its rows.
-
-    Args:
-        sql: The SQL text, with ``?`` placeholders.
-        binds: Per placeholder: the parameter's name, SQLAlchemy's conversion for its
-            type (or None), and its fixed value (a literal in the statement) or
-            `_REQUIRED`.
-        table: The table an INSERT or UPDATE writes (its RETURNING columns' types).
-        expanding: The parameters that are lists (``IN``), written out per execution.
-    """
-
-    __slots__ = (
-        "_converts",
-        "_fixed",
-        "_get",
-        "binds",
-        "expanding",
-        "results",
-        "row",
-        "sql",
-        "table",
-    )
-
-    def __init__(
-        self,
-        sql: str,
-        binds: Sequence[tuple[str, Callable[[Any], Any] | None, Any]],
-        *,
-        table: Table | None = None,
-        expanding: frozenset[str] = frozenset(),
-    ) -> None:
-        self.sql = sql
-        self.binds = tuple(binds)
-        self.table = table
-        self.expanding = expanding
-        self.row: Callable[[Sequence[Any]], Any] | None = None
-        """Makes a row (named fields, like SQLAlchemy's rows); None without rows, or for
-        RETURNING until the first rows came back."""
-        self.results: tuple[tuple[int, Callable[[Any], Any]], ...] = ()
-        """Per converted column: its index and SQLAlchemy's conversion."""
-        names = [name for name, _convert, _fixed in self.binds]
-        self._fixed = {name: fixed for name, _c, fixed in self.binds if fixed is not _REQUIRED}
-        self._get: Callable[[Mapping[str, Any]], Any] | None = (
-            operator.itemgetter(*names) if len(names) > 1 else None
-        )
-        self._converts = tuple(
-            (index, convert) for index, (_n, convert, _f) in enumerate(self.binds) if convert
-        )
-
-    def learn(self, columns: Sequence[tuple[str, TypeEngine[Any]]], dialect: Dialect) -> None:
-        """Name the result columns and note how to convert each (by its type)."""
-        names = [name for name, _type in columns]
-        self.row = collections.namedtuple("Row", names)._make  # type: ignore[attr-defined]
-        results = []
-        for index, (_name, type_) in enumerate(columns):
-            convert = type_.dialect_impl(dialect).result_processor(dialect, None)
-            if convert is not None:
-                results.append((index, convert))
-        self.results = tuple(results)
-
-    def learn_returning(self, description: Sequence[Any], dialect: Dialect) -> None:
-        """Name a DML statement's RETURNING columns from the cursor's description."""
-        assert self.table is not None
-        columns = self.table.c
-        self.learn([(d[0], columns[d[0]].type) for d in description], dialect)
-
-    def expand(self, params: Mapping[str, Any]) -> tuple[str, list[Any]]:
-        """The SQL and positional parameters for `params`, lists written out.
-
-        An empty list becomes ``IN (NULL)``, which matches nothing.
-        """
-        sql = self.sql
-        values: list[Any] = []
-        for name, value in zip([b[0] for b in self.binds], self.parameters(params), strict=True):
-            if name in self.expanding:
-                items = list(value)
-                marks = ", ".join("?" * len(items)) or "NULL"
-                sql = sql.replace(f"__[POSTCOMPILE_{name}]", marks, 1)
-                values.extend(items)
-            else:
-                values.append(value)
-        return sql, values
-
-    def parameters(self, params: Mapping[str, Any]) -> list[Any]:
-        """The positional parameters for `params`.
-
-        Raises:
-            ValueError: A parameter is missing, or its value cannot be stored (e.g.
-                something JSON cannot encode).
-        """
-        given = {**self._fixed, **params} if self._fixed else params
-        try:
-            if self._get is not None:
-                values = list(self._get(given))
-            else:
-                values = [given[name] for name, _c, _f in self.binds]
-        except KeyError as exc:
-            raise ValueError(f"the statement needs a value for {exc}") from None
-        for index, convert in self._converts:
-            value = values[index]
-            try:
-                if self.expanding and self.binds[index][0] in self.expanding:
-                    values[index] = [convert(item) for item in value]
-                else:
-                    values[index] = convert(value)
-            except (TypeError, ValueError) as exc:
-                raise ValueError(f"cannot store value: {exc}") from exc
-        return values
-
-    def read(self, raw: list[Any]) -> list[Any]:
-        """Rows as the store reads them: converted, with named fields."""
-        make = self.row
-        if make is None:
-            return raw
-        if not self.results:
-            return [make(row) for row in raw]
-        rows = []
-        for row in raw:
-            values = list(row)
-            for index, convert in self.results:
-                values[index] = convert(values[index])
-            rows.append(make(values))
-        return rows
-
-
-def compile_plan(statement: ClauseElement, keys: Sequence[str], dialect: Dialect) -> Plan:
-    """Compile `statement` for SQLite; `keys` name the parameters an INSERT or UPDATE sets."""
-    compiled = cast(
-        SQLCompiler,
-        statement.compile(
-            dialect=dialect,
-            column_keys=list(keys) if isinstance(statement, UpdateBase) else None,
-        ),
-    )
-    binds = []
-    for name in compiled.positiontup or ():
-        bind = compiled.binds[name]
-        fixed = _REQUIRED if bind.required else bind.effective_value
-        convert = bind.type.dialect_impl(dialect).bind_processor(dialect)
-        binds.append((name, convert, fixed))
-    expanding = frozenset(
-        name for name in compiled.positiontup or () if compiled.binds[name].expanding
-    )
-    if isinstance(statement, UpdateBase):
-        # RETURNING columns are the table's; the rows say which (SQLAlchemy's own list
-        # of them is memoized and can be stale on statements derived with returning()).
-        return Plan(compiled.string, binds, table=cast(Table, statement.table), expanding=expanding)
-    plan = Plan(compiled.string, binds, expanding=expanding)
-    columns = getattr(statement, "selected_columns", None)
-    if columns is not None:
-        plan.learn([(column.key, column.type) for column in columns], dialect)
-    return plan
 
 
 # --- the connection --------------------------------------------------------------------

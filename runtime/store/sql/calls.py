@@ -1,0 +1,80 @@
+"""Tool calls."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sqlalchemy import (
+    bindparam,
+    insert,
+    select,
+    update,
+)
+
+from runtime.store.records import (
+    CALL_CREATED_WITH,
+    CallRecord,
+)
+from runtime.store.schema import (
+    tool_calls,
+)
+from runtime.store.sql.convert import without
+from runtime.store.sql.executing import TransactionCore
+from runtime.store.sql.rows import call_record, call_values
+
+if TYPE_CHECKING:
+    # Alembic is imported only to migrate or to judge a schema other than ours: loading
+    # it and the migration scripts costs more than the rest of a start.
+    pass
+
+
+_INSERT_CALL = insert(tool_calls)
+_UPDATE_CALL = update(tool_calls).where(tool_calls.c.call_id == bindparam("b_call_id"))
+_CALLS_FOR_RUN = (
+    select(tool_calls)
+    .where(tool_calls.c.run_id == bindparam("run_id"))
+    .order_by(tool_calls.c.batch, tool_calls.c.seq)
+)
+_CALLS_FOR_BATCH = (
+    select(tool_calls)
+    .where(tool_calls.c.run_id == bindparam("run_id"), tool_calls.c.batch == bindparam("batch"))
+    .order_by(tool_calls.c.seq)
+)
+_GET_CALL = select(tool_calls).where(tool_calls.c.call_id == bindparam("call_id"))
+_CALL_BY_KEY = select(tool_calls).where(tool_calls.c.execution_key == bindparam("key"))
+
+
+class CallStatements(TransactionCore):
+    """The tool calls part of `SQLTransaction`."""
+
+    # tool calls ---------------------------------------------------------------------
+    async def insert_call(self, call: CallRecord) -> None:
+        """Add a tool call; `ValueError` if its id or execution key exists."""
+        await self._execute(_INSERT_CALL, call_values(call))
+        self.wrote = True
+
+    async def update_call(self, call: CallRecord) -> None:
+        """Write a tool call back; `ValueError` if it does not exist."""
+        values = without(call_values(call), "call_id", *CALL_CREATED_WITH)
+        values["b_call_id"] = call.call_id
+        if (await self._execute(_UPDATE_CALL, values)).rowcount != 1:
+            raise ValueError(f"call {call.call_id} does not exist")
+        self.wrote = True
+
+    async def get_call(self, call_id: str) -> CallRecord | None:
+        """Read one tool call."""
+        row = (await self._execute(_GET_CALL, {"call_id": call_id})).first()
+        return None if row is None else call_record(row)
+
+    async def calls_for_run(self, run_id: str, *, batch: int | None = None) -> list[CallRecord]:
+        """A run's calls (optionally of one batch) ordered by batch and position."""
+        if batch is None:
+            result = await self._execute(_CALLS_FOR_RUN, {"run_id": run_id})
+        else:
+            result = await self._execute(_CALLS_FOR_BATCH, {"run_id": run_id, "batch": batch})
+        return [call_record(row) for row in result]
+
+    async def call_by_execution_key(self, execution_key: str) -> CallRecord | None:
+        """The call with this execution key."""
+        row = (await self._execute(_CALL_BY_KEY, {"key": execution_key})).first()
+        return None if row is None else call_record(row)

@@ -1,0 +1,79 @@
+"""The flight recorder: a run's events."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sqlalchemy import (
+    bindparam,
+    insert,
+    select,
+)
+
+from runtime.store.records import (
+    EventRecord,
+)
+from runtime.store.schema import (
+    events,
+)
+from runtime.store.sql.convert import to_micros
+from runtime.store.sql.executing import TransactionCore
+from runtime.store.sql.rows import event_record
+from runtime.store.sql.wake import NOTIFY, WAKE_CHANNEL
+
+if TYPE_CHECKING:
+    # Alembic is imported only to migrate or to judge a schema other than ours: loading
+    # it and the migration scripts costs more than the rest of a start.
+    pass
+
+
+_EVENTS = (
+    select(events)
+    .where(events.c.run_id == bindparam("run_id"), events.c.seq > bindparam("after"))
+    .order_by(events.c.seq)
+)
+_INSERT_EVENT = insert(events)
+
+
+class EventStatements(TransactionCore):
+    """The flight recorder part of `SQLTransaction`."""
+
+    # flight recorder ----------------------------------------------------------------
+    async def append_event(self, event: EventRecord) -> None:
+        """Append to a run's flight recorder; the store assigns ``seq``."""
+        values = {
+            "run_id": event.run_id,
+            "at": to_micros(event.at),
+            "kind": event.kind,
+            "data": event.data,
+            "actor": event.actor,
+        }
+        # Written in one statement just before the commit (or before a read of events):
+        # a step's several events cost one round trip.
+        self._events.append(values)
+        self.wrote = True
+
+    async def _flush_events(self) -> None:
+        if self._events:
+            pending, self._events = self._events, []
+            await self._execute(_INSERT_EVENT, pending)
+
+    async def flush(self) -> None:
+        """Write buffered events and queue the wake-ups; the store calls it before committing.
+
+        On PostgreSQL a ``NOTIFY`` tells every listening replica what became ready (a
+        queued run, a received command, a notification); it is delivered at commit, and
+        never if the transaction rolls back.
+        """
+        await self._flush_events()
+        if self._wake and self._dialect == "postgresql":
+            payload = ",".join(sorted(self._wake))
+            await self._execute(NOTIFY, {"channel": WAKE_CHANNEL, "payload": payload})
+        self.woke = frozenset(self._wake)
+        self._wake.clear()
+
+    async def events(self, run_id: str, *, after: int = 0) -> list[EventRecord]:
+        """A run's events with ``seq > after``, in order."""
+        await self._flush_events()
+        result = await self._execute(_EVENTS, {"run_id": run_id, "after": after})
+        return [event_record(row) for row in result]

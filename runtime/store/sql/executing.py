@@ -1,0 +1,104 @@
+"""Running one statement of a transaction, and what the store makes of its errors."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import (
+    DBAPIError,
+    IntegrityError,
+    SQLAlchemyError,
+    StatementError,
+)
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import Executable
+
+from runtime.errors import StorageError
+from runtime.store.sql.failures import unreachable, unreachable_reason
+from runtime.store.sql.sqlite_writer import Member
+
+if TYPE_CHECKING:
+    # Alembic is imported only to migrate or to judge a schema other than ours: loading
+    # it and the migration scripts costs more than the rest of a start.
+    pass
+
+
+class Result(Protocol):
+    """What the store reads of a statement's result (SQLAlchemy's, or `sqlite_plans.Rows`)."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def first(self) -> Any: ...
+
+    def one(self) -> Any: ...
+
+    def all(self) -> Sequence[Any]: ...
+
+    def scalars(self) -> Iterable[Any]: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+class TransactionCore:
+    """What every part of `SQLTransaction` shares: the connection, and what the
+    transaction wrote, queued and must take back."""
+
+    def __init__(self, conn: AsyncConnection | Member, dialect: Dialect) -> None:
+        # SQLite: a member of the writer's shared transaction, statements run here;
+        # PostgreSQL: an async connection of the pool.
+        self._member = conn if isinstance(conn, Member) else None
+        self._conn = conn if isinstance(conn, AsyncConnection) else None
+        self._returning = bool(dialect.update_returning)
+        self._dialect = dialect.name
+        # SQLite serialises writers with BEGIN IMMEDIATE; other engines need row locks.
+        self._row_locks = dialect.name != "sqlite"
+        self.wrote = False
+        self._events: list[dict[str, Any]] = []
+        # What other processes should look at once this commits (PostgreSQL NOTIFY).
+        self._wake: set[str] = set()
+        self.woke: frozenset[str] = frozenset()
+        """What this transaction makes ready once committed, as `flush` found it."""
+        # Bookkeeping of records to take back if this transaction does not commit.
+        self._undo: list[Callable[[], None]] = []
+
+    def forget(self) -> None:
+        """The transaction did not commit (or its outcome is unknown): take back what it
+        noted in the records it wrote, so that a later write writes it again."""
+        undo, self._undo = self._undo, []
+        for step in reversed(undo):
+            step()
+
+    async def _execute(
+        self,
+        statement: Executable,
+        params: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+        *,
+        violation: type[ValueError] = ValueError,
+    ) -> Result:
+        try:
+            if self._member is not None:
+                return self._member.execute(statement, params)
+            assert self._conn is not None
+            return await self._conn.execute(statement, params)
+        except sqlite3.IntegrityError as exc:
+            raise violation(f"constraint violated: {exc}") from exc
+        except sqlite3.Error as exc:
+            raise StorageError(f"database error: {exc}") from exc
+        except IntegrityError as exc:
+            raise violation(f"constraint violated: {exc.orig}") from exc
+        except DBAPIError as exc:
+            raise StorageError(f"database error: {exc.orig}") from exc
+        except StatementError as exc:
+            # Raised before reaching the database: a value that cannot be stored,
+            # e.g. something JSON cannot encode.
+            raise ValueError(f"cannot store value: {exc.orig}") from exc
+        except SQLAlchemyError as exc:
+            raise StorageError(f"database error: {exc}") from exc
+        except Exception as exc:
+            if not unreachable(exc):
+                raise
+            raise StorageError(f"database error: {unreachable_reason(exc)}") from exc

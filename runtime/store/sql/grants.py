@@ -1,0 +1,123 @@
+"""Standing grants."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import (
+    and_,
+    bindparam,
+    insert,
+    or_,
+    select,
+    update,
+)
+
+from runtime.store.records import (
+    GrantRecord,
+)
+from runtime.store.schema import (
+    grants,
+)
+from runtime.store.sql.convert import to_micros
+from runtime.store.sql.executing import TransactionCore
+from runtime.store.sql.rows import grant_record, grant_values
+
+if TYPE_CHECKING:
+    # Alembic is imported only to migrate or to judge a schema other than ours: loading
+    # it and the migration scripts costs more than the rest of a start.
+    pass
+
+
+_INSERT_GRANT = insert(grants)
+_GET_GRANT = select(grants).where(grants.c.grant_id == bindparam("grant_id"))
+_GRANT_LIVE = and_(
+    grants.c.revoked_at.is_(None),
+    or_(grants.c.expires_at.is_(None), grants.c.expires_at > bindparam("now")),
+)
+_ACTIVE_GRANTS = (
+    select(grants)
+    .where(
+        grants.c.agent == bindparam("agent"),
+        grants.c.tool == bindparam("tool"),
+        _GRANT_LIVE,
+        or_(
+            and_(grants.c.scope == "run", grants.c.run_id == bindparam("run_id")),
+            and_(grants.c.scope == "thread", grants.c.thread_id == bindparam("thread_id")),
+        ),
+    )
+    .order_by(grants.c.created_at, grants.c.grant_id)
+)
+_REVOKE_GRANT = (
+    update(grants)
+    .where(grants.c.grant_id == bindparam("b_grant_id"), grants.c.revoked_at.is_(None))
+    .values(revoked_at=bindparam("at"), revoked_by=bindparam("by"))
+)
+
+
+class GrantStatements(TransactionCore):
+    """The standing grants part of `SQLTransaction`."""
+
+    # standing grants ---------------------------------------------------------------
+    async def insert_grant(self, grant: GrantRecord) -> None:
+        """Add a grant; `ValueError` if its id exists or its run does not."""
+        await self._execute(_INSERT_GRANT, grant_values(grant))
+        self.wrote = True
+
+    async def get_grant(self, grant_id: str) -> GrantRecord | None:
+        """Read one grant."""
+        row = (await self._execute(_GET_GRANT, {"grant_id": grant_id})).first()
+        return None if row is None else grant_record(row)
+
+    async def active_grants(
+        self, *, agent: str, tool: str, run_id: str, thread_id: str, now: datetime
+    ) -> list[GrantRecord]:
+        """Grants that may cover a call now, oldest first (see the protocol)."""
+        params = {
+            "agent": agent,
+            "tool": tool,
+            "run_id": run_id,
+            "thread_id": thread_id,
+            "now": to_micros(now),
+        }
+        return [grant_record(row) for row in await self._execute(_ACTIVE_GRANTS, params)]
+
+    async def list_grants(
+        self,
+        *,
+        run_id: str | None = None,
+        thread_id: str | None = None,
+        scope: str | None = None,
+        involving: str | None = None,
+        active_at: datetime | None = None,
+        limit: int = 100,
+    ) -> list[GrantRecord]:
+        """Grants, newest first, filtered by every argument given."""
+        statement = select(grants)
+        if run_id is not None:
+            statement = statement.where(grants.c.run_id == run_id)
+        if thread_id is not None:
+            statement = statement.where(grants.c.thread_id == thread_id)
+        if scope is not None:
+            statement = statement.where(grants.c.scope == scope)
+        if involving is not None:
+            statement = statement.where(
+                or_(grants.c.granted_by == involving, grants.c.requester == involving)
+            )
+        params: dict[str, Any] = {}
+        if active_at is not None:
+            statement = statement.where(_GRANT_LIVE)
+            params["now"] = to_micros(active_at)
+        statement = statement.order_by(grants.c.created_at.desc(), grants.c.grant_id.desc()).limit(
+            limit
+        )
+        return [grant_record(row) for row in await self._execute(statement, params)]
+
+    async def revoke_grant(self, grant_id: str, *, by: str, at: datetime) -> bool:
+        """Compare-and-set: revoke a grant that is not revoked yet."""
+        params = {"b_grant_id": grant_id, "at": to_micros(at), "by": by}
+        if (await self._execute(_REVOKE_GRANT, params)).rowcount != 1:
+            return False
+        self.wrote = True
+        return True

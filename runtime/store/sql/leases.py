@@ -1,0 +1,104 @@
+"""Named leases, and the figures for metrics."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from sqlalchemy import (
+    ColumnElement,
+    ScalarSelect,
+    Table,
+    bindparam,
+    case,
+    func,
+    or_,
+    select,
+    update,
+)
+
+from runtime.store.schema import (
+    leases,
+    outbox,
+    tickets,
+)
+from runtime.store.sql.convert import OPEN, to_micros
+from runtime.store.sql.executing import TransactionCore
+from runtime.store.sql.upserts import upserts_for
+
+if TYPE_CHECKING:
+    # Alembic is imported only to migrate or to judge a schema other than ours: loading
+    # it and the migration scripts costs more than the rest of a start.
+    pass
+
+
+_TAKE_LEASE = (
+    update(leases)
+    .where(
+        leases.c.name == bindparam("b_name"),
+        or_(leases.c.owner == bindparam("b_owner"), leases.c.expires_at <= bindparam("b_now")),
+    )
+    .values(
+        owner=bindparam("b_owner"),
+        expires_at=bindparam("b_until"),
+        fence=case(
+            (leases.c.owner == bindparam("b_owner"), leases.c.fence), else_=leases.c.fence + 1
+        ),
+    )
+    .returning(leases.c.fence)
+)
+# Dropping keeps the row (and its fence, so fences only grow), expired.
+_DROP_LEASE = (
+    update(leases)
+    .where(leases.c.name == bindparam("b_name"), leases.c.owner == bindparam("b_owner"))
+    .values(expires_at=0)
+)
+
+
+def _count(table: Table, *where: ColumnElement[bool]) -> ScalarSelect[int]:
+    return select(func.count()).select_from(table).where(*where).scalar_subquery()
+
+
+# One round trip for every figure.
+_STATS = select(
+    _count(tickets, tickets.c.status == OPEN).label("open_tickets"),
+    _count(outbox, outbox.c.state == "pending").label("outbox_pending"),
+    _count(outbox, outbox.c.state == "failed").label("outbox_failed"),
+)
+
+
+class LeaseStatements(TransactionCore):
+    """The named leases and figures part of `SQLTransaction`."""
+
+    # named leases -------------------------------------------------------------------
+    async def take_lease(
+        self, name: str, *, owner: str, now: datetime, until: datetime
+    ) -> int | None:
+        """Take or extend a named lease; its fence, or None when someone else holds it."""
+        params = {
+            "b_name": name,
+            "b_owner": owner,
+            "b_now": to_micros(now),
+            "b_until": to_micros(until),
+        }
+        row = (await self._execute(_TAKE_LEASE, params)).first()
+        if row is None:
+            row = (await self._execute(upserts_for(self._dialect).insert_lease, params)).first()
+        if row is None:
+            return None
+        self.wrote = True
+        return int(row.fence)
+
+    async def drop_lease(self, name: str, *, owner: str) -> None:
+        """Give a named lease up if `owner` holds it."""
+        if (await self._execute(_DROP_LEASE, {"b_name": name, "b_owner": owner})).rowcount:
+            self.wrote = True
+
+    async def stats(self) -> dict[str, int]:
+        """Figures for metrics: ``open_tickets``, ``outbox_pending``, ``outbox_failed``."""
+        row = (await self._execute(_STATS)).one()
+        return {
+            "open_tickets": row.open_tickets,
+            "outbox_pending": row.outbox_pending,
+            "outbox_failed": row.outbox_failed,
+        }

@@ -1,0 +1,425 @@
+"""Runs: their rows, transcripts kept apart, claims and leases, listings."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from datetime import datetime
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import (
+    ColumnElement,
+    and_,
+    bindparam,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.engine import Row
+
+from runtime.errors import LeaseLost, StorageError
+from runtime.states import RunStatus
+from runtime.store.base import DuplicateKey
+from runtime.store.records import (
+    RUN_CREATED_WITH,
+    Position,
+    RunFlags,
+    RunRecord,
+)
+from runtime.store.schema import (
+    run_messages,
+    runs,
+    ticket_deciders,
+    tickets,
+)
+from runtime.store.sql.convert import QUEUED, RUNNING, to_micros, without
+from runtime.store.sql.executing import TransactionCore
+from runtime.store.sql.rows import run_record, run_values
+from runtime.store.sql.wake import WAKE_RUNS
+
+if TYPE_CHECKING:
+    # Alembic is imported only to migrate or to judge a schema other than ours: loading
+    # it and the migration scripts costs more than the rest of a start.
+    pass
+
+
+RECENT_MESSAGES = 8
+"""A run's row keeps at most this many of its newest transcript entries, rewritten with
+each write of the run; once more have come, they all move to `run_messages`, one row
+each, written once. A step then costs the same whatever the transcript's length."""
+
+
+def _sealing(run: RunRecord) -> int:
+    """How many of the run's transcript entries to keep apart once it is written.
+
+    Raises:
+        ValueError: The transcript has fewer entries than are kept apart already (it
+            may only grow).
+    """
+    total, sealed = len(run.messages), run.messages_sealed
+    if total < sealed:
+        raise ValueError(
+            f"run {run.run_id}: its transcript has {total} entries, {sealed} were stored; "
+            "a transcript only grows"
+        )
+    return total if total - sealed > RECENT_MESSAGES else sealed
+
+
+def _unseal(run: RunRecord, sealed: int) -> None:
+    run.messages_sealed = sealed
+
+
+# Statements that take no per-call structure are built once.
+_INSERT_RUN = insert(runs)
+_INSERT_MESSAGE = insert(run_messages)
+_SEALED_MESSAGES = (
+    select(run_messages.c.run_id, run_messages.c.message)
+    .where(run_messages.c.run_id.in_(bindparam("run_ids", expanding=True)))
+    .order_by(run_messages.c.run_id, run_messages.c.seq)
+)
+_GET_RUN = select(runs).where(runs.c.run_id == bindparam("run_id"))
+# Execution parameters name the columns to SET; the WHERE binds are prefixed so they
+# cannot collide with column names.
+_UPDATE_RUN = update(runs).where(runs.c.run_id == bindparam("b_run_id"))
+_UPDATE_RUN_FENCED = _UPDATE_RUN.where(runs.c.fence == bindparam("b_fence"))
+_GET_RUN_LOCKED = _GET_RUN.with_for_update()
+_RUN_EXISTS = select(runs.c.run_id).where(runs.c.run_id == bindparam("run_id"))
+LOCK_RUN = _RUN_EXISTS.with_for_update()
+_FLAG_COLUMNS = (runs.c.pause_requested, runs.c.cancel_requested)
+_UPDATE_RUN_FLAGS = _UPDATE_RUN.returning(*_FLAG_COLUMNS)
+_UPDATE_RUN_FENCED_FLAGS = _UPDATE_RUN_FENCED.returning(*_FLAG_COLUMNS)
+_RUN_FLAGS = select(*_FLAG_COLUMNS).where(runs.c.run_id == bindparam("run_id"))
+_CLAIMABLE = or_(
+    runs.c.status == QUEUED,
+    and_(runs.c.status == RUNNING, runs.c.lease_expires_at <= bindparam("now")),
+)
+_CLAIM = (
+    update(runs)
+    .where(runs.c.run_id == bindparam("b_run_id"), _CLAIMABLE)
+    .values(
+        status=RUNNING,
+        fence=runs.c.fence + 1,
+        lease_owner=bindparam("owner"),
+        lease_expires_at=bindparam("until"),
+        updated_at=bindparam("now"),
+    )
+)
+# PostgreSQL: a run another transaction has locked (being claimed, or decided) is passed
+# over at once instead of waited for; the loser would find it claimed anyway.
+_CLAIM_SKIP_LOCKED = (
+    update(runs)
+    .where(
+        runs.c.run_id
+        == select(runs.c.run_id)
+        .where(runs.c.run_id == bindparam("b_run_id"), _CLAIMABLE)
+        .with_for_update(skip_locked=True)
+        .scalar_subquery()
+    )
+    .values(
+        status=RUNNING,
+        fence=runs.c.fence + 1,
+        lease_owner=bindparam("owner"),
+        lease_expires_at=bindparam("until"),
+        updated_at=bindparam("now"),
+    )
+)
+_CLAIM_RETURNING = _CLAIM.returning(*runs.c)
+_CLAIM_SKIP_LOCKED_RETURNING = _CLAIM_SKIP_LOCKED.returning(*runs.c)
+
+
+def _oldest_runs(*where: ColumnElement[bool]) -> Any:
+    return (
+        select(runs.c.run_id, runs.c.updated_at)
+        .where(*where)
+        .order_by(runs.c.updated_at, runs.c.run_id)
+        .limit(bindparam("limit"))
+        .subquery()
+    )
+
+
+# `_CLAIMABLE` as two ordered scans of the (status, updated_at) index, each stopping at
+# `limit`: with `OR` the database sorts every queued run to return the first few.
+_CLAIMABLE_EITHER = (
+    select(_oldest_runs(runs.c.status == QUEUED))
+    .union_all(
+        select(_oldest_runs(runs.c.status == RUNNING, runs.c.lease_expires_at <= bindparam("now")))
+    )
+    .subquery()
+)
+_CLAIMABLE_IDS = (
+    select(_CLAIMABLE_EITHER.c.run_id)
+    .order_by(_CLAIMABLE_EITHER.c.updated_at, _CLAIMABLE_EITHER.c.run_id)
+    .limit(bindparam("limit"))
+)
+_RENEW = (
+    update(runs)
+    .where(
+        runs.c.run_id == bindparam("b_run_id"),
+        runs.c.fence == bindparam("b_fence"),
+        runs.c.status == RUNNING,
+    )
+    .values(lease_expires_at=bindparam("until"))
+)
+_COUNT_RUNS = select(runs.c.status, func.count().label("n")).group_by(runs.c.status)
+_CHILD_RUNS = (
+    select(runs)
+    .where(runs.c.parent_run_id == bindparam("parent"))
+    .order_by(runs.c.created_at, runs.c.run_id)
+)
+_CHILD_RUN = _CHILD_RUNS.where(runs.c.task_key == bindparam("task_key"))
+
+
+def _deciding_runs() -> Any:
+    """Ids of the runs with an open ticket (not a sub-agent's) one of the ``deciders`` may
+    decide (``involving`` not barred), and of every sub-agent run under them."""
+    seed = (
+        select(ticket_deciders.c.run_id.label("run_id"))
+        .where(
+            ticket_deciders.c.decider.in_(bindparam("deciders", expanding=True)),
+            ticket_deciders.c.target_kind != "child",
+            or_(
+                ticket_deciders.c.barred.is_(None),
+                ticket_deciders.c.barred != bindparam("involving"),
+            ),
+        )
+        .cte("deciding", recursive=True)
+    )
+    below = select(runs.c.run_id).where(runs.c.parent_run_id == seed.c.run_id)
+    tree = seed.union(below)
+    return select(tree.c.run_id)
+
+
+@functools.cache
+def _list_runs(statuses: bool, thread: bool, involving: bool, deciders: bool, before: bool) -> Any:
+    """The `list_runs` statement for one combination of filters, built once: its values
+    are parameters, so a store compiles it once, not at every listing."""
+    statement = select(runs)
+    if statuses:
+        statement = statement.where(runs.c.status.in_(bindparam("statuses", expanding=True)))
+    if thread:
+        statement = statement.where(runs.c.thread_id == bindparam("thread_id"))
+    if involving:
+        decided = select(tickets.c.run_id).where(tickets.c.decided_by == bindparam("involving"))
+        seen = [
+            runs.c.requester == bindparam("involving"),
+            runs.c.run_id.in_(decided),
+            runs.c.run_id.in_(bindparam("including", expanding=True)),
+        ]
+        if deciders:
+            seen.append(runs.c.run_id.in_(_deciding_runs()))
+        statement = statement.where(or_(*seen))
+    if before:
+        statement = statement.where(
+            or_(
+                runs.c.created_at < bindparam("before_at"),
+                and_(
+                    runs.c.created_at == bindparam("before_at"),
+                    runs.c.run_id < bindparam("before_id"),
+                ),
+            )
+        )
+    return statement.order_by(runs.c.created_at.desc(), runs.c.run_id.desc()).limit(
+        bindparam("limit")
+    )
+
+
+class RunStatements(TransactionCore):
+    """The runs part of `SQLTransaction`."""
+
+    async def _run_exists(self, run_id: str) -> bool:
+        result = await self._execute(_RUN_EXISTS, {"run_id": run_id})
+        return result.first() is not None
+
+    # runs ---------------------------------------------------------------------------
+    async def insert_run(self, run: RunRecord) -> None:
+        """Add a new run; `ValueError` if its id exists, `DuplicateKey` if its parent has
+        a child for its task key already."""
+        run.messages_sealed = 0
+        sealed = _sealing(run)
+        values = run_values(run, sealed)
+        values["pause_requested"] = run.pause_requested
+        values["cancel_requested"] = run.cancel_requested
+        child = run.parent_run_id is not None
+        await self._execute(_INSERT_RUN, values, violation=DuplicateKey if child else ValueError)
+        self.wrote = True
+        await self._seal(run, sealed)
+        if run.status is RunStatus.QUEUED:
+            self._wake.add(WAKE_RUNS)
+
+    async def get_run(self, run_id: str, *, for_update: bool = False) -> RunRecord | None:
+        """Read a run; ``for_update`` locks its row (a no-op on SQLite)."""
+        statement = _GET_RUN_LOCKED if for_update else _GET_RUN
+        row = (await self._execute(statement, {"run_id": run_id})).first()
+        return None if row is None else await self._run(row)
+
+    async def _seal(self, run: RunRecord, sealed: int) -> None:
+        """Write the transcript entries that move out of the run's row (see
+        `RECENT_MESSAGES`) and note it in the record, taken back if this does not commit."""
+        before = run.messages_sealed
+        if sealed == before:
+            return
+        entries = run.messages
+        rows = [
+            {"run_id": run.run_id, "seq": seq, "message": entries[seq]}
+            for seq in range(before, sealed)
+        ]
+        await self._execute(_INSERT_MESSAGE, rows)
+        run.messages_sealed = sealed
+        self._undo.append(partial(_unseal, run, before))
+
+    async def _run(self, row: Row[Any]) -> RunRecord:
+        """The run of `row`, its whole transcript read."""
+        return (await self._whole([run_record(row)]))[0]
+
+    async def _whole(self, found: list[RunRecord]) -> list[RunRecord]:
+        """Put the entries kept apart back at the head of each run's transcript."""
+        apart = {run.run_id: run for run in found if run.messages_sealed}
+        if not apart:
+            return found
+        older: dict[str, list[dict[str, Any]]] = {run_id: [] for run_id in apart}
+        for row in await self._execute(_SEALED_MESSAGES, {"run_ids": list(apart)}):
+            older[row.run_id].append(row.message)
+        for run_id, run in apart.items():
+            entries = older[run_id]
+            if len(entries) != run.messages_sealed:
+                raise StorageError(
+                    f"run {run_id}: {run.messages_sealed} transcript entries expected in "
+                    f"run_messages, {len(entries)} found"
+                )
+            run.messages[:0] = entries
+        return found
+
+    async def update_run(self, run: RunRecord, *, fence: int | None = None) -> RunFlags:
+        """Write what a run changes (see `Transaction.update_run`), guarded by `fence`.
+
+        Returns the stored request flags (with ``RETURNING`` where the database has it).
+        """
+        sealed = _sealing(run)
+        values = without(run_values(run, sealed), "run_id", *RUN_CREATED_WITH)
+        values["b_run_id"] = run.run_id
+        statement, returning = _UPDATE_RUN, _UPDATE_RUN_FLAGS
+        if fence is not None:
+            values["b_fence"] = fence
+            statement, returning = _UPDATE_RUN_FENCED, _UPDATE_RUN_FENCED_FLAGS
+        if self._returning:
+            row = (await self._execute(returning, values)).first()
+            matched = row is not None
+        else:
+            matched = (await self._execute(statement, values)).rowcount == 1
+            row = (await self._execute(_RUN_FLAGS, {"run_id": run.run_id})).first()
+        if not matched:
+            if fence is not None and await self._run_exists(run.run_id):
+                raise LeaseLost(f"run {run.run_id}: lease fence {fence} was superseded")
+            raise ValueError(f"run {run.run_id} does not exist")
+        self.wrote = True
+        await self._seal(run, sealed)
+        if run.status is RunStatus.QUEUED:
+            self._wake.add(WAKE_RUNS)
+        assert row is not None
+        return RunFlags(bool(row.pause_requested), bool(row.cancel_requested))
+
+    async def set_run_flags(
+        self, run_id: str, *, pause: bool | None = None, cancel: bool | None = None
+    ) -> None:
+        """Set or clear the pause / cancel request flags; `ValueError` for an unknown run."""
+        values: dict[str, Any] = {"b_run_id": run_id}
+        if pause is not None:
+            values["pause_requested"] = pause
+        if cancel is not None:
+            values["cancel_requested"] = cancel
+        if len(values) == 1:
+            if not await self._run_exists(run_id):
+                raise ValueError(f"run {run_id} does not exist")
+            return
+        if (await self._execute(_UPDATE_RUN, values)).rowcount != 1:
+            raise ValueError(f"run {run_id} does not exist")
+        self.wrote = True
+
+    async def claim_run(
+        self, run_id: str, *, owner: str, now: datetime, until: datetime
+    ) -> RunRecord | None:
+        """Take the run's lease with one conditional UPDATE; None if it is not claimable."""
+        params = {
+            "b_run_id": run_id,
+            "owner": owner,
+            "now": to_micros(now),
+            "until": to_micros(until),
+        }
+        if self._returning:
+            claim = _CLAIM_SKIP_LOCKED_RETURNING if self._row_locks else _CLAIM_RETURNING
+            row = (await self._execute(claim, params)).first()
+            if row is None:
+                return None
+            self.wrote = True
+            return await self._run(row)
+        # Without RETURNING (SQLite < 3.35) the follow-up read is still safe: the
+        # transaction holds the write lock since BEGIN IMMEDIATE.
+        if (await self._execute(_CLAIM, params)).rowcount != 1:
+            return None
+        self.wrote = True
+        return await self.get_run(run_id)
+
+    async def renew_lease(self, run_id: str, *, fence: int, until: datetime) -> bool:
+        """Extend a held lease; False when the fence no longer matches."""
+        params = {"b_run_id": run_id, "b_fence": fence, "until": to_micros(until)}
+        if (await self._execute(_RENEW, params)).rowcount != 1:
+            return False
+        self.wrote = True
+        return True
+
+    async def claimable_runs(self, now: datetime, limit: int) -> list[str]:
+        """Ids of runs a worker could claim now, least recently updated first."""
+        result = await self._execute(_CLAIMABLE_IDS, {"now": to_micros(now), "limit": limit})
+        return list(result.scalars())
+
+    async def list_runs(
+        self,
+        *,
+        statuses: Sequence[RunStatus] = (),
+        thread_id: str | None = None,
+        limit: int = 100,
+        involving: str | None = None,
+        including: Sequence[str] = (),
+        deciders: Sequence[str] = (),
+        before: Position | None = None,
+    ) -> list[RunRecord]:
+        """Runs, newest first, optionally filtered (see `Transaction.list_runs`)."""
+        watching = involving is not None
+        statement = _list_runs(
+            bool(statuses),
+            thread_id is not None,
+            watching,
+            watching and bool(deciders),
+            bool(before),
+        )
+        params: dict[str, Any] = {"limit": limit}
+        if statuses:
+            params["statuses"] = [RunStatus(s).value for s in statuses]
+        if thread_id is not None:
+            params["thread_id"] = thread_id
+        if involving is not None:
+            params.update(involving=involving, including=list(including))
+            if deciders:
+                params["deciders"] = list(dict.fromkeys(deciders))
+        if before is not None:
+            params.update(before_at=to_micros(before.at), before_id=before.id)
+        result = await self._execute(statement, params)
+        return await self._whole([run_record(row) for row in result])
+
+    async def count_runs(self) -> dict[str, int]:
+        """How many runs there are in each status (statuses without runs are absent)."""
+        return {row.status: row.n for row in await self._execute(_COUNT_RUNS)}
+
+    async def child_run(self, parent_run_id: str, task_key: str) -> RunRecord | None:
+        """The sub-agent run `parent_run_id` started for `task_key`, if any."""
+        params = {"parent": parent_run_id, "task_key": task_key}
+        row = (await self._execute(_CHILD_RUN, params)).first()
+        return None if row is None else await self._run(row)
+
+    async def child_runs(self, parent_run_id: str) -> list[RunRecord]:
+        """The sub-agent runs `parent_run_id` started, oldest first."""
+        rows = await self._execute(_CHILD_RUNS, {"parent": parent_run_id})
+        return await self._whole([run_record(row) for row in rows])

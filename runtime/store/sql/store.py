@@ -1,0 +1,489 @@
+"""`SQLStore`: transactions, migrations and wake-ups on a SQL database."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import aiosqlite
+from sqlalchemy import (
+    Connection,
+    text,
+)
+from sqlalchemy.engine import URL, Engine, make_url
+from sqlalchemy.exc import (
+    OperationalError,
+    SQLAlchemyError,
+)
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from runtime.errors import StorageError
+from runtime.store.sql.failures import (
+    describe_database,
+    driver_reason,
+    unreachable,
+    unreachable_reason,
+)
+from runtime.store.sql.migrating import (
+    MIGRATION_WAIT_SECONDS,
+    PG_MIGRATION_LOCK,
+    SCHEMA_HEAD,
+    SchemaStatus,
+    migrate_on,
+    migrate_sync,
+    read_heads,
+    read_schema_status,
+    reading,
+)
+from runtime.store.sql.sqlite_engine import (
+    install_sqlite_hooks,
+    open_aiosqlite,
+    with_busy_timeout,
+    writer_engine,
+)
+from runtime.store.sql.sqlite_plans import OpenFailed
+from runtime.store.sql.sqlite_writer import SQLiteWriter, open_sqlite
+from runtime.store.sql.transaction import SQLTransaction
+from runtime.store.sql.wake import WAKE_OUTBOX, WAKE_RUNS, listen_on
+
+if TYPE_CHECKING:
+    # Alembic is imported only to migrate or to judge a schema other than ours: loading
+    # it and the migration scripts costs more than the rest of a start.
+    pass
+
+
+log = logging.getLogger("signoff.store")
+
+
+_T = TypeVar("_T")
+
+
+SYNCHRONOUS = ("full", "normal")
+
+
+class SQLStore:
+    """A `runtime.store.base.Store` on a SQL database.
+
+    Build it with `from_url` or `sqlite`; the constructor takes an engine that is
+    already configured (SQLite needs the hooks `from_url` installs).
+
+    Args:
+        engine: The async engine to use; the store disposes it on `close`.
+        writer: SQLite only: the connection the store's transactions share (made by
+            `from_url`). Without it, every transaction takes a connection of the engine.
+    """
+
+    def __init__(self, engine: AsyncEngine, writer: SQLiteWriter | None = None) -> None:
+        self._engine = engine
+        self._writer = writer
+        self._is_sqlite = engine.dialect.name == "sqlite"
+        self._where = describe_database(engine.url)
+        self._busy_timeout_ms = 0
+        self._lock: AbstractAsyncContextManager[Any] = (
+            asyncio.Lock() if self._is_sqlite else contextlib.nullcontext()
+        )
+        self._commits = 0
+        self._sync_engine: Engine | None = None
+        self._sync_for: sqlite3.Connection | None = None
+        # SQLite: `listen` callers of this process, told of this store's own commits.
+        self._listeners: list[Callable[[frozenset[str]], object]] = []
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str | URL,
+        *,
+        busy_timeout_ms: int = 750,
+        synchronous: str = "full",
+        echo: bool = False,
+    ) -> SQLStore:
+        """Open a store on a database URL.
+
+        ``sqlite://`` and ``postgresql://`` URLs get their async drivers (aiosqlite,
+        asyncpg) when none is named.
+
+        Args:
+            url: A SQLAlchemy database URL.
+            busy_timeout_ms: SQLite only: how long to wait for another process's lock.
+            synchronous: SQLite only: ``full`` (durable on power loss) or ``normal``
+                (WAL default; a power loss may lose the last commits, never corrupts).
+            echo: Log every statement (of the engine; on SQLite the store's own
+                transactions do not go through it).
+
+        Returns:
+            The store. Call `migrate` before first use.
+        """
+        parsed = make_url(url)
+        if parsed.drivername == "sqlite":
+            parsed = parsed.set(drivername="sqlite+aiosqlite")
+        elif parsed.drivername in ("postgresql", "postgres"):
+            parsed = parsed.set(drivername="postgresql+asyncpg")
+        if parsed.get_backend_name() != "sqlite":
+            return cls(create_async_engine(parsed, echo=echo))
+        if synchronous.lower() not in SYNCHRONOUS:
+            raise ValueError(f"synchronous must be one of {SYNCHRONOUS}, not {synchronous!r}")
+        if busy_timeout_ms < 0:
+            raise ValueError("busy_timeout_ms cannot be negative")
+        options: dict[str, Any] = {}
+        check_directory(parsed)
+        if parsed.database not in (None, "", ":memory:"):
+            # The store's transactions use the writer's connection; these serve tools.
+            options.update(pool_size=1, max_overflow=2)
+        engine: AsyncEngine
+
+        async def connect() -> aiosqlite.Connection:
+            return await open_aiosqlite(engine)
+
+        engine = create_async_engine(parsed, echo=echo, async_creator=connect, **options)
+        install_sqlite_hooks(
+            engine, busy_timeout_ms=int(busy_timeout_ms), synchronous=synchronous.lower()
+        )
+        cargs, cparams = engine.dialect.create_connect_args(engine.url)
+        writer = SQLiteWriter(
+            partial(
+                open_sqlite,
+                cargs,
+                cparams,
+                synchronous=synchronous.lower(),
+                busy_timeout_ms=int(busy_timeout_ms),
+            ),
+            busy_timeout_ms=int(busy_timeout_ms),
+            where=describe_database(parsed),
+        )
+        store = cls(engine, writer)
+        store._busy_timeout_ms = int(busy_timeout_ms)
+        return store
+
+    @classmethod
+    def sqlite(
+        cls,
+        path: str | Path,
+        *,
+        busy_timeout_ms: int = 750,
+        synchronous: str = "full",
+        echo: bool = False,
+    ) -> SQLStore:
+        """Open a store on a SQLite file (created when missing).
+
+        Args:
+            path: The database file.
+            busy_timeout_ms: How long to wait for another process's lock.
+            synchronous: ``full`` or ``normal``; see `from_url`.
+            echo: Log every statement of the engine; see `from_url`.
+        """
+        url = URL.create("sqlite+aiosqlite", database=str(path))
+        return cls.from_url(
+            url, busy_timeout_ms=busy_timeout_ms, synchronous=synchronous, echo=echo
+        )
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The underlying engine (for tools and tests).
+
+        On SQLite the store's own transactions use a connection of their own (see
+        `runtime.store.sql.sqlite_writer`); the engine opens others on the same file. An in-memory
+        SQLite database is private to each connection, so there the engine sees another,
+        empty one.
+        """
+        return self._engine
+
+    @property
+    def commits(self) -> int:
+        """How many transactions that wrote something were committed."""
+        return self._writer.commits if self._writer is not None else self._commits
+
+    @property
+    def syncs(self) -> int:
+        """How many database commits made writes durable.
+
+        On SQLite transactions that run at the same time share one commit (see
+        `runtime.store.sql.sqlite_writer`), so this can be less than `commits`; on PostgreSQL it
+        is `commits`.
+        """
+        return self._writer.syncs if self._writer is not None else self._commits
+
+    @property
+    def writer(self) -> SQLiteWriter | None:
+        """SQLite: the connection the store's transactions share (benchmarks trace it)."""
+        return self._writer
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[SQLTransaction]:
+        """Run a transaction: commit on normal exit, roll back on an exception.
+
+        On SQLite, transactions of this store that queue while one runs share its
+        commit; each leaves this block only once its writes are durable.
+
+        Raises:
+            StorageError: The database failed to begin or commit. After a failed
+                commit the outcome is unknown.
+        """
+        made: SQLTransaction | None = None
+        try:
+            if self._writer is not None:
+                async with self._writer.member() as member:
+                    tx = made = SQLTransaction(member, self._engine.dialect)
+                    yield tx
+                    await tx.flush()
+                    member.wrote = tx.wrote
+                self._committed(tx.woke)
+                return
+            async with self._lock:
+                conn = await self._connect()
+                try:
+                    await self._begin(conn)
+                    tx = made = SQLTransaction(conn, conn.dialect)
+                    try:
+                        yield tx
+                        await tx.flush()
+                    except BaseException:
+                        await _rollback_quietly(conn)
+                        raise
+                    try:
+                        await conn.commit()
+                    except SQLAlchemyError as exc:
+                        raise StorageError(f"commit failed, outcome unknown: {exc}") from exc
+                    except Exception as exc:
+                        if not unreachable(exc):
+                            raise
+                        raise StorageError(
+                            f"commit failed, outcome unknown: {unreachable_reason(exc)}"
+                        ) from exc
+                finally:
+                    with contextlib.suppress(SQLAlchemyError, OSError):
+                        await conn.close()
+                if tx.wrote:
+                    self._commits += 1
+                if self._is_sqlite:
+                    self._committed(tx.woke)
+        except BaseException:
+            if made is not None:
+                made.forget()
+            raise
+
+    async def _begin(self, conn: AsyncConnection) -> None:
+        try:
+            await conn.begin()
+        except SQLAlchemyError as exc:
+            raise StorageError(
+                f"{self._where}: could not begin a transaction: {driver_reason(exc)}"
+            ) from exc
+        except Exception as exc:
+            if not unreachable(exc):
+                raise
+            raise StorageError(
+                f"{self._where}: could not begin a transaction: {unreachable_reason(exc)}"
+            ) from exc
+
+    async def _connect(self) -> AsyncConnection:
+        try:
+            return await self._engine.connect()
+        except SQLAlchemyError as exc:
+            raise StorageError(f"cannot open {self._where}: {driver_reason(exc)}") from exc
+        except Exception as exc:
+            if not unreachable(exc):
+                raise
+            raise StorageError(f"cannot open {self._where}: {unreachable_reason(exc)}") from exc
+
+    def _writer_engine(self, conn: sqlite3.Connection) -> Engine:
+        if self._sync_engine is None or self._sync_for is not conn:
+            self._sync_engine, self._sync_for = writer_engine(conn), conn
+        return self._sync_engine
+
+    async def _on_writer(self, fn: Callable[[Engine], _T]) -> _T:
+        """Run ``fn(engine)`` on the writer's connection, alone, on its worker thread."""
+        writer = self._writer
+        assert writer is not None
+        async with writer.exclusive() as conn:
+            engine = self._writer_engine(conn)
+            return await writer.in_thread(
+                with_busy_timeout, conn, self._busy_timeout_ms, partial(fn, engine)
+            )
+
+    async def migrate(self) -> None:
+        """Upgrade the schema to the newest migration (creating it if needed).
+
+        Safe to run concurrently from several processes: SQLite serialises it with
+        ``BEGIN IMMEDIATE``, PostgreSQL with an advisory lock. A schema that a newer
+        version already migrated is left alone when it is backward-compatible with this
+        version (see `schema_status`), and refused otherwise.
+
+        Raises:
+            StorageError: The database failed, or its schema is newer and incompatible.
+        """
+        # Another process migrating the same SQLite file holds the write lock for longer
+        # than the busy timeout meant for short transactions: wait for it, a while.
+        deadline = time.monotonic() + MIGRATION_WAIT_SECONDS
+        while True:
+            try:
+                if self._writer is not None:
+                    await self._on_writer(migrate_sync)
+                    return
+                async with self._lock, self._engine.begin() as conn:
+                    if conn.dialect.name == "postgresql":
+                        await conn.execute(
+                            text("SELECT pg_advisory_xact_lock(:key)"),
+                            {"key": PG_MIGRATION_LOCK},
+                        )
+                    await conn.run_sync(migrate_on)
+                return
+            except OperationalError as exc:
+                locked = self._is_sqlite and "locked" in str(exc.orig)
+                if not locked or time.monotonic() > deadline:
+                    raise StorageError(
+                        f"migrating {self._where} failed: {driver_reason(exc)}"
+                    ) from exc
+                await asyncio.sleep(0.1)
+            except SQLAlchemyError as exc:
+                raise StorageError(f"migrating {self._where} failed: {driver_reason(exc)}") from exc
+            except OpenFailed as exc:
+                if "locked" not in exc.reason or time.monotonic() > deadline:
+                    raise StorageError(f"migrating {self._where} failed: {exc.reason}") from exc
+                await asyncio.sleep(0.1)
+            except Exception as exc:
+                if not unreachable(exc):
+                    raise
+                raise StorageError(
+                    f"migrating {self._where} failed: {unreachable_reason(exc)}"
+                ) from exc
+
+    async def schema_revision(self) -> str | None:
+        """The migration revision the database is at; None for an empty database."""
+        heads = await self._current_heads()
+        return heads[0] if heads else None
+
+    async def migrations_current(self) -> bool:
+        """Whether the database is at the newest migration."""
+        heads = await self._current_heads()
+        return set(heads) == {SCHEMA_HEAD}
+
+    async def _read_schema(self, fn: Callable[[Connection], _T]) -> _T:
+        if self._writer is not None:
+            return await self._on_writer(partial(reading, fn=fn))
+        async with self._lock, self._engine.connect() as conn:
+            return await conn.run_sync(fn)
+
+    async def _current_heads(self) -> tuple[str, ...]:
+        try:
+            return await self._read_schema(read_heads)
+        except SQLAlchemyError as exc:
+            raise StorageError(
+                f"could not read the schema revision of {self._where}: {driver_reason(exc)}"
+            ) from exc
+        except Exception as exc:
+            if not unreachable(exc):
+                raise
+            raise StorageError(
+                f"could not read the schema revision of {self._where}: {unreachable_reason(exc)}"
+            ) from exc
+
+    async def schema_status(self) -> SchemaStatus:
+        """Where the database's schema stands against the migrations this code ships.
+
+        A schema newer than the code is usable when every migration after the code's
+        newest one declared itself backward-compatible (``backward_compatible = True``
+        in its module: it only adds what older code can ignore), as recorded in the
+        ``schema_revisions`` table by whichever version ran it.
+
+        Raises:
+            StorageError: The database cannot be read.
+        """
+        try:
+            return await self._read_schema(read_schema_status)
+        except SQLAlchemyError as exc:
+            raise StorageError(f"could not read the schema revision: {exc}") from exc
+        except Exception as exc:
+            if not unreachable(exc):
+                raise
+            raise StorageError(
+                f"could not read the schema revision: {unreachable_reason(exc)}"
+            ) from exc
+
+    async def listen(
+        self,
+        on_wake: Callable[[frozenset[str]], object],
+        stop: asyncio.Event,
+        *,
+        retry_seconds: float = 1.0,
+    ) -> None:
+        """Report wake-ups (work a commit made ready) until `stop` is set.
+
+        Holds one connection that ``LISTEN``s on `WAKE_CHANNEL`; every ``NOTIFY`` a
+        committed transaction sent (see `SQLTransaction.flush`) calls `on_wake` with
+        what became ready (`WAKE_RUNS`, `WAKE_OUTBOX`). A lost connection is opened
+        again after `retry_seconds`, and `on_wake` is then called with everything, for
+        what was missed meanwhile. On SQLite only this store's own commits are heard
+        (another process's are found by polling): `on_wake` is called as each commits.
+        """
+        if self._is_sqlite:
+            self._listeners.append(on_wake)
+            try:
+                await stop.wait()
+            finally:
+                self._listeners.remove(on_wake)
+            return
+        everything = frozenset({WAKE_RUNS, WAKE_OUTBOX})
+        while not stop.is_set():
+            try:
+                async with self._engine.connect() as conn:
+                    raw = await conn.get_raw_connection()
+                    driver = raw.driver_connection
+                    try:
+                        await listen_on(driver, on_wake, stop, everything)
+                    finally:
+                        if driver is None or driver.is_closed():
+                            # Never hand a dead connection back to the pool.
+                            await conn.invalidate()
+            except Exception as exc:  # the driver's own errors too: keep trying
+                if stop.is_set():
+                    return
+                log.warning("listening for wake-ups failed (%s); retrying", exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=retry_seconds)
+
+    def _committed(self, woke: frozenset[str]) -> None:
+        """SQLite: tell this process's listeners what a commit of this store made ready."""
+        if not woke:
+            return
+        for on_wake in list(self._listeners):
+            try:
+                on_wake(woke)
+            except Exception:  # a listener's bug must not fail a committed transaction
+                log.exception("a wake-up listener failed")
+
+    async def close(self) -> None:
+        """Close the writer's connection (SQLite) and every pooled connection."""
+        if self._writer is not None:
+            await self._writer.close()
+        self._sync_engine = self._sync_for = None
+        await self._engine.dispose()
+
+
+def check_directory(url: URL) -> None:
+    """Refuse a SQLite file whose directory does not exist (SQLite would not create it)."""
+    database = url.database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
+    directory = Path(database).expanduser().absolute().parent
+    if not directory.is_dir():
+        raise ValueError(
+            f"the directory {directory} of the SQLite database {database} does not exist"
+        )
+
+
+async def _rollback_quietly(conn: AsyncConnection) -> None:
+    # The original exception matters more than a failed rollback; a connection that
+    # cannot roll back is discarded instead of going back to the pool.
+    try:
+        await conn.rollback()
+    except SQLAlchemyError:
+        with contextlib.suppress(SQLAlchemyError):
+            await conn.invalidate()

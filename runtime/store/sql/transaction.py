@@ -1,0 +1,40 @@
+"""One transaction of the SQL store, put together from its parts."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from runtime.store.sql.calls import CallStatements
+from runtime.store.sql.events import EventStatements
+from runtime.store.sql.grants import GrantStatements
+from runtime.store.sql.keys import KeyStatements
+from runtime.store.sql.leases import LeaseStatements
+from runtime.store.sql.outbox import OutboxStatements
+from runtime.store.sql.received import ReceivedStatements
+from runtime.store.sql.runs import RunStatements
+from runtime.store.sql.tickets import TicketStatements
+
+if TYPE_CHECKING:
+    # Alembic is imported only to migrate or to judge a schema other than ours: loading
+    # it and the migration scripts costs more than the rest of a start.
+    pass
+
+
+class SQLTransaction(
+    RunStatements,
+    CallStatements,
+    TicketStatements,
+    EventStatements,
+    OutboxStatements,
+    KeyStatements,
+    ReceivedStatements,
+    GrantStatements,
+    LeaseStatements,
+):
+    """One database transaction, implementing `runtime.store.base.Transaction`.
+
+    Obtain it from `SQLStore.transaction`; it is only usable inside that block.
+
+    Attributes:
+        wrote: Whether any statement changed a row.
+    """
