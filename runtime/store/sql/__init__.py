@@ -3,9 +3,10 @@
 SQLite is tuned for one file shared by a few processes: WAL journal, a busy timeout,
 ``BEGIN IMMEDIATE`` for every transaction (so a transaction that later writes never
 fails to upgrade its read lock), and an `asyncio.Lock` so transactions of one process
-queue in memory instead of fighting over the file lock. Its aiosqlite connections do a
-statement in one thread round trip instead of SQLAlchemy's usual three or four (see
-`_LeanConnection`): on short transactions those round trips are most of the cost.
+queue in memory instead of fighting over the file lock. The store's transactions share
+one `sqlite3` connection whose statements run right on the event loop's thread, and
+queued transactions share a commit (see `sqlite_writer`): on short transactions the
+thread round trips of a usual async driver would be most of the cost.
 
 PostgreSQL runs transactions concurrently. Everything that must be race-free across
 replicas is a single conditional ``UPDATE`` (claiming a run, closing a ticket, fenced
@@ -14,6 +15,19 @@ writes) or takes a row lock first.
 Driver errors become `StorageError` here; constraint violations (a duplicate id, a
 missing run) become `ValueError`, like in `MemoryStore`. On PostgreSQL a failed
 statement aborts the transaction, so let such an error end it.
+
+The modules:
+
+- `store`: `SQLStore`, which opens transactions, migrates and listens for wake-ups;
+- `transaction`: `SQLTransaction`, put together from one part per aggregate: `runs`,
+  `calls`, `tickets` (and their deciders), `events`, `outbox`, `keys` (idempotency keys
+  and revoked sessions), `received` (received commands), `grants`, `leases` (and the
+  figures for metrics), each holding its statements;
+- `executing` (running a statement), `rows` (records to rows and back), `convert`
+  (times as microseconds), `upserts`, `wake` (wake-ups between processes),
+  `failures` (what a driver error says);
+- `migrating`: migrations and the schema's status;
+- `sqlite_engine`, `sqlite_writer`, `sqlite_plans`: SQLite's connections.
 """
 
 from runtime.store.sql.convert import from_micros, to_micros

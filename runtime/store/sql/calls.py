@@ -2,31 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from sqlalchemy import bindparam, insert, select, update
 
-from sqlalchemy import (
-    bindparam,
-    insert,
-    select,
-    update,
-)
-
-from runtime.store.records import (
-    CALL_CREATED_WITH,
-    CallRecord,
-)
-from runtime.store.schema import (
-    tool_calls,
-)
+from runtime.store.records import CALL_CREATED_WITH, CallRecord
+from runtime.store.schema import tool_calls
 from runtime.store.sql.convert import without
 from runtime.store.sql.executing import TransactionCore
 from runtime.store.sql.rows import call_record, call_values
-
-if TYPE_CHECKING:
-    # Alembic is imported only to migrate or to judge a schema other than ours: loading
-    # it and the migration scripts costs more than the rest of a start.
-    pass
-
 
 _INSERT_CALL = insert(tool_calls)
 _UPDATE_CALL = update(tool_calls).where(tool_calls.c.call_id == bindparam("b_call_id"))

@@ -2,30 +2,14 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from sqlalchemy import bindparam, insert, select
 
-from sqlalchemy import (
-    bindparam,
-    insert,
-    select,
-)
-
-from runtime.store.records import (
-    EventRecord,
-)
-from runtime.store.schema import (
-    events,
-)
+from runtime.store.records import EventRecord
+from runtime.store.schema import events
 from runtime.store.sql.convert import to_micros
 from runtime.store.sql.executing import TransactionCore
 from runtime.store.sql.rows import event_record
 from runtime.store.sql.wake import NOTIFY, WAKE_CHANNEL
-
-if TYPE_CHECKING:
-    # Alembic is imported only to migrate or to judge a schema other than ours: loading
-    # it and the migration scripts costs more than the rest of a start.
-    pass
-
 
 _EVENTS = (
     select(events)

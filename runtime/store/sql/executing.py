@@ -4,26 +4,16 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from sqlalchemy.engine import Dialect
-from sqlalchemy.exc import (
-    DBAPIError,
-    IntegrityError,
-    SQLAlchemyError,
-    StatementError,
-)
+from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError, StatementError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Executable
 
 from runtime.errors import StorageError
 from runtime.store.sql.failures import unreachable, unreachable_reason
 from runtime.store.sql.sqlite_writer import Member
-
-if TYPE_CHECKING:
-    # Alembic is imported only to migrate or to judge a schema other than ours: loading
-    # it and the migration scripts costs more than the rest of a start.
-    pass
 
 
 class Result(Protocol):

@@ -2,17 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import (
-    SQLAlchemyError,
-)
-
-if TYPE_CHECKING:
-    # Alembic is imported only to migrate or to judge a schema other than ours: loading
-    # it and the migration scripts costs more than the rest of a start.
-    pass
+from sqlalchemy.exc import SQLAlchemyError
 
 
 def describe_database(url: URL) -> str:

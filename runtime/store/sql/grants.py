@@ -3,32 +3,15 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sqlalchemy import (
-    and_,
-    bindparam,
-    insert,
-    or_,
-    select,
-    update,
-)
+from sqlalchemy import and_, bindparam, insert, or_, select, update
 
-from runtime.store.records import (
-    GrantRecord,
-)
-from runtime.store.schema import (
-    grants,
-)
+from runtime.store.records import GrantRecord
+from runtime.store.schema import grants
 from runtime.store.sql.convert import to_micros
 from runtime.store.sql.executing import TransactionCore
 from runtime.store.sql.rows import grant_record, grant_values
-
-if TYPE_CHECKING:
-    # Alembic is imported only to migrate or to judge a schema other than ours: loading
-    # it and the migration scripts costs more than the rest of a start.
-    pass
-
 
 _INSERT_GRANT = insert(grants)
 _GET_GRANT = select(grants).where(grants.c.grant_id == bindparam("grant_id"))

@@ -3,31 +3,15 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING
 
-from sqlalchemy import (
-    bindparam,
-    insert,
-    select,
-)
+from sqlalchemy import bindparam, insert, select
 
 from runtime.store.base import DuplicateKey
-from runtime.store.records import (
-    IdempotencyRecord,
-)
-from runtime.store.schema import (
-    idempotency_keys,
-    revoked_sessions,
-)
+from runtime.store.records import IdempotencyRecord
+from runtime.store.schema import idempotency_keys, revoked_sessions
 from runtime.store.sql.convert import to_micros
 from runtime.store.sql.executing import TransactionCore
 from runtime.store.sql.rows import idempotency_record
-
-if TYPE_CHECKING:
-    # Alembic is imported only to migrate or to judge a schema other than ours: loading
-    # it and the migration scripts costs more than the rest of a start.
-    pass
-
 
 _FORGET_KEYS = idempotency_keys.delete().where(
     idempotency_keys.c.scope == bindparam("scope"),

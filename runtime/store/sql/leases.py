@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from sqlalchemy import (
     ColumnElement,
@@ -17,20 +16,10 @@ from sqlalchemy import (
     update,
 )
 
-from runtime.store.schema import (
-    leases,
-    outbox,
-    tickets,
-)
+from runtime.store.schema import leases, outbox, tickets
 from runtime.store.sql.convert import OPEN, to_micros
 from runtime.store.sql.executing import TransactionCore
 from runtime.store.sql.upserts import upserts_for
-
-if TYPE_CHECKING:
-    # Alembic is imported only to migrate or to judge a schema other than ours: loading
-    # it and the migration scripts costs more than the rest of a start.
-    pass
-
 
 _TAKE_LEASE = (
     update(leases)

@@ -8,24 +8,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeVar, assert_never
 
-from sqlalchemy import (
-    Column,
-    Connection,
-    MetaData,
-    String,
-    Table,
-    insert,
-    select,
-)
-from sqlalchemy import (
-    inspect as sa_inspect,
-)
+from sqlalchemy import Column, Connection, MetaData, String, Table, insert, select
+from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.engine import Engine
 
 from runtime.errors import StorageError
-from runtime.store.schema import (
-    schema_revisions,
-)
+from runtime.store.schema import schema_revisions
 from runtime.store.sql.convert import to_micros
 
 if TYPE_CHECKING:

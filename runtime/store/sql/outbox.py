@@ -4,34 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING
 
-from sqlalchemy import (
-    bindparam,
-    insert,
-    or_,
-    select,
-    update,
-)
+from sqlalchemy import bindparam, insert, or_, select, update
 
-from runtime.store.records import (
-    OutboxRecord,
-)
-from runtime.store.schema import (
-    outbox,
-    outbox_pacing,
-)
+from runtime.store.records import OutboxRecord
+from runtime.store.schema import outbox, outbox_pacing
 from runtime.store.sql.convert import seconds, to_micros, without
 from runtime.store.sql.executing import TransactionCore
 from runtime.store.sql.rows import outbox_record, outbox_values
 from runtime.store.sql.upserts import upserts_for
 from runtime.store.sql.wake import WAKE_OUTBOX
-
-if TYPE_CHECKING:
-    # Alembic is imported only to migrate or to judge a schema other than ours: loading
-    # it and the migration scripts costs more than the rest of a start.
-    pass
-
 
 _INSERT_OUTBOX = insert(outbox)
 _UPDATE_OUTBOX = update(outbox).where(outbox.c.outbox_id == bindparam("b_outbox_id"))

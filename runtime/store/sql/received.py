@@ -3,33 +3,17 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING
 
-from sqlalchemy import (
-    bindparam,
-    or_,
-    select,
-    update,
-)
+from sqlalchemy import bindparam, or_, select, update
 
 from runtime.store.base import DuplicateKey
-from runtime.store.records import (
-    ReceivedRecord,
-)
-from runtime.store.schema import (
-    received_commands,
-)
+from runtime.store.records import ReceivedRecord
+from runtime.store.schema import received_commands
 from runtime.store.sql.convert import to_micros, without
 from runtime.store.sql.executing import TransactionCore
 from runtime.store.sql.rows import received_record, received_values
 from runtime.store.sql.upserts import upserts_for
 from runtime.store.sql.wake import WAKE_RUNS
-
-if TYPE_CHECKING:
-    # Alembic is imported only to migrate or to judge a schema other than ours: loading
-    # it and the migration scripts costs more than the rest of a start.
-    pass
-
 
 _PENDING_RECEIVED = (
     select(received_commands)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy.engine import Row
 
@@ -20,11 +20,6 @@ from runtime.store.records import (
 )
 from runtime.store.sql.convert import from_micros, opt_datetime, opt_micros, to_micros
 from runtime.tickets import ANSWER, AWAIT_TARGET, Answer, ResumeTicket
-
-if TYPE_CHECKING:
-    # Alembic is imported only to migrate or to judge a schema other than ours: loading
-    # it and the migration scripts costs more than the rest of a start.
-    pass
 
 
 def run_values(run: RunRecord, sealed: int) -> dict[str, Any]:

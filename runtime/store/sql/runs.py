@@ -6,45 +6,20 @@ import functools
 from collections.abc import Sequence
 from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sqlalchemy import (
-    ColumnElement,
-    and_,
-    bindparam,
-    func,
-    insert,
-    or_,
-    select,
-    update,
-)
+from sqlalchemy import ColumnElement, and_, bindparam, func, insert, or_, select, update
 from sqlalchemy.engine import Row
 
 from runtime.errors import LeaseLost, StorageError
 from runtime.states import RunStatus
 from runtime.store.base import DuplicateKey
-from runtime.store.records import (
-    RUN_CREATED_WITH,
-    Position,
-    RunFlags,
-    RunRecord,
-)
-from runtime.store.schema import (
-    run_messages,
-    runs,
-    ticket_deciders,
-    tickets,
-)
+from runtime.store.records import RUN_CREATED_WITH, Position, RunFlags, RunRecord
+from runtime.store.schema import run_messages, runs, ticket_deciders, tickets
 from runtime.store.sql.convert import QUEUED, RUNNING, to_micros, without
 from runtime.store.sql.executing import TransactionCore
 from runtime.store.sql.rows import run_record, run_values
 from runtime.store.sql.wake import WAKE_RUNS
-
-if TYPE_CHECKING:
-    # Alembic is imported only to migrate or to judge a schema other than ours: loading
-    # it and the migration scripts costs more than the rest of a start.
-    pass
-
 
 RECENT_MESSAGES = 8
 """A run's row keeps at most this many of its newest transcript entries, rewritten with

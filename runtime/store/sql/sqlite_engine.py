@@ -6,22 +6,13 @@ import asyncio
 import sqlite3
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import aiosqlite
-from sqlalchemy import (
-    Connection,
-    event,
-)
+from sqlalchemy import Connection, event
 from sqlalchemy.engine import Engine, create_engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.pool import StaticPool
-
-if TYPE_CHECKING:
-    # Alembic is imported only to migrate or to judge a schema other than ours: loading
-    # it and the migration scripts costs more than the rest of a start.
-    pass
-
 
 _T = TypeVar("_T")
 

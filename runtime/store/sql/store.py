@@ -11,18 +11,12 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import aiosqlite
-from sqlalchemy import (
-    Connection,
-    text,
-)
+from sqlalchemy import Connection, text
 from sqlalchemy.engine import URL, Engine, make_url
-from sqlalchemy.exc import (
-    OperationalError,
-    SQLAlchemyError,
-)
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from runtime.errors import StorageError
@@ -53,12 +47,6 @@ from runtime.store.sql.sqlite_plans import OpenFailed
 from runtime.store.sql.sqlite_writer import SQLiteWriter, open_sqlite
 from runtime.store.sql.transaction import SQLTransaction
 from runtime.store.sql.wake import WAKE_OUTBOX, WAKE_RUNS, listen_on
-
-if TYPE_CHECKING:
-    # Alembic is imported only to migrate or to judge a schema other than ours: loading
-    # it and the migration scripts costs more than the rest of a start.
-    pass
-
 
 log = logging.getLogger("signoff.store")
 

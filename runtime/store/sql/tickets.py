@@ -4,37 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
 
-from sqlalchemy import (
-    and_,
-    bindparam,
-    insert,
-    or_,
-    select,
-    update,
-)
+from sqlalchemy import and_, bindparam, insert, or_, select, update
 
 from runtime.states import TicketStatus
 from runtime.store._planner import unindexed
-from runtime.store.records import (
-    Position,
-)
-from runtime.store.schema import (
-    ticket_deciders,
-    tickets,
-)
+from runtime.store.records import Position
+from runtime.store.schema import ticket_deciders, tickets
 from runtime.store.sql.convert import OPEN, to_micros
 from runtime.store.sql.executing import TransactionCore
 from runtime.store.sql.rows import decider_rows, dump_answer, ticket_record, ticket_values
 from runtime.store.sql.runs import LOCK_RUN
 from runtime.tickets import Answer, ResumeTicket
-
-if TYPE_CHECKING:
-    # Alembic is imported only to migrate or to judge a schema other than ours: loading
-    # it and the migration scripts costs more than the rest of a start.
-    pass
-
 
 _INSERT_TICKET = insert(tickets)
 _GET_TICKET = select(tickets).where(tickets.c.ticket_id == bindparam("ticket_id"))

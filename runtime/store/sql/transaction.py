@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from runtime.store.sql.calls import CallStatements
 from runtime.store.sql.events import EventStatements
 from runtime.store.sql.grants import GrantStatements
@@ -13,11 +11,6 @@ from runtime.store.sql.outbox import OutboxStatements
 from runtime.store.sql.received import ReceivedStatements
 from runtime.store.sql.runs import RunStatements
 from runtime.store.sql.tickets import TicketStatements
-
-if TYPE_CHECKING:
-    # Alembic is imported only to migrate or to judge a schema other than ours: loading
-    # it and the migration scripts costs more than the rest of a start.
-    pass
 
 
 class SQLTransaction(

@@ -5,24 +5,12 @@ from __future__ import annotations
 import functools
 import importlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sqlalchemy import (
-    Insert,
-    bindparam,
-)
+from sqlalchemy import Insert, bindparam
 
 from runtime.errors import StorageError
-from runtime.store.schema import (
-    leases,
-    outbox_pacing,
-    received_commands,
-)
-
-if TYPE_CHECKING:
-    # Alembic is imported only to migrate or to judge a schema other than ours: loading
-    # it and the migration scripts costs more than the rest of a start.
-    pass
+from runtime.store.schema import leases, outbox_pacing, received_commands
 
 
 @dataclass(frozen=True)

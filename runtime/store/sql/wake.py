@@ -4,17 +4,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from sqlalchemy import (
-    text,
-)
-
-if TYPE_CHECKING:
-    # Alembic is imported only to migrate or to judge a schema other than ours: loading
-    # it and the migration scripts costs more than the rest of a start.
-    pass
-
+from sqlalchemy import text
 
 _LISTEN_CHECK_SECONDS = 5.0
 
