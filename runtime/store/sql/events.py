@@ -9,7 +9,6 @@ from runtime.store.schema import events
 from runtime.store.sql.convert import to_micros
 from runtime.store.sql.executing import TransactionCore
 from runtime.store.sql.rows import event_record
-from runtime.store.sql.wake import NOTIFY, WAKE_CHANNEL
 
 _EVENTS = (
     select(events)
@@ -50,10 +49,9 @@ class EventStatements(TransactionCore):
         never if the transaction rolls back.
         """
         await self._flush_events()
-        if self._wake and self._dialect == "postgresql":
-            payload = ",".join(sorted(self._wake))
-            await self._execute(NOTIFY, {"channel": WAKE_CHANNEL, "payload": payload})
         self.woke = frozenset(self._wake)
+        if self.woke:
+            await self._notify(self.woke)
         self._wake.clear()
 
     async def events(self, run_id: str, *, after: int = 0) -> list[EventRecord]:

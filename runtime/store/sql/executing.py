@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import sqlite3
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError, StatementError
@@ -14,6 +15,7 @@ from sqlalchemy.sql import Executable
 from runtime.errors import StorageError
 from runtime.store.sql.failures import unreachable, unreachable_reason
 from runtime.store.sql.sqlite_writer import Member
+from runtime.store.sql.upserts import Upserts
 
 
 class Result(Protocol):
@@ -33,9 +35,15 @@ class Result(Protocol):
     def __iter__(self) -> Iterator[Any]: ...
 
 
-class TransactionCore:
+class TransactionCore(ABC):
     """What every part of `SQLTransaction` shares: the connection, and what the
-    transaction wrote, queued and must take back."""
+    transaction wrote, queued and must take back.
+
+    What differs between databases is left to a subclass per database (see `dialects`).
+    """
+
+    claim_returning: ClassVar[Executable]
+    """The conditional ``UPDATE ... RETURNING`` that claims a run (`claim_run`)."""
 
     def __init__(self, conn: AsyncConnection | Member, dialect: Dialect) -> None:
         # SQLite: a member of the writer's shared transaction, statements run here;
@@ -43,9 +51,6 @@ class TransactionCore:
         self._member = conn if isinstance(conn, Member) else None
         self._conn = conn if isinstance(conn, AsyncConnection) else None
         self._returning = bool(dialect.update_returning)
-        self._dialect = dialect.name
-        # SQLite serialises writers with BEGIN IMMEDIATE; other engines need row locks.
-        self._row_locks = dialect.name != "sqlite"
         self.wrote = False
         self._events: list[dict[str, Any]] = []
         # What other processes should look at once this commits (PostgreSQL NOTIFY).
@@ -61,6 +66,18 @@ class TransactionCore:
         undo, self._undo = self._undo, []
         for step in reversed(undo):
             step()
+
+    @abstractmethod
+    def _upserts(self) -> Upserts:
+        """This database's ``INSERT ... ON CONFLICT`` statements."""
+
+    @abstractmethod
+    async def _lock_run(self, run_id: str) -> None:
+        """Serialise ticket inserts of one run with other transactions' (see `insert_ticket`)."""
+
+    @abstractmethod
+    async def _notify(self, wake: frozenset[str]) -> None:
+        """Tell other processes, once this commits, what it made ready (see `flush`)."""
 
     async def _execute(
         self,

@@ -19,7 +19,6 @@ from sqlalchemy import (
 from runtime.store.schema import leases, outbox, tickets
 from runtime.store.sql.convert import OPEN, to_micros
 from runtime.store.sql.executing import TransactionCore
-from runtime.store.sql.upserts import upserts_for
 
 _TAKE_LEASE = (
     update(leases)
@@ -72,7 +71,7 @@ class LeaseStatements(TransactionCore):
         }
         row = (await self._execute(_TAKE_LEASE, params)).first()
         if row is None:
-            row = (await self._execute(upserts_for(self._dialect).insert_lease, params)).first()
+            row = (await self._execute(self._upserts().insert_lease, params)).first()
         if row is None:
             return None
         self.wrote = True

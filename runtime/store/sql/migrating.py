@@ -33,8 +33,6 @@ SCHEMA_HEAD = "0010"
 A database at this revision is current without loading Alembic."""
 
 
-# Any constant works; it only has to be the same in every replica.
-PG_MIGRATION_LOCK = 0x5169_0FF
 MIGRATION_WAIT_SECONDS = 60.0
 
 

@@ -12,7 +12,6 @@ from runtime.store.schema import outbox, outbox_pacing
 from runtime.store.sql.convert import seconds, to_micros, without
 from runtime.store.sql.executing import TransactionCore
 from runtime.store.sql.rows import outbox_record, outbox_values
-from runtime.store.sql.upserts import upserts_for
 from runtime.store.sql.wake import WAKE_OUTBOX
 
 _INSERT_OUTBOX = insert(outbox)
@@ -101,7 +100,7 @@ class OutboxStatements(TransactionCore):
         candidates = (await self._execute(_OUTBOX_CANDIDATES, params)).all()
         chosen: list[str] = []
         taken: set[str] = set()
-        upserts = upserts_for(self._dialect)
+        upserts = self._upserts()
         for row in candidates:
             if len(chosen) >= limit:
                 break

@@ -12,7 +12,6 @@ from runtime.store.schema import received_commands
 from runtime.store.sql.convert import to_micros, without
 from runtime.store.sql.executing import TransactionCore
 from runtime.store.sql.rows import received_record, received_values
-from runtime.store.sql.upserts import upserts_for
 from runtime.store.sql.wake import WAKE_RUNS
 
 _PENDING_RECEIVED = (
@@ -60,7 +59,7 @@ class ReceivedStatements(TransactionCore):
 
     async def insert_received(self, item: ReceivedRecord) -> bool:
         """Store a received command; False if (source, delivery_id) was stored before."""
-        statement = upserts_for(self._dialect).insert_received
+        statement = self._upserts().insert_received
         values = received_values(item)
         if (await self._execute(statement, values, violation=DuplicateKey)).rowcount != 1:
             return False

@@ -62,47 +62,25 @@ _UPDATE_RUN = update(runs).where(runs.c.run_id == bindparam("b_run_id"))
 _UPDATE_RUN_FENCED = _UPDATE_RUN.where(runs.c.fence == bindparam("b_fence"))
 _GET_RUN_LOCKED = _GET_RUN.with_for_update()
 _RUN_EXISTS = select(runs.c.run_id).where(runs.c.run_id == bindparam("run_id"))
-LOCK_RUN = _RUN_EXISTS.with_for_update()
 _FLAG_COLUMNS = (runs.c.pause_requested, runs.c.cancel_requested)
 _UPDATE_RUN_FLAGS = _UPDATE_RUN.returning(*_FLAG_COLUMNS)
 _UPDATE_RUN_FENCED_FLAGS = _UPDATE_RUN_FENCED.returning(*_FLAG_COLUMNS)
 _RUN_FLAGS = select(*_FLAG_COLUMNS).where(runs.c.run_id == bindparam("run_id"))
-_CLAIMABLE = or_(
+CLAIMABLE = or_(
     runs.c.status == QUEUED,
     and_(runs.c.status == RUNNING, runs.c.lease_expires_at <= bindparam("now")),
 )
-_CLAIM = (
-    update(runs)
-    .where(runs.c.run_id == bindparam("b_run_id"), _CLAIMABLE)
-    .values(
-        status=RUNNING,
-        fence=runs.c.fence + 1,
-        lease_owner=bindparam("owner"),
-        lease_expires_at=bindparam("until"),
-        updated_at=bindparam("now"),
-    )
-)
-# PostgreSQL: a run another transaction has locked (being claimed, or decided) is passed
-# over at once instead of waited for; the loser would find it claimed anyway.
-_CLAIM_SKIP_LOCKED = (
-    update(runs)
-    .where(
-        runs.c.run_id
-        == select(runs.c.run_id)
-        .where(runs.c.run_id == bindparam("b_run_id"), _CLAIMABLE)
-        .with_for_update(skip_locked=True)
-        .scalar_subquery()
-    )
-    .values(
-        status=RUNNING,
-        fence=runs.c.fence + 1,
-        lease_owner=bindparam("owner"),
-        lease_expires_at=bindparam("until"),
-        updated_at=bindparam("now"),
-    )
-)
-_CLAIM_RETURNING = _CLAIM.returning(*runs.c)
-_CLAIM_SKIP_LOCKED_RETURNING = _CLAIM_SKIP_LOCKED.returning(*runs.c)
+"""Whether a run may be claimed ``now``."""
+CLAIMED: dict[str, Any] = {
+    "status": RUNNING,
+    "fence": runs.c.fence + 1,
+    "lease_owner": bindparam("owner"),
+    "lease_expires_at": bindparam("until"),
+    "updated_at": bindparam("now"),
+}
+"""What claiming a run sets."""
+_CLAIM = update(runs).where(runs.c.run_id == bindparam("b_run_id"), CLAIMABLE).values(CLAIMED)
+CLAIM_RETURNING = _CLAIM.returning(*runs.c)
 
 
 def _oldest_runs(*where: ColumnElement[bool]) -> Any:
@@ -115,7 +93,7 @@ def _oldest_runs(*where: ColumnElement[bool]) -> Any:
     )
 
 
-# `_CLAIMABLE` as two ordered scans of the (status, updated_at) index, each stopping at
+# `CLAIMABLE` as two ordered scans of the (status, updated_at) index, each stopping at
 # `limit`: with `OR` the database sorts every queued run to return the first few.
 _CLAIMABLE_EITHER = (
     select(_oldest_runs(runs.c.status == QUEUED))
@@ -324,8 +302,7 @@ class RunStatements(TransactionCore):
             "until": to_micros(until),
         }
         if self._returning:
-            claim = _CLAIM_SKIP_LOCKED_RETURNING if self._row_locks else _CLAIM_RETURNING
-            row = (await self._execute(claim, params)).first()
+            row = (await self._execute(self.claim_returning, params)).first()
             if row is None:
                 return None
             self.wrote = True

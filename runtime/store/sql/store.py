@@ -8,18 +8,19 @@ import logging
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 import aiosqlite
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from runtime.errors import StorageError
+from runtime.store.sql.dialects import database_of
 from runtime.store.sql.failures import (
     describe_database,
     driver_reason,
@@ -28,7 +29,6 @@ from runtime.store.sql.failures import (
 )
 from runtime.store.sql.migrating import (
     MIGRATION_WAIT_SECONDS,
-    PG_MIGRATION_LOCK,
     SCHEMA_HEAD,
     SchemaStatus,
     migrate_on,
@@ -46,7 +46,6 @@ from runtime.store.sql.sqlite_engine import (
 from runtime.store.sql.sqlite_plans import OpenFailed
 from runtime.store.sql.sqlite_writer import SQLiteWriter, open_sqlite
 from runtime.store.sql.transaction import SQLTransaction
-from runtime.store.sql.wake import WAKE_OUTBOX, WAKE_RUNS, listen_on
 
 log = logging.getLogger("signoff.store")
 
@@ -72,17 +71,13 @@ class SQLStore:
     def __init__(self, engine: AsyncEngine, writer: SQLiteWriter | None = None) -> None:
         self._engine = engine
         self._writer = writer
-        self._is_sqlite = engine.dialect.name == "sqlite"
+        self._database = database_of(engine)
         self._where = describe_database(engine.url)
         self._busy_timeout_ms = 0
-        self._lock: AbstractAsyncContextManager[Any] = (
-            asyncio.Lock() if self._is_sqlite else contextlib.nullcontext()
-        )
+        self._lock = self._database.lock()
         self._commits = 0
         self._sync_engine: Engine | None = None
         self._sync_for: sqlite3.Connection | None = None
-        # SQLite: `listen` callers of this process, told of this store's own commits.
-        self._listeners: list[Callable[[frozenset[str]], object]] = []
 
     @classmethod
     def from_url(
@@ -218,17 +213,17 @@ class SQLStore:
         try:
             if self._writer is not None:
                 async with self._writer.member() as member:
-                    tx = made = SQLTransaction(member, self._engine.dialect)
+                    tx = made = self._database.transaction(member, self._engine.dialect)
                     yield tx
                     await tx.flush()
                     member.wrote = tx.wrote
-                self._committed(tx.woke)
+                self._database.committed(tx.woke)
                 return
             async with self._lock:
                 conn = await self._connect()
                 try:
                     await self._begin(conn)
-                    tx = made = SQLTransaction(conn, conn.dialect)
+                    tx = made = self._database.transaction(conn, conn.dialect)
                     try:
                         yield tx
                         await tx.flush()
@@ -250,8 +245,7 @@ class SQLStore:
                         await conn.close()
                 if tx.wrote:
                     self._commits += 1
-                if self._is_sqlite:
-                    self._committed(tx.woke)
+                self._database.committed(tx.woke)
         except BaseException:
             if made is not None:
                 made.forget()
@@ -316,16 +310,11 @@ class SQLStore:
                     await self._on_writer(migrate_sync)
                     return
                 async with self._lock, self._engine.begin() as conn:
-                    if conn.dialect.name == "postgresql":
-                        await conn.execute(
-                            text("SELECT pg_advisory_xact_lock(:key)"),
-                            {"key": PG_MIGRATION_LOCK},
-                        )
+                    await self._database.lock_migrations(conn)
                     await conn.run_sync(migrate_on)
                 return
             except OperationalError as exc:
-                locked = self._is_sqlite and "locked" in str(exc.orig)
-                if not locked or time.monotonic() > deadline:
+                if not self._database.busy(exc) or time.monotonic() > deadline:
                     raise StorageError(
                         f"migrating {self._where} failed: {driver_reason(exc)}"
                     ) from exc
@@ -411,41 +400,7 @@ class SQLStore:
         what was missed meanwhile. On SQLite only this store's own commits are heard
         (another process's are found by polling): `on_wake` is called as each commits.
         """
-        if self._is_sqlite:
-            self._listeners.append(on_wake)
-            try:
-                await stop.wait()
-            finally:
-                self._listeners.remove(on_wake)
-            return
-        everything = frozenset({WAKE_RUNS, WAKE_OUTBOX})
-        while not stop.is_set():
-            try:
-                async with self._engine.connect() as conn:
-                    raw = await conn.get_raw_connection()
-                    driver = raw.driver_connection
-                    try:
-                        await listen_on(driver, on_wake, stop, everything)
-                    finally:
-                        if driver is None or driver.is_closed():
-                            # Never hand a dead connection back to the pool.
-                            await conn.invalidate()
-            except Exception as exc:  # the driver's own errors too: keep trying
-                if stop.is_set():
-                    return
-                log.warning("listening for wake-ups failed (%s); retrying", exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=retry_seconds)
-
-    def _committed(self, woke: frozenset[str]) -> None:
-        """SQLite: tell this process's listeners what a commit of this store made ready."""
-        if not woke:
-            return
-        for on_wake in list(self._listeners):
-            try:
-                on_wake(woke)
-            except Exception:  # a listener's bug must not fail a committed transaction
-                log.exception("a wake-up listener failed")
+        await self._database.listen(on_wake, stop, retry_seconds)
 
     async def close(self) -> None:
         """Close the writer's connection (SQLite) and every pooled connection."""

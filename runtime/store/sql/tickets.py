@@ -14,7 +14,6 @@ from runtime.store.schema import ticket_deciders, tickets
 from runtime.store.sql.convert import OPEN, to_micros
 from runtime.store.sql.executing import TransactionCore
 from runtime.store.sql.rows import decider_rows, dump_answer, ticket_record, ticket_values
-from runtime.store.sql.runs import LOCK_RUN
 from runtime.tickets import Answer, ResumeTicket
 
 _INSERT_TICKET = insert(tickets)
@@ -102,10 +101,9 @@ class TicketStatements(TransactionCore):
         """Add a ticket; `ValueError` if its id exists or its call already has an open one."""
         call_id = ticket.call_id
         if call_id is not None and ticket.status is TicketStatus.OPEN:
-            if self._row_locks:
-                # Serialises ticket inserts of one run, so the check below cannot race
-                # another transaction inserting a ticket for the same call.
-                await self._execute(LOCK_RUN, {"run_id": ticket.run_id})
+            # So that the check below cannot race another transaction inserting a
+            # ticket for the same call.
+            await self._lock_run(ticket.run_id)
             found = await self._execute(_OPEN_FOR_CALL, {"call_id": call_id})
             if found.first() is not None:
                 raise ValueError(f"call {call_id} already has an open ticket")

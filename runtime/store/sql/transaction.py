@@ -26,7 +26,8 @@ class SQLTransaction(
 ):
     """One database transaction, implementing `runtime.store.base.Transaction`.
 
-    Obtain it from `SQLStore.transaction`; it is only usable inside that block.
+    Obtain it from `SQLStore.transaction`; it is only usable inside that block. Each
+    database has its own subclass (see `runtime.store.sql.dialects`).
 
     Attributes:
         wrote: Whether any statement changed a row.

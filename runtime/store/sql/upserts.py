@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import functools
-import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Insert, bindparam
+from sqlalchemy import Insert, Table, bindparam
 
-from runtime.errors import StorageError
 from runtime.store.schema import leases, outbox_pacing, received_commands
 
 
@@ -22,17 +20,11 @@ class Upserts:
     insert_received: Insert
 
 
-@functools.cache
-def upserts_for(dialect: str) -> Upserts:
-    if dialect not in ("postgresql", "sqlite"):
-        raise StorageError(f"signoff's store runs on SQLite and PostgreSQL, not {dialect}")
-    # Imported here: a process on one database never loads the other's dialect.
-    module: Any = importlib.import_module(f"sqlalchemy.dialects.{dialect}")
-    slot = module.insert(outbox_pacing).values(
-        channel_key=bindparam("key"), next_at=bindparam("next_at")
-    )
+def build_upserts(insert: Callable[[Table], Any]) -> Upserts:
+    """The statements, made with a dialect's own `insert` (which has ``on_conflict_*``)."""
+    slot = insert(outbox_pacing).values(channel_key=bindparam("key"), next_at=bindparam("next_at"))
     key = [outbox_pacing.c.channel_key]
-    lease = module.insert(leases).values(
+    lease = insert(leases).values(
         name=bindparam("b_name"),
         owner=bindparam("b_owner"),
         fence=1,
@@ -51,7 +43,7 @@ def upserts_for(dialect: str) -> Upserts:
         ),
         # A delivery stored before inserts nothing, in the one statement (on PostgreSQL a
         # unique violation would abort the transaction it is part of).
-        insert_received=module.insert(received_commands).on_conflict_do_nothing(
+        insert_received=insert(received_commands).on_conflict_do_nothing(
             index_elements=[received_commands.c.source, received_commands.c.delivery_id]
         ),
     )

@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+log = logging.getLogger("signoff.store")
 
 _LISTEN_CHECK_SECONDS = 5.0
 
@@ -22,7 +27,35 @@ WAKE_OUTBOX = "outbox"
 NOTIFY = text("SELECT pg_notify(:channel, :payload)")
 
 
-async def listen_on(
+async def listen_for_wakeups(
+    engine: AsyncEngine,
+    on_wake: Callable[[frozenset[str]], object],
+    stop: asyncio.Event,
+    retry_seconds: float,
+) -> None:
+    """PostgreSQL: LISTEN on `WAKE_CHANNEL` until `stop` is set, opening a lost
+    connection again after `retry_seconds` (see `SQLStore.listen`)."""
+    everything = frozenset({WAKE_RUNS, WAKE_OUTBOX})
+    while not stop.is_set():
+        try:
+            async with engine.connect() as conn:
+                raw = await conn.get_raw_connection()
+                driver = raw.driver_connection
+                try:
+                    await _listen_on(driver, on_wake, stop, everything)
+                finally:
+                    if driver is None or driver.is_closed():
+                        # Never hand a dead connection back to the pool.
+                        await conn.invalidate()
+        except Exception as exc:  # the driver's own errors too: keep trying
+            if stop.is_set():
+                return
+            log.warning("listening for wake-ups failed (%s); retrying", exc)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=retry_seconds)
+
+
+async def _listen_on(
     driver: Any,
     on_wake: Callable[[frozenset[str]], object],
     stop: asyncio.Event,

@@ -1,0 +1,207 @@
+"""What differs between SQLite and PostgreSQL, one small subclass each.
+
+A transaction (`SQLTransaction`) takes from its subclass the statements only one
+database has (``INSERT ... ON CONFLICT`` of its dialect, ``FOR UPDATE SKIP LOCKED``)
+and what it does about concurrent transactions; the store (`SQLStore`) takes from a
+`Database` how transactions of one process queue, how migrations are serialised and how
+wake-ups are heard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+from sqlalchemy import bindparam, select, text, update
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from runtime.errors import StorageError
+from runtime.store.schema import runs
+from runtime.store.sql.runs import CLAIM_RETURNING, CLAIMABLE, CLAIMED
+from runtime.store.sql.transaction import SQLTransaction
+from runtime.store.sql.upserts import Upserts, build_upserts
+from runtime.store.sql.wake import NOTIFY, WAKE_CHANNEL, listen_for_wakeups
+
+log = logging.getLogger("signoff.store")
+
+# Any constant works; it only has to be the same in every replica.
+_PG_MIGRATION_LOCK = 0x5169_0FF
+_RUN_LOCK = select(runs.c.run_id).where(runs.c.run_id == bindparam("run_id")).with_for_update()
+# A run another transaction has locked (being claimed, or decided) is passed over at once
+# instead of waited for; the loser would find it claimed anyway.
+_CLAIM_SKIP_LOCKED = (
+    update(runs)
+    .where(
+        runs.c.run_id
+        == select(runs.c.run_id)
+        .where(runs.c.run_id == bindparam("b_run_id"), CLAIMABLE)
+        .with_for_update(skip_locked=True)
+        .scalar_subquery()
+    )
+    .values(CLAIMED)
+)
+
+
+@functools.cache
+def _sqlite_upserts() -> Upserts:
+    from sqlalchemy.dialects import sqlite
+
+    return build_upserts(sqlite.insert)
+
+
+@functools.cache
+def _postgres_upserts() -> Upserts:
+    # Imported here: a process on SQLite never loads PostgreSQL's dialect.
+    from sqlalchemy.dialects import postgresql
+
+    return build_upserts(postgresql.insert)
+
+
+class SQLiteTransaction(SQLTransaction):
+    """A transaction on SQLite, which serialises writers with ``BEGIN IMMEDIATE``: it
+    holds the write lock from its start, so it needs no row locks."""
+
+    claim_returning = CLAIM_RETURNING
+
+    def _upserts(self) -> Upserts:
+        return _sqlite_upserts()
+
+    async def _lock_run(self, run_id: str) -> None:
+        pass
+
+    async def _notify(self, wake: frozenset[str]) -> None:
+        pass  # the store tells its own listeners once this commits
+
+
+class PostgresTransaction(SQLTransaction):
+    """A transaction on PostgreSQL, which runs transactions concurrently: row locks
+    serialise what must be, and ``NOTIFY`` wakes the other replicas."""
+
+    claim_returning = _CLAIM_SKIP_LOCKED.returning(*runs.c)
+
+    def _upserts(self) -> Upserts:
+        return _postgres_upserts()
+
+    async def _lock_run(self, run_id: str) -> None:
+        await self._execute(_RUN_LOCK, {"run_id": run_id})
+
+    async def _notify(self, wake: frozenset[str]) -> None:
+        # Delivered at commit, and never if the transaction rolls back.
+        payload = ",".join(sorted(wake))
+        await self._execute(NOTIFY, {"channel": WAKE_CHANNEL, "payload": payload})
+
+
+class Database(ABC):
+    """What a `SQLStore` does differently on one database."""
+
+    transaction: type[SQLTransaction]
+    """The transactions of this database."""
+
+    @abstractmethod
+    def lock(self) -> AbstractAsyncContextManager[Any]:
+        """What a transaction of this process holds while it runs on a pooled connection."""
+
+    @abstractmethod
+    async def lock_migrations(self, conn: AsyncConnection) -> None:
+        """Serialise migrations of several processes, in the migrating transaction."""
+
+    @abstractmethod
+    def busy(self, exc: OperationalError) -> bool:
+        """Whether a migration failed only because another process holds the database."""
+
+    @abstractmethod
+    def committed(self, woke: frozenset[str]) -> None:
+        """A transaction of this store committed, making `woke` ready."""
+
+    @abstractmethod
+    async def listen(
+        self, on_wake: Callable[[frozenset[str]], object], stop: asyncio.Event, retry: float
+    ) -> None:
+        """Report wake-ups until `stop` is set (see `SQLStore.listen`)."""
+
+
+class SQLite(Database):
+    """One file shared by a few processes, each hearing only its own commits."""
+
+    transaction = SQLiteTransaction
+
+    def __init__(self) -> None:
+        self._listeners: list[Callable[[frozenset[str]], object]] = []
+
+    def lock(self) -> AbstractAsyncContextManager[Any]:
+        # Transactions of one process queue in memory instead of fighting over the file.
+        return asyncio.Lock()
+
+    async def lock_migrations(self, conn: AsyncConnection) -> None:
+        pass  # BEGIN IMMEDIATE took the write lock
+
+    def busy(self, exc: OperationalError) -> bool:
+        return "locked" in str(exc.orig)
+
+    def committed(self, woke: frozenset[str]) -> None:
+        """Tell this process's listeners what a commit of this store made ready."""
+        if not woke:
+            return
+        for on_wake in list(self._listeners):
+            try:
+                on_wake(woke)
+            except Exception:  # a listener's bug must not fail a committed transaction
+                log.exception("a wake-up listener failed")
+
+    async def listen(
+        self, on_wake: Callable[[frozenset[str]], object], stop: asyncio.Event, retry: float
+    ) -> None:
+        # Another process's commits are found by polling.
+        self._listeners.append(on_wake)
+        try:
+            await stop.wait()
+        finally:
+            self._listeners.remove(on_wake)
+
+
+class PostgreSQL(Database):
+    """A server that replicas share, telling each other of commits with ``NOTIFY``."""
+
+    transaction = PostgresTransaction
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self._engine = engine
+
+    def lock(self) -> AbstractAsyncContextManager[Any]:
+        return contextlib.nullcontext()
+
+    async def lock_migrations(self, conn: AsyncConnection) -> None:
+        await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_MIGRATION_LOCK})
+
+    def busy(self, exc: OperationalError) -> bool:
+        return False
+
+    def committed(self, woke: frozenset[str]) -> None:
+        pass  # the transaction's NOTIFY told every listener
+
+    async def listen(
+        self, on_wake: Callable[[frozenset[str]], object], stop: asyncio.Event, retry: float
+    ) -> None:
+        await listen_for_wakeups(self._engine, on_wake, stop, retry)
+
+
+def database_of(engine: AsyncEngine) -> Database:
+    """What the store does differently on the database of `engine`.
+
+    Raises:
+        StorageError: The store does not run on this database.
+    """
+    match engine.dialect.name:
+        case "sqlite":
+            return SQLite()
+        case "postgresql":
+            return PostgreSQL(engine)
+        case other:
+            raise StorageError(f"signoff's store runs on SQLite and PostgreSQL, not {other}")
