@@ -8,7 +8,7 @@ from runtime.store.records import CALL_CREATED_WITH, CallRecord
 from runtime.store.schema import tool_calls
 from runtime.store.sql.convert import without
 from runtime.store.sql.executing import TransactionCore
-from runtime.store.sql.rows import call_record, call_values
+from runtime.store.sql.rows import CALLS
 
 _INSERT_CALL = insert(tool_calls)
 _UPDATE_CALL = update(tool_calls).where(tool_calls.c.call_id == bindparam("b_call_id"))
@@ -32,12 +32,12 @@ class CallStatements(TransactionCore):
     # tool calls ---------------------------------------------------------------------
     async def insert_call(self, call: CallRecord) -> None:
         """Add a tool call; `ValueError` if its id or execution key exists."""
-        await self._execute(_INSERT_CALL, call_values(call))
+        await self._execute(_INSERT_CALL, CALLS.values(call))
         self.wrote = True
 
     async def update_call(self, call: CallRecord) -> None:
         """Write a tool call back; `ValueError` if it does not exist."""
-        values = without(call_values(call), "call_id", *CALL_CREATED_WITH)
+        values = without(CALLS.values(call), "call_id", *CALL_CREATED_WITH)
         values["b_call_id"] = call.call_id
         if (await self._execute(_UPDATE_CALL, values)).rowcount != 1:
             raise ValueError(f"call {call.call_id} does not exist")
@@ -46,7 +46,7 @@ class CallStatements(TransactionCore):
     async def get_call(self, call_id: str) -> CallRecord | None:
         """Read one tool call."""
         row = (await self._execute(_GET_CALL, {"call_id": call_id})).first()
-        return None if row is None else call_record(row)
+        return None if row is None else CALLS.record(row)
 
     async def calls_for_run(self, run_id: str, *, batch: int | None = None) -> list[CallRecord]:
         """A run's calls (optionally of one batch) ordered by batch and position."""
@@ -54,9 +54,9 @@ class CallStatements(TransactionCore):
             result = await self._execute(_CALLS_FOR_RUN, {"run_id": run_id})
         else:
             result = await self._execute(_CALLS_FOR_BATCH, {"run_id": run_id, "batch": batch})
-        return [call_record(row) for row in result]
+        return [CALLS.record(row) for row in result]
 
     async def call_by_execution_key(self, execution_key: str) -> CallRecord | None:
         """The call with this execution key."""
         row = (await self._execute(_CALL_BY_KEY, {"key": execution_key})).first()
-        return None if row is None else call_record(row)
+        return None if row is None else CALLS.record(row)

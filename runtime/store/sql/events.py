@@ -6,9 +6,8 @@ from sqlalchemy import bindparam, insert, select
 
 from runtime.store.records import EventRecord
 from runtime.store.schema import events
-from runtime.store.sql.convert import to_micros
 from runtime.store.sql.executing import TransactionCore
-from runtime.store.sql.rows import event_record
+from runtime.store.sql.rows import EVENTS
 
 _EVENTS = (
     select(events)
@@ -24,13 +23,7 @@ class EventStatements(TransactionCore):
     # flight recorder ----------------------------------------------------------------
     async def append_event(self, event: EventRecord) -> None:
         """Append to a run's flight recorder; the store assigns ``seq``."""
-        values = {
-            "run_id": event.run_id,
-            "at": to_micros(event.at),
-            "kind": event.kind,
-            "data": event.data,
-            "actor": event.actor,
-        }
+        values = EVENTS.values(event)
         # Written in one statement just before the commit (or before a read of events):
         # a step's several events cost one round trip.
         self._events.append(values)
@@ -58,4 +51,4 @@ class EventStatements(TransactionCore):
         """A run's events with ``seq > after``, in order."""
         await self._flush_events()
         result = await self._execute(_EVENTS, {"run_id": run_id, "after": after})
-        return [event_record(row) for row in result]
+        return [EVENTS.record(row) for row in result]

@@ -11,7 +11,7 @@ from runtime.store.records import GrantRecord
 from runtime.store.schema import grants
 from runtime.store.sql.convert import to_micros
 from runtime.store.sql.executing import TransactionCore
-from runtime.store.sql.rows import grant_record, grant_values
+from runtime.store.sql.rows import GRANTS
 
 _INSERT_GRANT = insert(grants)
 _GET_GRANT = select(grants).where(grants.c.grant_id == bindparam("grant_id"))
@@ -45,13 +45,13 @@ class GrantStatements(TransactionCore):
     # standing grants ---------------------------------------------------------------
     async def insert_grant(self, grant: GrantRecord) -> None:
         """Add a grant; `ValueError` if its id exists or its run does not."""
-        await self._execute(_INSERT_GRANT, grant_values(grant))
+        await self._execute(_INSERT_GRANT, GRANTS.values(grant))
         self.wrote = True
 
     async def get_grant(self, grant_id: str) -> GrantRecord | None:
         """Read one grant."""
         row = (await self._execute(_GET_GRANT, {"grant_id": grant_id})).first()
-        return None if row is None else grant_record(row)
+        return None if row is None else GRANTS.record(row)
 
     async def active_grants(
         self, *, agent: str, tool: str, run_id: str, thread_id: str, now: datetime
@@ -64,7 +64,7 @@ class GrantStatements(TransactionCore):
             "thread_id": thread_id,
             "now": to_micros(now),
         }
-        return [grant_record(row) for row in await self._execute(_ACTIVE_GRANTS, params)]
+        return [GRANTS.record(row) for row in await self._execute(_ACTIVE_GRANTS, params)]
 
     async def list_grants(
         self,
@@ -95,7 +95,7 @@ class GrantStatements(TransactionCore):
         statement = statement.order_by(grants.c.created_at.desc(), grants.c.grant_id.desc()).limit(
             limit
         )
-        return [grant_record(row) for row in await self._execute(statement, params)]
+        return [GRANTS.record(row) for row in await self._execute(statement, params)]
 
     async def revoke_grant(self, grant_id: str, *, by: str, at: datetime) -> bool:
         """Compare-and-set: revoke a grant that is not revoked yet."""

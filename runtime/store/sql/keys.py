@@ -11,7 +11,7 @@ from runtime.store.records import IdempotencyRecord
 from runtime.store.schema import idempotency_keys, revoked_sessions
 from runtime.store.sql.convert import to_micros
 from runtime.store.sql.executing import TransactionCore
-from runtime.store.sql.rows import idempotency_record
+from runtime.store.sql.rows import IDEMPOTENCY_KEYS
 
 _FORGET_KEYS = idempotency_keys.delete().where(
     idempotency_keys.c.scope == bindparam("scope"),
@@ -39,17 +39,11 @@ class KeyStatements(TransactionCore):
     async def get_idempotency(self, scope: str, key: str) -> IdempotencyRecord | None:
         """The record of a key already used in `scope`, if any."""
         row = (await self._execute(_GET_KEY, {"scope": scope, "key": key})).first()
-        return None if row is None else idempotency_record(row)
+        return None if row is None else IDEMPOTENCY_KEYS.record(row)
 
     async def insert_idempotency(self, item: IdempotencyRecord) -> None:
         """Remember a key; `DuplicateKey` if (scope, key) exists."""
-        values = {
-            "scope": item.scope,
-            "key": item.key,
-            "fingerprint": item.fingerprint,
-            "run_id": item.run_id,
-            "created_at": to_micros(item.created_at),
-        }
+        values = IDEMPOTENCY_KEYS.values(item)
         await self._execute(_INSERT_KEY, values, violation=DuplicateKey)
         self.wrote = True
 

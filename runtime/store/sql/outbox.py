@@ -11,7 +11,7 @@ from runtime.store.records import OutboxRecord
 from runtime.store.schema import outbox, outbox_pacing
 from runtime.store.sql.convert import seconds, to_micros, without
 from runtime.store.sql.executing import TransactionCore
-from runtime.store.sql.rows import outbox_record, outbox_values
+from runtime.store.sql.rows import OUTBOX
 from runtime.store.sql.wake import WAKE_OUTBOX
 
 _INSERT_OUTBOX = insert(outbox)
@@ -72,14 +72,14 @@ class OutboxStatements(TransactionCore):
     # outbox -------------------------------------------------------------------------
     async def add_outbox(self, item: OutboxRecord) -> None:
         """Queue a notification; `ValueError` if its id exists."""
-        await self._execute(_INSERT_OUTBOX, outbox_values(item))
+        await self._execute(_INSERT_OUTBOX, OUTBOX.values(item))
         self.wrote = True
         self._wake.add(WAKE_OUTBOX)
 
     async def due_outbox(self, now: datetime, limit: int) -> list[OutboxRecord]:
         """Pending notifications whose next attempt is due, oldest first."""
         params = {"now": to_micros(now), "limit": limit}
-        return [outbox_record(row) for row in await self._execute(_DUE_OUTBOX, params)]
+        return [OUTBOX.record(row) for row in await self._execute(_DUE_OUTBOX, params)]
 
     async def claim_outbox(
         self,
@@ -120,7 +120,7 @@ class OutboxStatements(TransactionCore):
         claim = {"ids": chosen, "owner": owner, "until": to_micros(until)}
         rows = (await self._execute(_CLAIM_OUTBOX, claim)).all()
         self.wrote = True
-        claimed = [outbox_record(row) for row in rows]
+        claimed = [OUTBOX.record(row) for row in rows]
         claimed.sort(key=lambda o: (o.created_at, o.outbox_id))
         return claimed
 
@@ -130,7 +130,7 @@ class OutboxStatements(TransactionCore):
         Raises:
             ValueError: Without a fence, when the item does not exist.
         """
-        values = without(outbox_values(item), "outbox_id")
+        values = without(OUTBOX.values(item), "outbox_id")
         values["b_outbox_id"] = item.outbox_id
         statement = _UPDATE_OUTBOX
         if fence is not None:
@@ -146,10 +146,10 @@ class OutboxStatements(TransactionCore):
     async def outbox_for_run(self, run_id: str) -> list[OutboxRecord]:
         """Every notification of a run, oldest first."""
         result = await self._execute(_OUTBOX_FOR_RUN, {"run_id": run_id})
-        return [outbox_record(row) for row in result]
+        return [OUTBOX.record(row) for row in result]
 
     async def find_outbox(self, *, ticket_id: str, kind: str) -> OutboxRecord | None:
         """The first notification of `kind` about a ticket."""
         params = {"ticket_id": ticket_id, "kind": kind}
         row = (await self._execute(_FIND_OUTBOX, params)).first()
-        return None if row is None else outbox_record(row)
+        return None if row is None else OUTBOX.record(row)

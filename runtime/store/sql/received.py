@@ -11,7 +11,7 @@ from runtime.store.records import ReceivedRecord
 from runtime.store.schema import received_commands
 from runtime.store.sql.convert import to_micros, without
 from runtime.store.sql.executing import TransactionCore
-from runtime.store.sql.rows import received_record, received_values
+from runtime.store.sql.rows import RECEIVED
 from runtime.store.sql.wake import WAKE_RUNS
 
 _PENDING_RECEIVED = (
@@ -60,7 +60,7 @@ class ReceivedStatements(TransactionCore):
     async def insert_received(self, item: ReceivedRecord) -> bool:
         """Store a received command; False if (source, delivery_id) was stored before."""
         statement = self._upserts().insert_received
-        values = received_values(item)
+        values = RECEIVED.values(item)
         if (await self._execute(statement, values, violation=DuplicateKey)).rowcount != 1:
             return False
         self.wrote = True
@@ -70,7 +70,7 @@ class ReceivedStatements(TransactionCore):
     async def pending_received(self, limit: int) -> list[ReceivedRecord]:
         """Received commands not yet applied, oldest first."""
         result = await self._execute(_PENDING_RECEIVED, {"limit": limit})
-        return [received_record(row) for row in result]
+        return [RECEIVED.record(row) for row in result]
 
     async def claim_received(
         self, now: datetime, limit: int, *, owner: str, until: datetime
@@ -88,7 +88,7 @@ class ReceivedStatements(TransactionCore):
         if not rows:
             return []
         self.wrote = True
-        claimed = [received_record(row) for row in rows]
+        claimed = [RECEIVED.record(row) for row in rows]
         claimed.sort(key=lambda r: (r.received_at, r.command_id))
         return claimed
 
@@ -98,7 +98,7 @@ class ReceivedStatements(TransactionCore):
         Raises:
             ValueError: The command does not exist.
         """
-        values = without(received_values(item), "command_id")
+        values = without(RECEIVED.values(item), "command_id")
         values["b_command_id"] = item.command_id
         statement = _UPDATE_RECEIVED_PENDING if only_pending else _UPDATE_RECEIVED
         if (await self._execute(statement, values)).rowcount != 1:

@@ -1,8 +1,14 @@
-"""Records to column values and rows back to records, per table."""
+"""Records to column values and rows back to records: one declared map per table.
+
+Each `RowMap` lists a table's columns once, with the record field each holds and how
+a value is stored and read back; the same declaration writes a record and reads a row.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from sqlalchemy.engine import Row
 
@@ -21,155 +27,207 @@ from runtime.store.records import (
 from runtime.store.sql.convert import from_micros, opt_datetime, opt_micros, to_micros
 from runtime.tickets import ANSWER, AWAIT_TARGET, Answer, ResumeTicket
 
+_R = TypeVar("_R")
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+@dataclass(frozen=True)
+class Col:
+    """A column that holds a record's field.
+
+    Attributes:
+        name: The column.
+        field: The record's field (by default the column's name).
+        write: How the field's value is stored; None: the column is not written from
+            the record (the store writes it itself, or never).
+        read: How the column's value becomes the field's; None: not read back.
+    """
+
+    name: str
+    field: str = ""
+    write: Callable[[Any], Any] | None = _same
+    read: Callable[[Any], Any] | None = _same
+
+
+@dataclass(frozen=True)
+class Derived:
+    """A column written from the whole record and never read back (an index key)."""
+
+    name: str
+    of: Callable[[Any], Any]
+
+
+def _time(name: str) -> Col:
+    return Col(name, write=to_micros, read=from_micros)
+
+
+def _opt_time(name: str) -> Col:
+    return Col(name, write=opt_micros, read=opt_datetime)
+
+
+def _enum(name: str, kind: Callable[[Any], Any]) -> Col:
+    return Col(name, write=lambda value: kind(value).value, read=kind)
+
+
+class RowMap(Generic[_R]):
+    """How the records of one type are written to and read from their table's rows.
+
+    Args:
+        make: Builds a record from its fields (as keyword arguments).
+        columns: The table's columns, in order.
+    """
+
+    def __init__(self, make: Callable[..., _R], *columns: Col | Derived) -> None:
+        self._make = make
+        self._writes: list[tuple[str, Callable[[Any], Any]]] = []
+        self._reads: list[tuple[str, str, Callable[[Any], Any]]] = []
+        for column in columns:
+            match column:
+                case Derived(name=name, of=of):
+                    self._writes.append((name, of))
+                case Col(name=name, field=field, write=write, read=read):
+                    attr = field or name
+                    if write is not None:
+                        self._writes.append((name, _field(attr, write)))
+                    if read is not None:
+                        self._reads.append((name, attr, read))
+
+    def values(self, record: _R) -> dict[str, Any]:
+        """The column values that store `record`."""
+        return {name: value(record) for name, value in self._writes}
+
+    def record(self, row: Row[Any]) -> _R:
+        """The record `row` holds."""
+        return self._make(**{attr: read(getattr(row, name)) for name, attr, read in self._reads})
+
+    def records(self, rows: Sequence[Row[Any]] | Any) -> list[_R]:
+        """The records of `rows`, in order."""
+        return [self.record(row) for row in rows]
+
+
+def _field(attr: str, write: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda record: write(getattr(record, attr))
+
+
+def dump_answer(answer: Answer | None) -> dict[str, Any] | None:
+    """An answer as its JSON column holds it."""
+    if answer is None:
+        return None
+    dumped: dict[str, Any] = ANSWER.dump_python(answer, mode="json", by_alias=True)
+    return dumped
+
+
+RUNS = RowMap(
+    RunRecord,
+    Col("run_id"),
+    Col("thread_id"),
+    Col("agent"),
+    Col("agent_version"),
+    _enum("status", RunStatus),
+    Col("input"),
+    Col("requester"),
+    _time("created_at"),
+    _time("updated_at"),
+    Col("origin"),
+    # The transcript's newest entries (see `runs.RECENT_MESSAGES`), written by `run_values`.
+    Col("recent_messages", "messages", write=None, read=list),
+    Col("sealed_messages", "messages_sealed", write=None),
+    Col("turns"),
+    Col("prompt_tokens"),
+    Col("completion_tokens"),
+    Col("usage_incomplete"),
+    Col("model_attempt"),
+    Col("model_in_flight"),
+    Col("batch"),
+    Col("final_text"),
+    Col("error"),
+    # Written only when the run is inserted, and by `set_run_flags`.
+    Col("pause_requested", write=None),
+    Col("cancel_requested", write=None),
+    Col("lease_owner"),
+    _opt_time("lease_expires_at"),
+    Col("fence"),
+    Col("parent_run_id"),
+    Col("parent_call_id"),
+    Col("task_key"),
+    Col("depth"),
+    Col("lineage", write=lambda lineage: lineage or None, read=lambda v: list(v or ())),
+)
+"""Runs; a run read from its row holds only the row's own transcript entries until the
+sealed ones are read (`RunStatements._whole`)."""
+
 
 def run_values(run: RunRecord, sealed: int) -> dict[str, Any]:
     """Every column of a run except the two request flags, with `sealed` transcript
     entries kept apart (in `run_messages`)."""
-    return {
-        "run_id": run.run_id,
-        "thread_id": run.thread_id,
-        "agent": run.agent,
-        "agent_version": run.agent_version,
-        "status": RunStatus(run.status).value,
-        "input": run.input,
-        "requester": run.requester,
-        "created_at": to_micros(run.created_at),
-        "updated_at": to_micros(run.updated_at),
-        "origin": run.origin,
-        "recent_messages": run.messages[sealed:],
-        "sealed_messages": sealed,
-        "turns": run.turns,
-        "prompt_tokens": run.prompt_tokens,
-        "completion_tokens": run.completion_tokens,
-        "usage_incomplete": run.usage_incomplete,
-        "model_attempt": run.model_attempt,
-        "model_in_flight": run.model_in_flight,
-        "batch": run.batch,
-        "final_text": run.final_text,
-        "error": run.error,
-        "lease_owner": run.lease_owner,
-        "lease_expires_at": opt_micros(run.lease_expires_at),
-        "fence": run.fence,
-        "parent_run_id": run.parent_run_id,
-        "parent_call_id": run.parent_call_id,
-        "task_key": run.task_key,
-        "depth": run.depth,
-        "lineage": run.lineage or None,
-    }
+    values = RUNS.values(run)
+    values["recent_messages"] = run.messages[sealed:]
+    values["sealed_messages"] = sealed
+    return values
 
 
-def run_record(row: Row[Any]) -> RunRecord:
-    """The run of `row`; its transcript holds only the row's own entries until the
-    sealed ones are read (`SQLTransaction._whole`)."""
-    return RunRecord(
-        run_id=row.run_id,
-        thread_id=row.thread_id,
-        agent=row.agent,
-        agent_version=row.agent_version,
-        status=RunStatus(row.status),
-        input=row.input,
-        requester=row.requester,
-        created_at=from_micros(row.created_at),
-        updated_at=from_micros(row.updated_at),
-        origin=row.origin,
-        messages=list(row.recent_messages),
-        turns=row.turns,
-        prompt_tokens=row.prompt_tokens,
-        completion_tokens=row.completion_tokens,
-        usage_incomplete=row.usage_incomplete,
-        model_attempt=row.model_attempt,
-        model_in_flight=row.model_in_flight,
-        batch=row.batch,
-        final_text=row.final_text,
-        error=row.error,
-        pause_requested=row.pause_requested,
-        cancel_requested=row.cancel_requested,
-        lease_owner=row.lease_owner,
-        lease_expires_at=opt_datetime(row.lease_expires_at),
-        fence=row.fence,
-        parent_run_id=row.parent_run_id,
-        parent_call_id=row.parent_call_id,
-        task_key=row.task_key,
-        depth=row.depth,
-        lineage=list(row.lineage or ()),
-        messages_sealed=row.sealed_messages,
-    )
+CALLS = RowMap(
+    CallRecord,
+    Col("call_id"),
+    Col("run_id"),
+    Col("batch"),
+    Col("seq"),
+    Col("model_call_id"),
+    Col("tool"),
+    Col("args"),
+    _enum("state", CallState),
+    Col("replay_policy"),
+    Col("execution_key"),
+    _time("created_at"),
+    _time("updated_at"),
+    Col("attempts"),
+    Col("result"),
+    Col("error"),
+    Col("answer"),
+    Col("decided_by"),
+    Col("reason"),
+    Col("edit"),
+)
 
 
-def call_values(call: CallRecord) -> dict[str, Any]:
-    return {
-        "call_id": call.call_id,
-        "run_id": call.run_id,
-        "batch": call.batch,
-        "seq": call.seq,
-        "model_call_id": call.model_call_id,
-        "tool": call.tool,
-        "args": call.args,
-        "state": CallState(call.state).value,
-        "replay_policy": call.replay_policy,
-        "execution_key": call.execution_key,
-        "created_at": to_micros(call.created_at),
-        "updated_at": to_micros(call.updated_at),
-        "attempts": call.attempts,
-        "result": call.result,
-        "error": call.error,
-        "answer": call.answer,
-        "decided_by": call.decided_by,
-        "reason": call.reason,
-        "edit": call.edit,
-    }
+def _ticket(**fields: Any) -> ResumeTicket:
+    return ResumeTicket.model_validate(fields)
 
 
-def call_record(row: Row[Any]) -> CallRecord:
-    return CallRecord(
-        call_id=row.call_id,
-        run_id=row.run_id,
-        batch=row.batch,
-        seq=row.seq,
-        model_call_id=row.model_call_id,
-        tool=row.tool,
-        args=row.args,
-        state=CallState(row.state),
-        replay_policy=row.replay_policy,
-        execution_key=row.execution_key,
-        created_at=from_micros(row.created_at),
-        updated_at=from_micros(row.updated_at),
-        attempts=row.attempts,
-        result=row.result,
-        error=row.error,
-        answer=row.answer,
-        decided_by=row.decided_by,
-        reason=row.reason,
-        edit=row.edit,
-    )
-
-
-def ticket_values(ticket: ResumeTicket) -> dict[str, Any]:
-    return {
-        "ticket_id": ticket.ticket_id,
-        "correlation": ticket.correlation,
-        "run_id": ticket.run_id,
-        "thread_id": ticket.thread_id,
-        "agent": ticket.agent,
-        "agent_version": ticket.agent_version,
-        "catalog_fingerprint": ticket.catalog_fingerprint,
-        "call_id": ticket.call_id,
-        "target_kind": ticket.target.kind,
-        "target": AWAIT_TARGET.dump_python(ticket.target, mode="json", by_alias=True),
-        "requester": ticket.requester,
-        "approvers": list(ticket.approvers),
-        "four_eyes": ticket.four_eyes,
-        "deadline": opt_micros(ticket.deadline),
-        "status": ticket.status.value,
-        "created_at": to_micros(ticket.created_at),
-        "decision": dump_answer(ticket.decision),
-        "decided_by": ticket.decided_by,
-        "decided_at": opt_micros(ticket.decided_at),
-        "chain": list(ticket.chain) or None,
-    }
+TICKETS = RowMap(
+    _ticket,
+    Col("ticket_id"),
+    Col("correlation"),
+    Col("run_id"),
+    Col("thread_id"),
+    Col("agent"),
+    Col("agent_version"),
+    Col("catalog_fingerprint"),
+    Derived("call_id", lambda ticket: ticket.call_id),
+    Derived("target_kind", lambda ticket: ticket.target.kind),
+    Col(
+        "target",
+        write=lambda target: AWAIT_TARGET.dump_python(target, mode="json", by_alias=True),
+    ),
+    Col("requester"),
+    Col("approvers", write=list, read=tuple),
+    Col("four_eyes"),
+    _opt_time("deadline"),
+    Col("status", write=lambda status: status.value, read=TicketStatus),
+    _time("created_at"),
+    # Read as JSON: the ticket's model validates it.
+    Col("decision", write=dump_answer),
+    Col("decided_by"),
+    _opt_time("decided_at"),
+    Col("chain", write=lambda chain: list(chain) or None, read=lambda v: tuple(v or ())),
+)
 
 
 def decider_rows(ticket: ResumeTicket) -> list[dict[str, Any]]:
+    """The ``ticket_deciders`` rows of an open ticket: one per key that may decide it."""
     barred = ticket.requester if ticket.four_eyes else None
     return [
         {
@@ -185,183 +243,84 @@ def decider_rows(ticket: ResumeTicket) -> list[dict[str, Any]]:
     ]
 
 
-def dump_answer(answer: Answer | None) -> dict[str, Any] | None:
-    if answer is None:
-        return None
-    dumped: dict[str, Any] = ANSWER.dump_python(answer, mode="json", by_alias=True)
-    return dumped
+EVENTS = RowMap(
+    EventRecord,
+    Col("run_id"),
+    _time("at"),
+    Col("kind"),
+    Col("data"),
+    Col("actor"),
+    # Assigned by the database.
+    Col("seq", write=None),
+)
 
+OUTBOX = RowMap(
+    OutboxRecord,
+    Col("outbox_id"),
+    Col("run_id"),
+    Col("kind"),
+    Col("payload"),
+    Col("destination"),
+    _time("created_at"),
+    _time("next_attempt_at"),
+    Col("ticket_id"),
+    Col("state"),
+    Col("attempts"),
+    Col("last_error"),
+    Col("platform_ref"),
+    _opt_time("delivered_at"),
+    Derived("channel_key", lambda item: pacing_key(item.kind, item.destination)),
+    Col("lease_owner"),
+    _opt_time("lease_expires_at"),
+    Col("fence"),
+)
 
-def ticket_record(row: Row[Any]) -> ResumeTicket:
-    return ResumeTicket.model_validate(
-        {
-            "ticket_id": row.ticket_id,
-            "correlation": row.correlation,
-            "run_id": row.run_id,
-            "thread_id": row.thread_id,
-            "agent": row.agent,
-            "agent_version": row.agent_version,
-            "catalog_fingerprint": row.catalog_fingerprint,
-            "target": row.target,
-            "requester": row.requester,
-            "approvers": tuple(row.approvers),
-            "four_eyes": row.four_eyes,
-            "deadline": opt_datetime(row.deadline),
-            "status": TicketStatus(row.status),
-            "created_at": from_micros(row.created_at),
-            "decision": row.decision,
-            "decided_by": row.decided_by,
-            "decided_at": opt_datetime(row.decided_at),
-            "chain": tuple(row.chain or ()),
-        }
-    )
+RECEIVED = RowMap(
+    ReceivedRecord,
+    Col("command_id"),
+    Col("source"),
+    Col("delivery_id"),
+    Col("ticket_id"),
+    Col("correlation"),
+    Col("answer"),
+    Col("actor"),
+    Col("reply"),
+    _time("received_at"),
+    Col("state"),
+    Col("error_code"),
+    Col("error"),
+    _opt_time("applied_at"),
+    Col("lease_owner"),
+    _opt_time("lease_expires_at"),
+)
 
+IDEMPOTENCY_KEYS = RowMap(
+    IdempotencyRecord,
+    Col("scope"),
+    Col("key"),
+    Col("fingerprint"),
+    Col("run_id"),
+    _time("created_at"),
+)
 
-def event_record(row: Row[Any]) -> EventRecord:
-    return EventRecord(
-        run_id=row.run_id,
-        at=from_micros(row.at),
-        kind=row.kind,
-        data=row.data,
-        actor=row.actor,
-        seq=row.seq,
-    )
-
-
-def outbox_values(item: OutboxRecord) -> dict[str, Any]:
-    return {
-        "outbox_id": item.outbox_id,
-        "run_id": item.run_id,
-        "kind": item.kind,
-        "payload": item.payload,
-        "destination": item.destination,
-        "created_at": to_micros(item.created_at),
-        "next_attempt_at": to_micros(item.next_attempt_at),
-        "ticket_id": item.ticket_id,
-        "state": item.state,
-        "attempts": item.attempts,
-        "last_error": item.last_error,
-        "platform_ref": item.platform_ref,
-        "delivered_at": opt_micros(item.delivered_at),
-        "channel_key": pacing_key(item.kind, item.destination),
-        "lease_owner": item.lease_owner,
-        "lease_expires_at": opt_micros(item.lease_expires_at),
-        "fence": item.fence,
-    }
-
-
-def received_values(item: ReceivedRecord) -> dict[str, Any]:
-    return {
-        "command_id": item.command_id,
-        "source": item.source,
-        "delivery_id": item.delivery_id,
-        "ticket_id": item.ticket_id,
-        "correlation": item.correlation,
-        "answer": item.answer,
-        "actor": item.actor,
-        "reply": item.reply,
-        "received_at": to_micros(item.received_at),
-        "state": item.state,
-        "error_code": item.error_code,
-        "error": item.error,
-        "applied_at": to_micros(item.applied_at) if item.applied_at is not None else None,
-        "lease_owner": item.lease_owner,
-        "lease_expires_at": opt_micros(item.lease_expires_at),
-    }
-
-
-def received_record(row: Row[Any]) -> ReceivedRecord:
-    return ReceivedRecord(
-        command_id=row.command_id,
-        source=row.source,
-        delivery_id=row.delivery_id,
-        ticket_id=row.ticket_id,
-        correlation=row.correlation,
-        answer=row.answer,
-        actor=row.actor,
-        reply=row.reply,
-        received_at=from_micros(row.received_at),
-        state=row.state,
-        error_code=row.error_code,
-        error=row.error,
-        applied_at=from_micros(row.applied_at) if row.applied_at is not None else None,
-        lease_owner=row.lease_owner,
-        lease_expires_at=opt_datetime(row.lease_expires_at),
-    )
-
-
-def outbox_record(row: Row[Any]) -> OutboxRecord:
-    return OutboxRecord(
-        outbox_id=row.outbox_id,
-        run_id=row.run_id,
-        kind=row.kind,
-        payload=row.payload,
-        destination=row.destination,
-        created_at=from_micros(row.created_at),
-        next_attempt_at=from_micros(row.next_attempt_at),
-        ticket_id=row.ticket_id,
-        state=row.state,
-        attempts=row.attempts,
-        last_error=row.last_error,
-        platform_ref=row.platform_ref,
-        delivered_at=opt_datetime(row.delivered_at),
-        lease_owner=row.lease_owner,
-        lease_expires_at=opt_datetime(row.lease_expires_at),
-        fence=row.fence,
-    )
-
-
-def idempotency_record(row: Row[Any]) -> IdempotencyRecord:
-    return IdempotencyRecord(
-        scope=row.scope,
-        key=row.key,
-        fingerprint=row.fingerprint,
-        run_id=row.run_id,
-        created_at=from_micros(row.created_at),
-    )
-
-
-def grant_values(grant: GrantRecord) -> dict[str, Any]:
-    return {
-        "grant_id": grant.grant_id,
-        "agent": grant.agent,
-        "agent_version": grant.agent_version,
-        "catalog_fingerprint": grant.catalog_fingerprint,
-        "tool": grant.tool,
-        "scope": grant.scope,
-        "run_id": grant.run_id,
-        "thread_id": grant.thread_id,
-        "requester": grant.requester,
-        "arg_constraint": grant.constraint,
-        "granted_by": grant.granted_by,
-        "granted_by_name": grant.granted_by_name,
-        "platform": grant.platform,
-        "ticket_id": grant.ticket_id,
-        "created_at": to_micros(grant.created_at),
-        "expires_at": opt_micros(grant.expires_at),
-        "revoked_at": opt_micros(grant.revoked_at),
-        "revoked_by": grant.revoked_by,
-    }
-
-
-def grant_record(row: Row[Any]) -> GrantRecord:
-    return GrantRecord(
-        grant_id=row.grant_id,
-        agent=row.agent,
-        agent_version=row.agent_version,
-        catalog_fingerprint=row.catalog_fingerprint,
-        tool=row.tool,
-        scope=row.scope,
-        run_id=row.run_id,
-        thread_id=row.thread_id,
-        requester=row.requester,
-        constraint=row.arg_constraint,
-        granted_by=row.granted_by,
-        granted_by_name=row.granted_by_name,
-        platform=row.platform,
-        ticket_id=row.ticket_id,
-        created_at=from_micros(row.created_at),
-        expires_at=opt_datetime(row.expires_at),
-        revoked_at=opt_datetime(row.revoked_at),
-        revoked_by=row.revoked_by,
-    )
+GRANTS = RowMap(
+    GrantRecord,
+    Col("grant_id"),
+    Col("agent"),
+    Col("agent_version"),
+    Col("catalog_fingerprint"),
+    Col("tool"),
+    Col("scope"),
+    Col("run_id"),
+    Col("thread_id"),
+    Col("requester"),
+    Col("arg_constraint", "constraint"),
+    Col("granted_by"),
+    Col("granted_by_name"),
+    Col("platform"),
+    Col("ticket_id"),
+    _time("created_at"),
+    _opt_time("expires_at"),
+    _opt_time("revoked_at"),
+    Col("revoked_by"),
+)

@@ -18,7 +18,7 @@ from runtime.store.records import RUN_CREATED_WITH, Position, RunFlags, RunRecor
 from runtime.store.schema import run_messages, runs, ticket_deciders, tickets
 from runtime.store.sql.convert import QUEUED, RUNNING, to_micros, without
 from runtime.store.sql.executing import TransactionCore
-from runtime.store.sql.rows import run_record, run_values
+from runtime.store.sql.rows import RUNS, run_values
 from runtime.store.sql.wake import WAKE_RUNS
 
 RECENT_MESSAGES = 8
@@ -225,7 +225,7 @@ class RunStatements(TransactionCore):
 
     async def _run(self, row: Row[Any]) -> RunRecord:
         """The run of `row`, its whole transcript read."""
-        return (await self._whole([run_record(row)]))[0]
+        return (await self._whole([RUNS.record(row)]))[0]
 
     async def _whole(self, found: list[RunRecord]) -> list[RunRecord]:
         """Put the entries kept apart back at the head of each run's transcript."""
@@ -359,7 +359,7 @@ class RunStatements(TransactionCore):
         if before is not None:
             params.update(before_at=to_micros(before.at), before_id=before.id)
         result = await self._execute(statement, params)
-        return await self._whole([run_record(row) for row in result])
+        return await self._whole([RUNS.record(row) for row in result])
 
     async def count_runs(self) -> dict[str, int]:
         """How many runs there are in each status (statuses without runs are absent)."""
@@ -374,4 +374,4 @@ class RunStatements(TransactionCore):
     async def child_runs(self, parent_run_id: str) -> list[RunRecord]:
         """The sub-agent runs `parent_run_id` started, oldest first."""
         rows = await self._execute(_CHILD_RUNS, {"parent": parent_run_id})
-        return await self._whole([run_record(row) for row in rows])
+        return await self._whole([RUNS.record(row) for row in rows])

@@ -13,7 +13,7 @@ from runtime.store.records import Position
 from runtime.store.schema import ticket_deciders, tickets
 from runtime.store.sql.convert import OPEN, to_micros
 from runtime.store.sql.executing import TransactionCore
-from runtime.store.sql.rows import decider_rows, dump_answer, ticket_record, ticket_values
+from runtime.store.sql.rows import TICKETS, decider_rows, dump_answer
 from runtime.tickets import Answer, ResumeTicket
 
 _INSERT_TICKET = insert(tickets)
@@ -107,7 +107,7 @@ class TicketStatements(TransactionCore):
             found = await self._execute(_OPEN_FOR_CALL, {"call_id": call_id})
             if found.first() is not None:
                 raise ValueError(f"call {call_id} already has an open ticket")
-        await self._execute(_INSERT_TICKET, ticket_values(ticket))
+        await self._execute(_INSERT_TICKET, TICKETS.values(ticket))
         if ticket.status is TicketStatus.OPEN:
             rows = decider_rows(ticket)
             if rows:
@@ -117,7 +117,7 @@ class TicketStatements(TransactionCore):
     async def get_ticket(self, ticket_id: str) -> ResumeTicket | None:
         """Read one ticket."""
         row = (await self._execute(_GET_TICKET, {"ticket_id": ticket_id})).first()
-        return None if row is None else ticket_record(row)
+        return None if row is None else TICKETS.record(row)
 
     async def close_ticket(
         self,
@@ -152,7 +152,7 @@ class TicketStatements(TransactionCore):
         else:
             params = {"run_id": run_id, "status": TicketStatus(status).value}
             result = await self._execute(_TICKETS_FOR_RUN_IN, params)
-        return [ticket_record(row) for row in result]
+        return [TICKETS.record(row) for row in result]
 
     async def open_tickets(
         self, *, limit: int = 100, after: Position | None = None
@@ -163,7 +163,7 @@ class TicketStatements(TransactionCore):
         else:
             params = {"limit": limit, "at": to_micros(after.at), "id": after.id}
             result = await self._execute(_OPEN_TICKETS_AFTER, params)
-        return [ticket_record(row) for row in result]
+        return [TICKETS.record(row) for row in result]
 
     async def decidable_tickets(
         self,
@@ -184,18 +184,18 @@ class TicketStatements(TransactionCore):
         if not page:
             return []
         result = await self._execute(select(tickets).where(tickets.c.ticket_id.in_(page)))
-        by_id = {row.ticket_id: ticket_record(row) for row in result}
+        by_id = {row.ticket_id: TICKETS.record(row) for row in result}
         return [by_id[ticket_id] for ticket_id in page if ticket_id in by_id]
 
     async def open_ticket_for_call(self, call_id: str) -> ResumeTicket | None:
         """The open ticket waiting on a call, if any."""
         row = (await self._execute(_OPEN_FOR_CALL, {"call_id": call_id})).first()
-        return None if row is None else ticket_record(row)
+        return None if row is None else TICKETS.record(row)
 
     async def overdue_tickets(self, now: datetime, limit: int) -> list[ResumeTicket]:
         """Open tickets whose deadline is at or before `now`, earliest deadline first."""
         params = {"now": to_micros(now), "limit": limit}
-        return [ticket_record(row) for row in await self._execute(_OVERDUE, params)]
+        return [TICKETS.record(row) for row in await self._execute(_OVERDUE, params)]
 
 
 def _check_close(status: TicketStatus, decision: Answer | None) -> None:
