@@ -29,7 +29,6 @@ _CALL_BY_KEY = select(tool_calls).where(tool_calls.c.execution_key == bindparam(
 class CallStatements(TransactionCore):
     """The tool calls part of `SQLTransaction`."""
 
-    # tool calls ---------------------------------------------------------------------
     async def insert_call(self, call: CallRecord) -> None:
         """Add a tool call; `ValueError` if its id or execution key exists."""
         await self._execute(_INSERT_CALL, CALLS.values(call))

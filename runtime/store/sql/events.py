@@ -20,7 +20,6 @@ _INSERT_EVENT = insert(events)
 class EventStatements(TransactionCore):
     """The flight recorder part of `SQLTransaction`."""
 
-    # flight recorder ----------------------------------------------------------------
     async def append_event(self, event: EventRecord) -> None:
         """Append to a run's flight recorder; the store assigns ``seq``."""
         values = EVENTS.values(event)

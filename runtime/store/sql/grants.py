@@ -42,7 +42,6 @@ _REVOKE_GRANT = (
 class GrantStatements(TransactionCore):
     """The standing grants part of `SQLTransaction`."""
 
-    # standing grants ---------------------------------------------------------------
     async def insert_grant(self, grant: GrantRecord) -> None:
         """Add a grant; `ValueError` if its id exists or its run does not."""
         await self._execute(_INSERT_GRANT, GRANTS.values(grant))

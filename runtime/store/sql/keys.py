@@ -35,7 +35,6 @@ _GET_KEY = select(idempotency_keys).where(
 class KeyStatements(TransactionCore):
     """The idempotency keys and sessions part of `SQLTransaction`."""
 
-    # idempotency keys and figures ---------------------------------------------------
     async def get_idempotency(self, scope: str, key: str) -> IdempotencyRecord | None:
         """The record of a key already used in `scope`, if any."""
         row = (await self._execute(_GET_KEY, {"scope": scope, "key": key})).first()

@@ -58,7 +58,6 @@ _STATS = select(
 class LeaseStatements(TransactionCore):
     """The named leases and figures part of `SQLTransaction`."""
 
-    # named leases -------------------------------------------------------------------
     async def take_lease(
         self, name: str, *, owner: str, now: datetime, until: datetime
     ) -> int | None:

@@ -69,7 +69,6 @@ _UPDATE_OUTBOX_FENCED = _UPDATE_OUTBOX.where(
 class OutboxStatements(TransactionCore):
     """The outbox part of `SQLTransaction`."""
 
-    # outbox -------------------------------------------------------------------------
     async def add_outbox(self, item: OutboxRecord) -> None:
         """Queue a notification; `ValueError` if its id exists."""
         await self._execute(_INSERT_OUTBOX, OUTBOX.values(item))

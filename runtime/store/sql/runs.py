@@ -186,7 +186,6 @@ class RunStatements(TransactionCore):
         result = await self._execute(_RUN_EXISTS, {"run_id": run_id})
         return result.first() is not None
 
-    # runs ---------------------------------------------------------------------------
     async def insert_run(self, run: RunRecord) -> None:
         """Add a new run; `ValueError` if its id exists, `DuplicateKey` if its parent has
         a child for its task key already."""

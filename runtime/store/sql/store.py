@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
@@ -46,9 +45,6 @@ from runtime.store.sql.sqlite_engine import (
 from runtime.store.sql.sqlite_plans import OpenFailed
 from runtime.store.sql.sqlite_writer import SQLiteWriter, open_sqlite
 from runtime.store.sql.transaction import SQLTransaction
-
-log = logging.getLogger("signoff.store")
-
 
 _T = TypeVar("_T")
 

@@ -96,7 +96,6 @@ _OVERDUE = (
 class TicketStatements(TransactionCore):
     """The tickets part of `SQLTransaction`."""
 
-    # tickets ------------------------------------------------------------------------
     async def insert_ticket(self, ticket: ResumeTicket) -> None:
         """Add a ticket; `ValueError` if its id exists or its call already has an open one."""
         call_id = ticket.call_id
