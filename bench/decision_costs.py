@@ -43,9 +43,9 @@ from runtime import (  # noqa: E402
     final_reply,
     tool_call_reply,
 )
-from runtime.decisions import Decisions  # noqa: E402
-from runtime.notifications import Delivery, Notification  # noqa: E402
-from runtime.outbox import deliver_due  # noqa: E402
+from runtime.domain.notifications import Delivery, Notification  # noqa: E402
+from runtime.services.decisions import Decisions  # noqa: E402
+from runtime.services.delivery import deliver_due  # noqa: E402
 from runtime.store.sql import SQLStore, SQLTransaction  # noqa: E402
 
 ORIGIN = {"platform": "slack", "channel": "C1", "thread_ts": "1700000000.000001", "user": "U1"}

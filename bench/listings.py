@@ -41,10 +41,10 @@ def seed(db: Path, tickets: int) -> None:
     from datetime import UTC, datetime, timedelta
 
     from runtime import RunStatus
-    from runtime.states import CallState
+    from runtime.domain.states import CallState
+    from runtime.domain.tickets import ResumeTicket, ToolPermission
     from runtime.store.records import CallRecord, RunRecord
     from runtime.store.sql import SQLStore
-    from runtime.tickets import ResumeTicket, ToolPermission
 
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
 

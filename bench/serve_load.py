@@ -522,7 +522,7 @@ async def prepopulate(db: Path, count: int, concurrency: int) -> float:
 
     from bench.serve_app import agents
     from runtime import RunStatus, Runtime
-    from runtime.outbox import NullNotifier, deliver_due
+    from runtime.services.delivery import NullNotifier, deliver_due
     from runtime.store.sql import SQLStore
 
     store = SQLStore.from_url(

@@ -395,7 +395,7 @@ async def card_edits(clicks: int, synchronous: str, workers: int) -> dict[str, f
     """
     from adapters.slack import ChannelLimiter, SlackNotifier, build_client
     from bot.serve import PACING
-    from runtime.outbox import Claim, RoutingNotifier
+    from runtime.services.delivery import Claim, RoutingNotifier
     from runtime.worker import outbox_loop
 
     fake = FakeSlack()

@@ -68,7 +68,7 @@ from runtime import (
     Tool,
     tool,
 )
-from runtime.tools import OnExpiry
+from runtime.domain.tools import OnExpiry
 
 PROVIDERS = frozenset(SPEC_PROVIDERS)
 """Model specs ``<provider>:<model>`` with these providers go to `_provider_model`; any

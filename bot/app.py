@@ -13,7 +13,7 @@ from adapters.web import ApiToken, TokenAuth, add_api_routes, add_console_routes
 from adapters.webhook import CallbackNotifier, HookConfig, add_hook_routes
 from bot.settings import Settings
 from runtime import ConfigurationError, Runtime
-from runtime.outbox import Notifier
+from runtime.services.delivery import Notifier
 from runtime.worker import Worker
 
 if TYPE_CHECKING:  # the Slack libraries are an optional extra, imported when Slack is on

@@ -27,7 +27,7 @@ from bot.console_secrets import ConsoleSecrets, console_secrets
 from bot.health import Metrics, add_health_routes
 from bot.settings import Settings, require_shared_settings
 from runtime import Agent, Clock, ConfigurationError, IdSource, Model, Runtime
-from runtime.outbox import Claim, Notifier, NullNotifier, RetryPolicy, RoutingNotifier
+from runtime.services.delivery import Claim, Notifier, NullNotifier, RetryPolicy, RoutingNotifier
 from runtime.store.base import Store
 from runtime.store.sql import WAKE_OUTBOX, WAKE_RUNS, SQLStore
 from runtime.worker import Worker, deadline_loop, outbox_loop
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from bot.app import SlackEdge
     from bot.discord_wiring import DiscordEdge
     from bot.wiring import LoadedAgents
-    from runtime._support import Checkpoint
+    from runtime.engine.support import Checkpoint
 
 PACING = {"slack": 1.0, "discord": 0.2}
 """Seconds between two messages to one chat channel, across every replica: Slack allows

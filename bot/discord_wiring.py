@@ -23,7 +23,7 @@ import aiohttp
 
 from bot.settings import Settings
 from runtime import ConfigurationError, Runtime
-from runtime.outbox import Notifier
+from runtime.services.delivery import Notifier
 from runtime.worker import Worker
 
 if TYPE_CHECKING:  # discord.py is an optional extra: imported when Discord is started

@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any, Literal, TypeVar, assert_never
 
-from runtime.errors import ConfigurationError
+from runtime.domain.errors import ConfigurationError
 
 _T = TypeVar("_T")
 

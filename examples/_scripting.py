@@ -46,7 +46,7 @@ def last_json(request: ModelRequest) -> dict[str, Any] | None:
     """The most recent tool result parsed as a JSON object, or None if it is not one.
 
     A call an approver changed before allowing it starts with a one-line note saying so
-    (`runtime.edits.model_note`); the result follows it.
+    (`runtime.domain.edits.model_note`); the result follows it.
     """
     text = last_result(request)
     if text.startswith("[Note:") and "\n" in text:

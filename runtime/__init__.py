@@ -3,7 +3,7 @@
 The public surface is re-exported here; everything else is internal.
 """
 
-from runtime.accepting import (
+from runtime.domain.accepting import (
     Accepted,
     AcceptOutcome,
     ActorSource,
@@ -11,12 +11,11 @@ from runtime.accepting import (
     FormOutcome,
     Refused,
 )
-from runtime.agent import Agent
-from runtime.batches import BatchAccepted, BatchItem, BatchOutcome
-from runtime.clock import Clock, IdSource, ManualClock, RandomIds, SequentialIds, SystemClock
-from runtime.context import ToolContext, current_tool_context
-from runtime.edits import EditForm, args_digest
-from runtime.errors import (
+from runtime.domain.agent import Agent
+from runtime.domain.clock import Clock, IdSource, ManualClock, RandomIds, SequentialIds, SystemClock
+from runtime.domain.context import ToolContext, current_tool_context
+from runtime.domain.edits import EditForm, args_digest
+from runtime.domain.errors import (
     AccessDenied,
     ConfigurationError,
     EditDenied,
@@ -47,8 +46,7 @@ from runtime.errors import (
     UnknownGrant,
     UnknownTicket,
 )
-from runtime.grants import Grant, GrantState
-from runtime.model import (
+from runtime.domain.model import (
     Model,
     ModelRequest,
     ModelResponse,
@@ -60,14 +58,10 @@ from runtime.model import (
     tool_call_reply,
     usage_of_events,
 )
-from runtime.refusals import Refusal, RefusalReason, classify
-from runtime.results import PendingEntry, RunLink, RunResult, ToolCallView, Totals
-from runtime.runtime import ReceivedOutcome, Runtime
-from runtime.states import CallState, RunStatus, TicketStatus
-from runtime.store.base import Store, Transaction
-from runtime.store.memory import MemoryStore
-from runtime.subagents import delegate_tool_name
-from runtime.tickets import (
+from runtime.domain.refusals import Refusal, RefusalReason, classify
+from runtime.domain.states import CallState, RunStatus, TicketStatus
+from runtime.domain.subagents import delegate_tool_name
+from runtime.domain.tickets import (
     MAX_GRANT_HOURS,
     Abort,
     Actor,
@@ -92,7 +86,7 @@ from runtime.tickets import (
     Uncertain,
     validate_resume,
 )
-from runtime.tools import (
+from runtime.domain.tools import (
     Escalate,
     ExpiryAction,
     InputRequest,
@@ -101,6 +95,12 @@ from runtime.tools import (
     Tool,
     tool,
 )
+from runtime.engine.grants import Grant, GrantState
+from runtime.engine.results import PendingEntry, RunLink, RunResult, ToolCallView, Totals
+from runtime.runtime import ReceivedOutcome, Runtime
+from runtime.services.batches import BatchAccepted, BatchItem, BatchOutcome
+from runtime.store.base import Store, Transaction
+from runtime.store.memory import MemoryStore
 
 __all__ = [
     "MAX_GRANT_HOURS",

@@ -3,16 +3,16 @@
 `Runtime` is a facade: each group of operations lives in its own small service and
 shares one `Deps` (store, clock, ids, agents):
 
-- `runtime.starting` — new runs, thread membership and history, idempotency keys;
-- `runtime.queries` — what a viewer may read: runs, tickets, events, cards;
-- `runtime.decisions` — the single ingress of every decision (`submit`);
-- `runtime.inbox` — chat clicks checked and stored before the ack, applied later;
-- `runtime.control` — resume, pause, cancel;
-- `runtime.driving` — claiming runs and driving them with the engine, recovery;
-- `runtime.expiry` — decision deadlines;
-- `runtime.grants` — standing grants: listing and revoking them.
-- `runtime.edits` — an approver's change of a call's arguments before allowing it;
-- `runtime.batches` — several tickets decided in one action, each on its own.
+- `runtime.services.starting` — new runs, thread membership and history, idempotency keys;
+- `runtime.services.queries` — what a viewer may read: runs, tickets, events, cards;
+- `runtime.services.decisions` — the single ingress of every decision (`submit`);
+- `runtime.services.inbox` — chat clicks checked and stored before the ack, applied later;
+- `runtime.services.control` — resume, pause, cancel;
+- `runtime.services.driving` — claiming runs and driving them with the engine, recovery;
+- `runtime.services.expiry` — decision deadlines;
+- `runtime.engine.grants` — standing grants: listing and revoking them.
+- `runtime.domain.edits` — an approver's change of a call's arguments before allowing it;
+- `runtime.services.batches` — several tickets decided in one action, each on its own.
 """
 
 from __future__ import annotations
@@ -23,30 +23,15 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from runtime._support import Checkpoint, Deps, ResultMiddlewareInput
-from runtime.accepting import AcceptOutcome, ActorSource, FormOutcome, Refused
-from runtime.agent import Agent
-from runtime.batches import BatchAccepted, Batches, BatchItem, BatchOutcome
-from runtime.clock import Clock, IdSource, RandomIds, SystemClock
-from runtime.control import RunControl
-from runtime.decisions import MISSING, Decisions, TicketRef
-from runtime.driving import Driving
-from runtime.edits import EditForm, ticket_edit_form
-from runtime.errors import ConfigurationError
-from runtime.expiry import Expiry
-from runtime.grants import Grant, Grants
-from runtime.handoff import Slots
-from runtime.inbox import Inbox, ReceivedOutcome
-from runtime.model import Model
-from runtime.queries import CARD_KINDS, CardRef, Page, Queries
-from runtime.results import PendingEntry, RunResult
-from runtime.sessions import Sessions
-from runtime.starting import IdempotencyKeys, Starter
-from runtime.states import RunStatus
-from runtime.store.base import Store
-from runtime.store.records import ReceivedRecord
-from runtime.subagents import check_no_cycle
-from runtime.tickets import (
+from runtime.domain.accepting import AcceptOutcome, ActorSource, FormOutcome, Refused
+from runtime.domain.agent import Agent
+from runtime.domain.clock import Clock, IdSource, RandomIds, SystemClock
+from runtime.domain.edits import EditForm, ticket_edit_form
+from runtime.domain.errors import ConfigurationError
+from runtime.domain.model import Model
+from runtime.domain.states import RunStatus
+from runtime.domain.subagents import check_no_cycle
+from runtime.domain.tickets import (
     Actor,
     Allow,
     Answer,
@@ -57,6 +42,21 @@ from runtime.tickets import (
     ResumeCommand,
     ResumeTicket,
 )
+from runtime.engine.grants import Grant, Grants
+from runtime.engine.handoff import Slots
+from runtime.engine.results import PendingEntry, RunResult
+from runtime.engine.support import Checkpoint, Deps, ResultMiddlewareInput
+from runtime.services.batches import BatchAccepted, Batches, BatchItem, BatchOutcome
+from runtime.services.control import RunControl
+from runtime.services.decisions import MISSING, Decisions, TicketRef
+from runtime.services.driving import Driving
+from runtime.services.expiry import Expiry
+from runtime.services.inbox import Inbox, ReceivedOutcome
+from runtime.services.queries import CARD_KINDS, CardRef, Page, Queries
+from runtime.services.sessions import Sessions
+from runtime.services.starting import IdempotencyKeys, Starter
+from runtime.store.base import Store
+from runtime.store.records import ReceivedRecord
 
 __all__ = [
     "CARD_KINDS",
@@ -249,7 +249,7 @@ class Runtime:
                 `IdempotencyConflict`. Every given key is recorded for the new run.
             joining_as: The authenticated user of an edge where threads are private (API,
                 console): a `thread_id` with runs must be one they take part in, and
-                never a chat platform's thread (`runtime.visibility`).
+                never a chat platform's thread (`runtime.domain.visibility`).
 
         Returns:
             The run as it stands: ``awaiting`` with ``pending`` entries, ``done`` with
@@ -307,7 +307,7 @@ class Runtime:
 
         Args:
             run_id: The run.
-            viewer: Who is looking (see `runtime.visibility`); None for trusted host code.
+            viewer: Who is looking (see `runtime.domain.visibility`); None for trusted host code.
 
         Raises:
             RunNotFound: No such run, or `viewer` may not see it.
@@ -358,7 +358,7 @@ class Runtime:
             statuses: Only runs in these statuses.
             thread_id: Only runs of this thread.
             limit: At most this many.
-            viewer: Only the runs this user may see (see `runtime.visibility`).
+            viewer: Only the runs this user may see (see `runtime.domain.visibility`).
         """
         return await self._queries.list_runs(statuses, thread_id, limit, viewer)
 
@@ -433,9 +433,9 @@ class Runtime:
             resume: Continue the run now if this was the last open decision.
             grant: Also allow later calls of the tool (for the rest of the run, or in
                 the thread for some hours), within what the tool allows
-                (`GrantNotAllowed` otherwise). See `runtime.grants`.
+                (`GrantNotAllowed` otherwise). See `runtime.engine.grants`.
             args: Change these arguments before allowing (merged over the call's own;
-                see `runtime.edits`): checked against the tool's schema, ``editable``
+                see `runtime.domain.edits`): checked against the tool's schema, ``editable``
                 and permission rule, or refused with an `EditRefused` error.
         """
         answer = Allow(grant=grant, args=args)
@@ -513,7 +513,7 @@ class Runtime:
         delivery_id: str,
         reply: dict[str, Any] | None = None,
     ) -> AcceptOutcome:
-        """Check a click and store it durably, in one transaction (see `runtime.accepting`).
+        """Check a click and store it durably, in one transaction (see `runtime.domain.accepting`).
 
         Args:
             ticket_id: The ticket the click names.
@@ -670,7 +670,7 @@ class Runtime:
         delivery_id: str,
         reply: dict[str, Any] | None = None,
     ) -> BatchAccepted | Refused:
-        """Check and store a chat click on "Allow all N" / "Deny all N" (`runtime.batches`).
+        """Check and store a click on "Allow all N" / "Deny all N" (`runtime.services.batches`).
 
         The click names the batch's first ticket and the batch's token; each ticket of
         the batch is then checked and stored on its own exactly as `accept` does for a

@@ -17,9 +17,9 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-from runtime.handoff import Slot
-from runtime.outbox import Claim, Notifier, RetryPolicy, deliver_round
+from runtime.engine.handoff import Slot
 from runtime.runtime import Runtime
+from runtime.services.delivery import Claim, Notifier, RetryPolicy, deliver_round
 
 log = logging.getLogger("signoff.worker")
 
@@ -34,7 +34,7 @@ class Worker:
     callers that received nothing (a webhook's start, a decision over the API). Received
     decisions are looked at on every poll too, whatever woke the loop in between.
 
-    While its loop runs, the worker also takes runs handed to it (`runtime.handoff`): a
+    While its loop runs, the worker also takes runs handed to it (`runtime.engine.handoff`): a
     start that does not wait, or a decision that makes its run ready, claims the run in
     its own transaction when the worker has a free place, and the worker drives it at
     once instead of finding it queued.
@@ -62,7 +62,7 @@ class Worker:
         self._received_at = float("-inf")
 
     def reserve(self) -> Slot | None:
-        """A free place for a run handed over, or None (see `runtime.handoff.Slots`):
+        """A free place for a run handed over, or None (see `runtime.engine.handoff.Slots`):
         not while runs wait in the queue, which are older and go first."""
         if not self._taking or self._backlog:
             return None
@@ -192,7 +192,7 @@ class Worker:
 
 
 class _Place:
-    """A place reserved in a `Worker` for a run handed over (`runtime.handoff.Slot`)."""
+    """A place reserved in a `Worker` for a run handed over (`runtime.engine.handoff.Slot`)."""
 
     def __init__(self, worker: Worker) -> None:
         self._worker: Worker | None = worker

@@ -27,7 +27,7 @@ from typing import Any, assert_never
 from adapters.discord.custom_ids import Action, BatchClick, TicketClick
 from adapters.discord.forms import clip, fits_modal, form_fields
 from runtime import PendingEntry, RunResult
-from runtime.notifications import (
+from runtime.domain.notifications import (
     ApprovalRequested,
     BatchOffered,
     Decided,
@@ -41,7 +41,7 @@ from runtime.notifications import (
     TicketVoided,
     UncertainCall,
 )
-from runtime.tickets import describe_chain, describe_deciders
+from runtime.domain.tickets import describe_chain, describe_deciders
 
 CONTENT_LENGTH = 2000
 TITLE_LENGTH = 256

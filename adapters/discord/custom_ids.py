@@ -3,7 +3,7 @@
 A button says ``so:<action>:<ticket id>:<correlation token>``; a modal it opens says
 ``so:m:<action>:<ticket id>:<correlation token>``; a batch message's "Allow all N" and
 "Deny all N" say ``so:b:<allow|deny>:<first ticket id>:<batch token>``
-(`runtime.batches`). Everything else about the ticket is
+(`runtime.services.batches`). Everything else about the ticket is
 read from the database when the click arrives, so no view has to live in memory and the
 buttons keep working after a restart. Discord caps a ``custom_id`` at 100 characters.
 """

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from runtime import EditForm
-from runtime.forms import FieldType, FieldView, read_typed, schema_fields
+from runtime.domain.forms import FieldType, FieldView, read_typed, schema_fields
 
 MAX_FIELDS = 5
 """Text inputs a Discord modal holds."""
@@ -109,7 +109,7 @@ def fits_modal(schema: Mapping[str, Any] | None) -> bool:
 def read_values(
     fields: Iterable[FormField], values: Mapping[str, str]
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """Convert what was typed into JSON values (see `runtime.forms.read_typed`).
+    """Convert what was typed into JSON values (see `runtime.domain.forms.read_typed`).
 
     Returns:
         The answer data, and a message per field that could not be converted. Empty

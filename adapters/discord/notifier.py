@@ -35,7 +35,7 @@ import aiohttp
 
 from adapters.discord import cards, refusals
 from adapters.discord.config import DiscordConfig
-from runtime.notifications import (
+from runtime.domain.notifications import (
     ApprovalRequested,
     BatchOffered,
     Decided,
@@ -53,7 +53,7 @@ from runtime.notifications import (
     UncertainCall,
     refusal_of,
 )
-from runtime.outbox import DeliveryError, batch_open_ids
+from runtime.services.delivery import DeliveryError, batch_open_ids
 
 log = logging.getLogger("signoff.discord")
 

@@ -88,7 +88,7 @@ def applied_refusal_text(
     """The follow-up for a click that was stored but refused when it was applied.
 
     Args:
-        refusal: Why (`runtime.notifications.refusal_of` a ``decision_refused``).
+        refusal: Why (`runtime.domain.notifications.refusal_of` a ``decision_refused``).
         role_groups: Group names mapped to role ids, to name approvers as role mentions.
     """
     text = refusal_text(refusal, role_groups)

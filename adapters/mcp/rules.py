@@ -27,9 +27,9 @@ from datetime import timedelta
 from typing import Any
 
 from runtime import ConfigurationError, Permission, ReplayPolicy, Tool
-from runtime.constraints import NUMERIC, OPERATORS, is_number, lookup, passes
-from runtime.tickets import GrantScope
-from runtime.tools import OnExpiry, PermissionRule, coerce_grants
+from runtime.domain.constraints import NUMERIC, OPERATORS, is_number, lookup, passes
+from runtime.domain.tickets import GrantScope
+from runtime.domain.tools import OnExpiry, PermissionRule, coerce_grants
 
 _GLOB_CHARS = frozenset("*?[")
 
@@ -135,7 +135,7 @@ def _matcher(path: tuple[str, ...], op: str, operand: Any, where: str) -> Matche
 
 
 class ArgumentRules:
-    """A permission rule (`runtime.tools.PermissionRule`) built from conditions.
+    """A permission rule (`runtime.domain.tools.PermissionRule`) built from conditions.
 
     ``deny_if`` beats ``ask_if`` beats ``allow_if``; with no match, `base` decides (a fixed
     permission or another rule, such as a Python tool's own).
@@ -227,7 +227,7 @@ class ToolKnobs:
         deadline: Decision deadline.
         secret: Argument names masked wherever a person or a log sees them.
         editable: Whether an approver may change arguments before allowing (True, False,
-            or the names of those that may change; see `runtime.edits`).
+            or the names of those that may change; see `runtime.domain.edits`).
         on_expiry: What happens when the deadline passes.
         grants: The standing grants an approver may give (``("run",)``, ``("run",
             "thread")``, ``()``).

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, assert_never
 
-from runtime.jsontext import loads_strict
-from runtime.notifications import (
+from runtime.domain.jsontext import loads_strict
+from runtime.domain.notifications import (
     ApprovalRequested,
     BatchOffered,
     Decided,
@@ -35,7 +35,7 @@ from runtime.notifications import (
     TicketVoided,
     UncertainCall,
 )
-from runtime.tickets import describe_chain, describe_deciders
+from runtime.domain.tickets import describe_chain, describe_deciders
 
 Block = dict[str, Any]
 

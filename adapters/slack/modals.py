@@ -31,9 +31,10 @@ from adapters.slack.blocks import (
     plain,
     truncate,
 )
-from runtime import EditForm, forms
-from runtime.forms import FieldView, SchemaField, read_typed, schema_fields
-from runtime.jsontext import NonFiniteNumber, loads_strict
+from runtime import EditForm
+from runtime.domain import forms
+from runtime.domain.forms import FieldView, SchemaField, read_typed, schema_fields
+from runtime.domain.jsontext import NonFiniteNumber, loads_strict
 
 VIEW_DENY_REASON = "signoff.deny_reason"
 VIEW_INPUT = "signoff.input"

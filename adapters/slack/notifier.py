@@ -43,7 +43,7 @@ from adapters.slack import blocks
 from adapters.slack.blocks import Block, TicketRef
 from adapters.slack.refusals import applied_refusal_text
 from runtime import ResumeTicket, TicketStatus
-from runtime.notifications import (
+from runtime.domain.notifications import (
     ApprovalRequested,
     BatchOffered,
     Decided,
@@ -62,7 +62,7 @@ from runtime.notifications import (
     UncertainCall,
     refusal_of,
 )
-from runtime.outbox import DeliveryError, batch_open_ids
+from runtime.services.delivery import DeliveryError, batch_open_ids
 
 log = logging.getLogger("signoff.slack")
 

@@ -75,7 +75,7 @@ def applied_refusal_text(refusal: Refusal, groups: blocks.Groups | None = None) 
     """The message for a click that was stored but refused when it was applied.
 
     Args:
-        refusal: Why (`runtime.notifications.refusal_of` a ``decision_refused``).
+        refusal: Why (`runtime.domain.notifications.refusal_of` a ``decision_refused``).
         groups: Named approver groups, to word who may decide.
     """
     why = refusal_text(refusal, groups)

@@ -1,7 +1,7 @@
 """The JSON API: list and show runs, read their flight recorder, decide tickets.
 
 Every route needs ``Authorization: Bearer <token>``. A token that is not an operator's
-sees only what `runtime.visibility` gives it: others' runs and tickets answer 404, as if
+sees only what `runtime.domain.visibility` gives it: others' runs and tickets answer 404, as if
 they did not exist. Decisions go through
 `Runtime.decide`, i.e. the same `validate_resume` as every other channel; refusals change
 nothing and are mapped to HTTP the usual way (see `adapters.web._refusals`).
@@ -63,12 +63,12 @@ from runtime import (
     RunStatus,
     Runtime,
     SignoffError,
-    visibility,
 )
-from runtime.batches import MAX_BATCH
-from runtime.constraints import is_number
-from runtime.jsontext import loads_strict
-from runtime.queries import InvalidCursor
+from runtime.domain import visibility
+from runtime.domain.constraints import is_number
+from runtime.domain.jsontext import loads_strict
+from runtime.services.batches import MAX_BATCH
+from runtime.services.queries import InvalidCursor
 
 Handler = Callable[[web.Request, Actor], Awaitable[web.StreamResponse]]
 
@@ -406,7 +406,7 @@ def parse_limit(raw: str | None, default: int = 50) -> int:
 
 def may_control(actor: Actor, result: RunResult) -> bool:
     """Operators control any run; other people only the runs they started
-    (`runtime.visibility.may_control`)."""
+    (`runtime.domain.visibility.may_control`)."""
     return visibility.may_control(actor, result.requester)
 
 

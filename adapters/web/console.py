@@ -82,8 +82,8 @@ from runtime import (
     SignoffError,
     UnknownTicket,
 )
-from runtime.batches import MAX_BATCH
-from runtime.jsontext import NonFiniteNumber, loads_strict
+from runtime.domain.jsontext import NonFiniteNumber, loads_strict
+from runtime.services.batches import MAX_BATCH
 
 TEMPLATES = Path(__file__).parent / "templates"
 ACTIVE = (RunStatus.QUEUED, RunStatus.RUNNING)

@@ -21,7 +21,7 @@ One outbox item, one effect
 The runtime writes the callback as its own outbox item (kind ``run_callback``, platform
 ``callback``) next to the ``run_finished`` item for the chat or console, so each is
 delivered and retried on its own and a retry never repeats the other. Route platform
-``callback`` to `CallbackNotifier` in a `runtime.outbox.RoutingNotifier`.
+``callback`` to `CallbackNotifier` in a `runtime.services.delivery.RoutingNotifier`.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ import aiohttp
 from adapters.webhook.config import HookConfig
 from adapters.webhook.signing import CALLBACK, signed_headers
 from runtime import Clock, SystemClock
-from runtime.notifications import Delivery, Notification, RunCallback, RunFinished
-from runtime.outbox import DeliveryError
+from runtime.domain.notifications import Delivery, Notification, RunCallback, RunFinished
+from runtime.services.delivery import DeliveryError
 
 log = logging.getLogger("signoff.webhook.callback")
 
@@ -90,7 +90,7 @@ def _retry_after(value: str | None, now: datetime) -> float | None:
 
 
 class CallbackNotifier:
-    """Delivers completion callbacks of hook runs (a `runtime.outbox.Notifier`).
+    """Delivers completion callbacks of hook runs (a `runtime.services.delivery.Notifier`).
 
     Args:
         hooks: The hook configurations by name; the URL, allowed hosts, secret and

@@ -6,7 +6,8 @@ import click
 
 from bot.cli._options import actor_of, actor_options, database_option, opened_runtime, run_coroutine
 from bot.cli._output import print_run
-from runtime import Actor, RunNotFound, RunResult, RunStatus, Runtime, Unauthorized, visibility
+from runtime import Actor, RunNotFound, RunResult, RunStatus, Runtime, Unauthorized
+from runtime.domain import visibility
 
 
 async def _controlled(

@@ -40,7 +40,7 @@ from runtime import (
     RefusalReason,
     RunResult,
 )
-from runtime.jsontext import NonFiniteNumber, loads_strict
+from runtime.domain.jsontext import NonFiniteNumber, loads_strict
 
 
 def _grant_request(scope: str | None, hours: float | None) -> GrantRequest | None:

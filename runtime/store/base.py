@@ -12,7 +12,8 @@ from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Protocol
 
-from runtime.states import RunStatus, TicketStatus
+from runtime.domain.states import RunStatus, TicketStatus
+from runtime.domain.tickets import Answer, ResumeTicket
 from runtime.store.records import (
     CallRecord,
     EventRecord,
@@ -24,7 +25,6 @@ from runtime.store.records import (
     RunFlags,
     RunRecord,
 )
-from runtime.tickets import Answer, ResumeTicket
 
 
 class Transaction(Protocol):
@@ -108,7 +108,7 @@ class Transaction(Protocol):
             limit: At most this many.
             involving: Only runs this user id requested or decided a ticket of, plus the
                 runs named in `including` and those `deciders` give (what a user may
-                see; see `runtime.visibility`).
+                see; see `runtime.domain.visibility`).
             including: Run ids that pass the `involving` filter as well.
             deciders: With `involving`: the runs with an open ticket, other than one
                 waiting on a sub-agent, that one of these decider keys may decide (and

@@ -10,8 +10,9 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
-from runtime.errors import LeaseLost
-from runtime.states import RunStatus, TicketStatus
+from runtime.domain.errors import LeaseLost
+from runtime.domain.states import RunStatus, TicketStatus
+from runtime.domain.tickets import Answer, ResumeTicket
 from runtime.store.base import DuplicateKey
 from runtime.store.records import (
     CALL_CREATED_WITH,
@@ -27,7 +28,6 @@ from runtime.store.records import (
     RunRecord,
     decider_keys,
 )
-from runtime.tickets import Answer, ResumeTicket
 
 _FLAGS = ("pause_requested", "cancel_requested")
 

@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from runtime.notifications import PostingNotification, kinds_of
-from runtime.states import CallState, RunStatus
-from runtime.tickets import ANYONE, GROUP_PREFIX, REQUESTER, ResumeTicket
+from runtime.domain.notifications import PostingNotification, kinds_of
+from runtime.domain.states import CallState, RunStatus
+from runtime.domain.tickets import ANYONE, GROUP_PREFIX, REQUESTER, ResumeTicket
 
 
 @dataclass(slots=True)
@@ -89,7 +89,7 @@ class CallRecord:
     """One tool call the model asked for, and everything that happened to it.
 
     ``edit`` is set when an approver changed the arguments before allowing the call
-    (`runtime.edits`): what changed, by whom, and the digests of the arguments before
+    (`runtime.domain.edits`): what changed, by whom, and the digests of the arguments before
     and after; ``args`` then holds the changed arguments, which the tool runs with.
     """
 
@@ -125,7 +125,7 @@ CALL_CREATED_WITH = (
     "created_at",
 )
 """What a tool call is proposed with: written by `Transaction.insert_call` only. Not its
-``args``: an approver may change them before allowing the call (`runtime.edits`)."""
+``args``: an approver may change them before allowing the call (`runtime.domain.edits`)."""
 
 
 @dataclass(slots=True)
@@ -228,8 +228,8 @@ class ReceivedRecord:
             id is a retry and is ignored.
         ticket_id: The ticket the click names.
         correlation: The token the click carried.
-        answer: The answer, as `runtime.tickets.ANSWER` JSON.
-        actor: The authenticated user, as `runtime.tickets.Actor` JSON.
+        answer: The answer, as `runtime.domain.tickets.ANSWER` JSON.
+        actor: The authenticated user, as `runtime.domain.tickets.Actor` JSON.
         reply: Where the platform wants feedback (opaque to the runtime).
         received_at: When it was stored.
         state: ``pending`` until ``applied`` or ``refused``.
@@ -261,7 +261,7 @@ class ReceivedRecord:
 class GrantRecord:
     """A standing grant: later calls of one tool that run without asking.
 
-    An approver gives it with an allow (see `runtime.grants`); it covers calls of
+    An approver gives it with an allow (see `runtime.engine.grants`); it covers calls of
     `tool` of `agent` in the run it was given in (``scope`` ``run``) or in runs of the
     same thread requested by the same `requester` (``thread``), whose arguments meet
     `constraint`, until `expires_at` or until it is revoked.
@@ -277,7 +277,7 @@ class GrantRecord:
         run_id: The run it was given in.
         thread_id: That run's thread.
         requester: That run's requester (a thread grant covers only their runs).
-        constraint: Which arguments it covers (`runtime.constraints`); None: any.
+        constraint: Which arguments it covers (`runtime.domain.constraints`); None: any.
         granted_by: Who gave it (an actor id).
         granted_by_name: Their display name, if known.
         platform: Where they gave it (``slack``, ``api`` ...).

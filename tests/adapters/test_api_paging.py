@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from runtime import Actor, RunStatus
-from runtime.queries import encode_cursor
-from runtime.states import CallState
+from runtime.domain.states import CallState
+from runtime.domain.tickets import ResumeTicket, ToolPermission
+from runtime.services.queries import encode_cursor
 from runtime.store.records import CallRecord, Position, RunRecord
-from runtime.tickets import ResumeTicket, ToolPermission
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -12,7 +12,7 @@ from testkit import echo_model
 from adapters.discord import cards
 from adapters.slack import blocks
 from runtime import Agent, RunStatus, delegate_tool_name
-from runtime.notifications import ApprovalRequested, read_notification
+from runtime.domain.notifications import ApprovalRequested, read_notification
 
 pytestmark = pytest.mark.timeout(60)
 

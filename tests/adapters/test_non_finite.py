@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from runtime import Allow, InputData, InvalidAnswer, Resolve
-from runtime.forms import parse_number, parse_result, parse_typed, read_typed, schema_fields
-from runtime.jsontext import NonFiniteNumber, loads_strict, non_finite_path
+from runtime.domain.forms import parse_number, parse_result, parse_typed, read_typed, schema_fields
+from runtime.domain.jsontext import NonFiniteNumber, loads_strict, non_finite_path
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -68,7 +68,7 @@ def test_each_call_says_who_decided_it_or_what_let_it_run() -> None:
     from adapters.mcp.rules import ArgumentRules, Condition
     from adapters.web.timeline import calls
     from runtime import Permission
-    from runtime.tools import describe_permission
+    from runtime.domain.tools import describe_permission
 
     rules = ArgumentRules(
         Permission.ALLOW,

@@ -47,8 +47,8 @@ from runtime import (
     tool,
     tool_call_reply,
 )
-from runtime.notifications import RunCallback, read_notification
-from runtime.outbox import DeliveryError, NullNotifier, RetryPolicy, RoutingNotifier
+from runtime.domain.notifications import RunCallback, read_notification
+from runtime.services.delivery import DeliveryError, NullNotifier, RetryPolicy, RoutingNotifier
 from runtime.store.records import IdempotencyRecord, OutboxRecord
 from runtime.store.sql import SQLStore
 from runtime.worker import Worker, outbox_loop

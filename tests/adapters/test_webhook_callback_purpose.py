@@ -41,7 +41,7 @@ from adapters.webhook import (
     verify,
 )
 from runtime import Runtime
-from runtime.outbox import NullNotifier, RoutingNotifier
+from runtime.services.delivery import NullNotifier, RoutingNotifier
 from runtime.store.sql import SQLStore
 from runtime.worker import Worker, outbox_loop
 

@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 from pgtest import close_databases, fresh_database, module_database, truncate
 
-from runtime.states import CallState, RunStatus
+from runtime.domain.states import CallState, RunStatus
+from runtime.domain.tickets import AwaitTarget, ResumeTicket, ToolPermission
 from runtime.store.base import Store
 from runtime.store.memory import MemoryStore
 from runtime.store.records import CallRecord, EventRecord, OutboxRecord, RunRecord
 from runtime.store.sql import SQLStore
-from runtime.tickets import AwaitTarget, ResumeTicket, ToolPermission
 
 SQL_STORES = ["sqlite", "postgresql"]
 STORES = ["memory", *SQL_STORES]

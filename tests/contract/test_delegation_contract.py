@@ -9,11 +9,11 @@ import pytest
 from alembic import command
 from sqlalchemy import Connection, text
 
-from runtime.states import RunStatus, TicketStatus
+from runtime.domain.states import RunStatus, TicketStatus
+from runtime.domain.tickets import Child, ChildFinished
 from runtime.store.base import DuplicateKey, Store
 from runtime.store.records import RunRecord
 from runtime.store.sql import SQLStore, alembic_config
-from runtime.tickets import Child, ChildFinished
 
 if TYPE_CHECKING:
     from conftest import Make

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from runtime.states import CallState, RunStatus
+from runtime.domain.states import CallState, RunStatus
 from runtime.store.base import Store
 
 if TYPE_CHECKING:

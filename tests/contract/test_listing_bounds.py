@@ -8,8 +8,8 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from runtime import Actor, Runtime
+from runtime.domain.tickets import ToolPermission
 from runtime.store.base import Store, Transaction
-from runtime.tickets import ToolPermission
 
 if TYPE_CHECKING:
     from conftest import Make

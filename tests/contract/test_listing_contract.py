@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 import pytest
 from sqlalchemy import text
 
-from runtime.states import TicketStatus
+from runtime.domain.states import TicketStatus
+from runtime.domain.tickets import Allow, Child, Pause, ToolPermission
 from runtime.store.base import Store
 from runtime.store.records import Position, viewer_keys
 from runtime.store.sql import SQLStore
-from runtime.tickets import Allow, Child, Pause, ToolPermission
 
 if TYPE_CHECKING:
     from conftest import Make

@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING, Any
 from alembic import command
 from sqlalchemy import Connection, text
 
-from runtime.states import TicketStatus
+from runtime.domain.states import TicketStatus
+from runtime.domain.tickets import Allow, ToolPermission
 from runtime.store.records import viewer_keys
 from runtime.store.sql import SQLStore, alembic_config
-from runtime.tickets import Allow, ToolPermission
 
 if TYPE_CHECKING:
     from conftest import Make

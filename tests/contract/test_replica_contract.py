@@ -22,8 +22,8 @@ from runtime import (
     final_reply,
     tool_call_reply,
 )
-from runtime.notifications import Delivery, Notification
-from runtime.outbox import (
+from runtime.domain.notifications import Delivery, Notification
+from runtime.services.delivery import (
     Claim,
     NullNotifier,
     RetryPolicy,

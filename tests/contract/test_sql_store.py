@@ -18,10 +18,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy import text
 
-from runtime.errors import StorageError
-from runtime.states import TicketStatus
+from runtime.domain.errors import StorageError
+from runtime.domain.states import TicketStatus
+from runtime.domain.tickets import Allow, Deny, ToolPermission
 from runtime.store.sql import RECENT_MESSAGES, SQLStore, from_micros, to_micros
-from runtime.tickets import Allow, Deny, ToolPermission
 
 if TYPE_CHECKING:
     from conftest import Make
@@ -487,7 +487,7 @@ def test_from_url_checks_sqlite_options(tmp_path: Path) -> None:
 
 
 async def test_lease_lost_keeps_its_type_through_the_store(tmp_path: Path, make: Make) -> None:
-    from runtime.errors import LeaseLost
+    from runtime.domain.errors import LeaseLost
 
     store = SQLStore.sqlite(tmp_path / "t.db")
     try:

@@ -9,11 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from runtime.errors import LeaseLost
-from runtime.states import CallState, RunStatus, TicketStatus
-from runtime.store.base import DuplicateKey, Store, Transaction
-from runtime.store.records import CALL_CREATED_WITH, RUN_CREATED_WITH, IdempotencyRecord
-from runtime.tickets import (
+from runtime.domain.errors import LeaseLost
+from runtime.domain.states import CallState, RunStatus, TicketStatus
+from runtime.domain.tickets import (
     Abort,
     Allow,
     Answer,
@@ -30,6 +28,8 @@ from runtime.tickets import (
     ToolPermission,
     Uncertain,
 )
+from runtime.store.base import DuplicateKey, Store, Transaction
+from runtime.store.records import CALL_CREATED_WITH, RUN_CREATED_WITH, IdempotencyRecord
 
 if TYPE_CHECKING:
     from conftest import Make

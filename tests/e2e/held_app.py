@@ -10,7 +10,7 @@ the plain `serve_app` and applies what was stored.
 from __future__ import annotations
 
 from runtime import Agent, Runtime
-from runtime.inbox import ReceivedOutcome
+from runtime.services.inbox import ReceivedOutcome
 from tests.e2e.serve_app import agents as serve_agents
 
 

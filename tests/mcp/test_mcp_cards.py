@@ -15,7 +15,7 @@ from adapters.discord import cards
 from adapters.mcp import Binding
 from adapters.slack import blocks
 from runtime import Agent
-from runtime.notifications import NOTIFICATION, ApprovalRequested
+from runtime.domain.notifications import NOTIFICATION, ApprovalRequested
 
 
 async def test_an_mcp_approval_card_shows_the_tools_description_and_server(

@@ -19,7 +19,7 @@ from runtime import (
     ToolOutcomeUnknown,
     tool,
 )
-from runtime.tools import ArgumentError
+from runtime.domain.tools import ArgumentError
 
 SCHEMA = {
     "type": "object",

@@ -26,7 +26,7 @@ from adapters.slack import (
     build_slack_app,
 )
 from runtime import Agent, ManualClock, RunStatus, Runtime
-from runtime.outbox import RoutingNotifier
+from runtime.services.delivery import RoutingNotifier
 from runtime.store.sql import SQLStore
 from runtime.worker import Worker, outbox_loop
 

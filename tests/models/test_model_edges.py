@@ -38,7 +38,7 @@ from adapters.slack import (
     build_client,
     build_slack_app,
 )
-from runtime.outbox import RetryPolicy, RoutingNotifier
+from runtime.services.delivery import RetryPolicy, RoutingNotifier
 from runtime.worker import outbox_loop
 
 ModelFactory = Callable[..., Any]  # the `models` fixture

@@ -29,7 +29,7 @@ from runtime import (
     final_reply,
     usage_of_events,
 )
-from runtime.model import parse_chat_completion
+from runtime.domain.model import parse_chat_completion
 
 
 def call(id_: str, name: str, arguments: str) -> dict[str, object]:

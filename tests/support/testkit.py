@@ -14,8 +14,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from runtime import ModelRequest, Runtime, ScriptedModel, final_reply, tool_call_reply
-from runtime.notifications import Delivery, read_notification
-from runtime.outbox import Notifier, delivery_of
+from runtime.domain.notifications import Delivery, read_notification
+from runtime.services.delivery import Notifier, delivery_of
 from runtime.store.base import Store
 from runtime.store.records import OutboxRecord
 from runtime.worker import Worker

@@ -25,7 +25,7 @@ from runtime import (
     final_reply,
     tool_call_reply,
 )
-from runtime.tickets import ResumeTicket
+from runtime.domain.tickets import ResumeTicket
 
 
 def payments(ran: list[int], version: str = "1", **options: Any) -> Agent:

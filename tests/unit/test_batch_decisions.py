@@ -25,7 +25,7 @@ from runtime import (
     final_reply,
     tool_call_reply,
 )
-from runtime.batches import MAX_BATCH, batch_token
+from runtime.services.batches import MAX_BATCH, batch_token
 
 CALLS = [
     ("restart", {"service": "api"}),

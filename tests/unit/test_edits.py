@@ -36,7 +36,7 @@ from runtime import (
     tool,
     tool_call_reply,
 )
-from runtime.edits import check_edit, model_note
+from runtime.domain.edits import check_edit, model_note
 
 SECRET = "sk-live-123456"
 

@@ -7,7 +7,7 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel, Field
 
-from runtime.forms import SchemaField, parse_number, parse_whole, schema_fields
+from runtime.domain.forms import SchemaField, parse_number, parse_whole, schema_fields
 
 
 class Plan(BaseModel):

@@ -18,7 +18,7 @@ from runtime import (
     final_reply,
     tool_call_reply,
 )
-from runtime.constraints import describe, exactly, holds
+from runtime.domain.constraints import describe, exactly, holds
 
 Call = tuple[str, dict[str, Any]]
 ANA = Actor(id="U1", name="Ana", platform="slack")

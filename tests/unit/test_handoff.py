@@ -130,7 +130,7 @@ async def test_a_place_is_used_or_given_back_once(runtime_factory: Any) -> None:
 
 
 class Recorded:
-    """Places that only record what is done with them (`runtime.handoff.Slots`)."""
+    """Places that only record what is done with them (`runtime.engine.handoff.Slots`)."""
 
     def __init__(self) -> None:
         self.log: list[str] = []

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from runtime.notifications import (
+from runtime.domain.notifications import (
     KINDS,
     ApprovalRequested,
     BatchCall,

@@ -23,8 +23,8 @@ from runtime import (
     final_reply,
     tool_call_reply,
 )
+from runtime.domain.tickets import ResumeTicket
 from runtime.store.memory import MemoryStore, MemoryTransaction
-from runtime.tickets import ResumeTicket
 
 
 def agent(ran: list[int]) -> Agent:

@@ -251,7 +251,7 @@ async def test_failed_run_is_announced(runtime_factory: Any, store: Any) -> None
 
 
 def test_ticket_notifications_stored_before_deciders_existed_still_name_them() -> None:
-    from runtime.notifications import ApprovalRequested, read_notification
+    from runtime.domain.notifications import ApprovalRequested, read_notification
 
     base = {"run_id": "run_1", "ticket_id": "tk_1", "target": {"tool": "t"}}
     alone = read_notification("approval_requested", {**base, "requester": "U1"})

@@ -23,8 +23,8 @@ from runtime import (
     tool,
     tool_call_reply,
 )
-from runtime.edits import check_edit
-from runtime.tools import ArgumentError
+from runtime.domain.edits import check_edit
+from runtime.domain.tools import ArgumentError
 
 SECRET = "sk-live-9f8e7d6c5b4a"
 NUMBER = 987654321

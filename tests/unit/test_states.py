@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from runtime import CallState, IllegalTransition, RunStatus, TicketStatus
-from runtime.states import (
+from runtime.domain.states import (
     CALL_TRANSITIONS,
     RUN_TRANSITIONS,
     check_call_move,

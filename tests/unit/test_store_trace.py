@@ -45,8 +45,8 @@ from runtime import (
     final_reply,
     tool_call_reply,
 )
-from runtime.notifications import Delivery, Notification
-from runtime.outbox import deliver_due
+from runtime.domain.notifications import Delivery, Notification
+from runtime.services.delivery import deliver_due
 from runtime.store.sql import SQLStore
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -35,7 +35,7 @@ from runtime import (
     Uncertain,
     validate_resume,
 )
-from runtime.tickets import ANSWER, AWAIT_TARGET, answer_fits
+from runtime.domain.tickets import ANSWER, AWAIT_TARGET, answer_fits
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 DEADLINE = T0 + timedelta(hours=1)

@@ -22,7 +22,7 @@ from runtime import (
     tool,
     tool_call_reply,
 )
-from runtime.tools import ArgumentError
+from runtime.domain.tools import ArgumentError
 
 
 class Address(BaseModel):

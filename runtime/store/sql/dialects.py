@@ -22,7 +22,7 @@ from sqlalchemy import bindparam, select, text, update
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from runtime.errors import StorageError
+from runtime.domain.errors import StorageError
 from runtime.store.schema import runs
 from runtime.store.sql.runs import CLAIM_RETURNING, CLAIMABLE, CLAIMED
 from runtime.store.sql.transaction import SQLTransaction

@@ -12,7 +12,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError, Statemen
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Executable
 
-from runtime.errors import StorageError
+from runtime.domain.errors import StorageError
 from runtime.store.sql.failures import unreachable, unreachable_reason
 from runtime.store.sql.sqlite_writer import Member
 from runtime.store.sql.upserts import Upserts

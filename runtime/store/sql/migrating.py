@@ -12,7 +12,7 @@ from sqlalchemy import Column, Connection, MetaData, String, Table, insert, sele
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.engine import Engine
 
-from runtime.errors import StorageError
+from runtime.domain.errors import StorageError
 from runtime.store.schema import schema_revisions
 from runtime.store.sql.convert import to_micros
 

@@ -12,7 +12,8 @@ from typing import Any, Generic, TypeVar
 
 from sqlalchemy.engine import Row
 
-from runtime.states import CallState, RunStatus, TicketStatus
+from runtime.domain.states import CallState, RunStatus, TicketStatus
+from runtime.domain.tickets import ANSWER, AWAIT_TARGET, Answer, ResumeTicket
 from runtime.store.records import (
     CallRecord,
     EventRecord,
@@ -25,7 +26,6 @@ from runtime.store.records import (
     pacing_key,
 )
 from runtime.store.sql.convert import from_micros, opt_datetime, opt_micros, to_micros
-from runtime.tickets import ANSWER, AWAIT_TARGET, Answer, ResumeTicket
 
 _R = TypeVar("_R")
 

@@ -11,8 +11,8 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, bindparam, func, insert, or_, select, update
 from sqlalchemy.engine import Row
 
-from runtime.errors import LeaseLost, StorageError
-from runtime.states import RunStatus
+from runtime.domain.errors import LeaseLost, StorageError
+from runtime.domain.states import RunStatus
 from runtime.store.base import DuplicateKey
 from runtime.store.records import RUN_CREATED_WITH, Position, RunFlags, RunRecord
 from runtime.store.schema import run_messages, runs, ticket_deciders, tickets

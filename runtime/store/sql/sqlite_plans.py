@@ -21,7 +21,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.dml import UpdateBase
 from sqlalchemy.types import TypeEngine
 
-from runtime.errors import StorageError
+from runtime.domain.errors import StorageError
 
 _REQUIRED: Any = object()
 

@@ -41,7 +41,7 @@ from typing import Any, TypeVar, cast
 from sqlalchemy.sql import ClauseElement, Executable
 from sqlalchemy.sql.dml import UpdateBase
 
-from runtime.errors import StorageError
+from runtime.domain.errors import StorageError
 from runtime.store.sql.sqlite_plans import OpenFailed, Plan, Rows, compile_plan, sqlite_dialect
 
 _T = TypeVar("_T")

@@ -18,7 +18,7 @@ from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from runtime.errors import StorageError
+from runtime.domain.errors import StorageError
 from runtime.store.sql.dialects import database_of
 from runtime.store.sql.failures import (
     describe_database,

@@ -7,14 +7,14 @@ from datetime import datetime
 
 from sqlalchemy import and_, bindparam, insert, or_, select, update
 
-from runtime.states import TicketStatus
+from runtime.domain.states import TicketStatus
+from runtime.domain.tickets import Answer, ResumeTicket
 from runtime.store._planner import unindexed
 from runtime.store.records import Position
 from runtime.store.schema import ticket_deciders, tickets
 from runtime.store.sql.convert import OPEN, to_micros
 from runtime.store.sql.executing import TransactionCore
 from runtime.store.sql.rows import TICKETS, decider_rows, dump_answer
-from runtime.tickets import Answer, ResumeTicket
 
 _INSERT_TICKET = insert(tickets)
 _GET_TICKET = select(tickets).where(tickets.c.ticket_id == bindparam("ticket_id"))

@@ -22,7 +22,7 @@ from adapters.discord.forms import form_fields, read_values, submitted_values
 from bot.discord_wiring import discord_config
 from bot.settings import load_settings
 from runtime import ConfigurationError
-from runtime.notifications import ApprovalRequested, Decided, TicketExpired, TicketVoided
+from runtime.domain.notifications import ApprovalRequested, Decided, TicketExpired, TicketVoided
 
 TICKET = "tk_0123456789abcdef0123"
 TOKEN = "Ab-_" * 10 + "xyz"  # 43 characters, like RandomIds.token()

@@ -12,7 +12,7 @@ from testkit import deliver_item
 
 from adapters.discord import DiscordConfig, DiscordNotifier
 from runtime import RunStatus, Runtime
-from runtime.outbox import DeliveryError, RoutingNotifier, deliver_due
+from runtime.services.delivery import DeliveryError, RoutingNotifier, deliver_due
 from runtime.store.records import OutboxRecord
 
 pytestmark = pytest.mark.timeout(30)

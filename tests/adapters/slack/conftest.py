@@ -23,7 +23,7 @@ from adapters.slack import ChannelLimiter
 from bot.bootstrap import Parts, build_service
 from bot.settings import Settings
 from runtime import Agent, ManualClock
-from runtime.outbox import RetryPolicy
+from runtime.services.delivery import RetryPolicy
 from runtime.store.sql import SQLStore
 
 

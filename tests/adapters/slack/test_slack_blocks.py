@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from adapters.slack import blocks, modals
 from adapters.slack.blocks import TicketRef
-from runtime.notifications import (
+from runtime.domain.notifications import (
     CARD_KINDS,
     ApprovalRequested,
     Decided,

@@ -29,7 +29,7 @@ from adapters.slack import (
     build_slack_app,
 )
 from runtime import ManualClock, RunStatus, Runtime
-from runtime.outbox import deliver_due
+from runtime.services.delivery import deliver_due
 from runtime.store.sql import SQLStore
 
 

@@ -20,10 +20,10 @@ from slackbed import slack_config
 
 from adapters.slack import ChannelLimiter, SlackNotifier, build_client
 from runtime import Runtime
-from runtime.clock import SystemClock
-from runtime.notifications import Delivery, Notification
-from runtime.outbox import Claim, deliver_due
-from runtime.states import RunStatus
+from runtime.domain.clock import SystemClock
+from runtime.domain.notifications import Delivery, Notification
+from runtime.domain.states import RunStatus
+from runtime.services.delivery import Claim, deliver_due
 from runtime.store.records import OutboxRecord, RunRecord
 from runtime.store.sql import SQLStore
 from runtime.worker import outbox_loop

@@ -2,7 +2,7 @@
 
 With an allow, an approver may also grant the tool for the rest of the run (scope
 ``run``) or, for some hours, for the runs of the run's thread that the same person
-requests (scope ``thread``), optionally only for some arguments (`runtime.constraints`).
+requests (scope ``thread``), optionally only for some arguments (`runtime.domain.constraints`).
 A tool says which scopes it allows (`runtime.tool`'s ``grants``: ``("run",)`` by default);
 four-eyes tools allow none. The grant is a durable row written in the decision's own
 transaction (`give`), so it exists exactly when the decision does.
@@ -25,15 +25,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal, assert_never
 
-from runtime import constraints
-from runtime._support import Deps, display_args, grant_scopes, move, notify, record
-from runtime.agent import Agent
-from runtime.errors import GrantNotActive, GrantNotAllowed, UnknownGrant
-from runtime.notifications import Decided
-from runtime.states import CallState, TicketStatus
-from runtime.store.base import Transaction
-from runtime.store.records import CallRecord, GrantRecord, RunRecord
-from runtime.tickets import (
+from runtime.domain import constraints
+from runtime.domain.agent import Agent
+from runtime.domain.errors import GrantNotActive, GrantNotAllowed, UnknownGrant
+from runtime.domain.notifications import Decided
+from runtime.domain.states import CallState, TicketStatus
+from runtime.domain.tickets import (
     Actor,
     Allow,
     GrantRequest,
@@ -41,7 +38,10 @@ from runtime.tickets import (
     ResumeTicket,
     ToolPermission,
 )
-from runtime.tools import Tool
+from runtime.domain.tools import Tool
+from runtime.engine.support import Deps, display_args, grant_scopes, move, notify, record
+from runtime.store.base import Transaction
+from runtime.store.records import CallRecord, GrantRecord, RunRecord
 
 DEFAULT_THREAD_HOURS = 8.0
 """How long a thread grant lasts when the approver does not say."""
@@ -64,7 +64,7 @@ class Grant:
         run_id: The run it was given in (a ``run`` grant covers only that run).
         thread_id: That run's thread (a ``thread`` grant covers its runs).
         requester: That run's requester; a thread grant covers only their runs.
-        constraint: The arguments it covers (`runtime.constraints`); None: any.
+        constraint: The arguments it covers (`runtime.domain.constraints`); None: any.
         granted_by: Who gave it.
         granted_by_name: Their display name, if known.
         platform: Where they gave it.

@@ -13,8 +13,30 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any, assert_never
 
-from runtime import delegation, grants
-from runtime._support import (
+from runtime.domain.agent import Agent
+from runtime.domain.context import ToolContext, _enter, _leave
+from runtime.domain.edits import model_note
+from runtime.domain.errors import LeaseLost, ModelError, ToolOutcomeUnknown
+from runtime.domain.model import ModelRequest, ModelResponse, StopReason
+from runtime.domain.notifications import (
+    ApprovalRequested,
+    InputRequested,
+    RunFinished,
+    RunPaused,
+    TicketVoided,
+    UncertainCall,
+)
+from runtime.domain.states import CallState, RunStatus, TicketStatus
+from runtime.domain.tickets import Actor, Child, Pause, RemoteInput, Uncertain
+from runtime.domain.tools import (
+    ArgumentError,
+    InputRequest,
+    Permission,
+    ReplayPolicy,
+    describe_permission,
+)
+from runtime.engine import delegation, grants
+from runtime.engine.support import (
     Deps,
     ResultMiddlewareInput,
     content_of,
@@ -26,31 +48,9 @@ from runtime._support import (
     record,
     to_jsonable,
 )
-from runtime.agent import Agent
-from runtime.batches import offer_batch
-from runtime.context import ToolContext, _enter, _leave
-from runtime.edits import model_note
-from runtime.errors import LeaseLost, ModelError, ToolOutcomeUnknown
-from runtime.model import ModelRequest, ModelResponse, StopReason
-from runtime.notifications import (
-    ApprovalRequested,
-    InputRequested,
-    RunFinished,
-    RunPaused,
-    TicketVoided,
-    UncertainCall,
-)
-from runtime.states import CallState, RunStatus, TicketStatus
+from runtime.services.batches import offer_batch
 from runtime.store.base import Transaction
 from runtime.store.records import CallRecord, RunFlags, RunRecord
-from runtime.tickets import Actor, Child, Pause, RemoteInput, Uncertain
-from runtime.tools import (
-    ArgumentError,
-    InputRequest,
-    Permission,
-    ReplayPolicy,
-    describe_permission,
-)
 
 # How many times a safe or idempotent call whose outcome came back unknown is run again
 # at once, before the model is told.
@@ -839,7 +839,7 @@ async def cancel_in(
     """Cancel `run` inside `tx`: void open tickets, cancel calls that have not run, and
     cancel its sub-agents' runs (a running one is asked to stop at its next step).
 
-    The caller has locked `run` (and its ancestors, `runtime.delegation.lock_run`) and
+    The caller has locked `run` (and its ancestors, `runtime.engine.delegation.lock_run`) and
     saves `run` afterwards. Completed effects are not rolled back.
     """
     now = deps.clock.now()

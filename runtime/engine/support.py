@@ -10,12 +10,11 @@ from typing import Any, Protocol, TypedDict, TypeVar, assert_never
 
 from pydantic import BaseModel
 
-from runtime.agent import Agent
-from runtime.clock import Clock, IdSource
-from runtime.errors import ConfigurationError
-from runtime.handoff import Slot, Slots
-from runtime.model import Model
-from runtime.notifications import (
+from runtime.domain.agent import Agent
+from runtime.domain.clock import Clock, IdSource
+from runtime.domain.errors import ConfigurationError
+from runtime.domain.model import Model
+from runtime.domain.notifications import (
     ApprovalRequested,
     BatchOffered,
     Decided,
@@ -30,11 +29,18 @@ from runtime.notifications import (
     TicketVoided,
     UncertainCall,
 )
-from runtime.states import CallState, RunStatus, check_call_move, check_run_move
+from runtime.domain.states import CallState, RunStatus, check_call_move, check_run_move
+from runtime.domain.tickets import (
+    AwaitTarget,
+    GrantScope,
+    RemoteInput,
+    ResumeTicket,
+    ToolPermission,
+)
+from runtime.domain.tools import Tool
+from runtime.engine.handoff import Slot, Slots
 from runtime.store.base import Store, Transaction
 from runtime.store.records import CallRecord, EventRecord, OutboxRecord, RunRecord
-from runtime.tickets import AwaitTarget, GrantScope, RemoteInput, ResumeTicket, ToolPermission
-from runtime.tools import Tool
 
 
 class Checkpoint(Protocol):

@@ -1,6 +1,6 @@
 """Stored clicks: accept a chat click durably before the ack, apply it later once.
 
-See `runtime.accepting` for the outcomes an edge gets back.
+See `runtime.domain.accepting` for the outcomes an edge gets back.
 """
 
 from __future__ import annotations
@@ -11,15 +11,24 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from runtime._support import Deps, notify
-from runtime.accepting import Accepted, AcceptOutcome, ActorSource, Decidable, FormOutcome, Refused
-from runtime.decisions import Decisions
-from runtime.errors import ResumeError, RunNotFound, SignoffError, StorageError, UnknownTicket
-from runtime.notifications import DecisionRefused
-from runtime.refusals import Refusal, classify
-from runtime.store.base import DuplicateKey, Transaction
-from runtime.store.records import ReceivedRecord
-from runtime.tickets import (
+from runtime.domain.accepting import (
+    Accepted,
+    AcceptOutcome,
+    ActorSource,
+    Decidable,
+    FormOutcome,
+    Refused,
+)
+from runtime.domain.errors import (
+    ResumeError,
+    RunNotFound,
+    SignoffError,
+    StorageError,
+    UnknownTicket,
+)
+from runtime.domain.notifications import DecisionRefused
+from runtime.domain.refusals import Refusal, classify
+from runtime.domain.tickets import (
     ANSWER,
     Actor,
     Answer,
@@ -28,6 +37,10 @@ from runtime.tickets import (
     ResumeTicket,
     check_decidable,
 )
+from runtime.engine.support import Deps, notify
+from runtime.services.decisions import Decisions
+from runtime.store.base import DuplicateKey, Transaction
+from runtime.store.records import ReceivedRecord
 
 
 class _Refusing(Exception):

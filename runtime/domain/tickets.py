@@ -24,8 +24,8 @@ from pydantic import (
     model_validator,
 )
 
-from runtime.constraints import Constraint, normalize
-from runtime.errors import (
+from runtime.domain.constraints import Constraint, normalize
+from runtime.domain.errors import (
     Expired,
     InvalidAnswer,
     NotAwaiting,
@@ -33,8 +33,8 @@ from runtime.errors import (
     StaleTicket,
     Unauthorized,
 )
-from runtime.jsontext import non_finite_path
-from runtime.states import TicketStatus
+from runtime.domain.jsontext import non_finite_path
+from runtime.domain.states import TicketStatus
 
 ANYONE = "*"
 """The approver entry that lets anyone decide."""
@@ -128,7 +128,7 @@ class GrantRequest(_Frozen):
         hours: How long the grant lasts; a thread grant lasts 8 hours unless told, a run
             grant as long as the run unless told.
         args: Which later calls it covers: None (any arguments), ``"same"`` (exactly the
-            arguments of this call) or a constraint (see `runtime.constraints`).
+            arguments of this call) or a constraint (see `runtime.domain.constraints`).
     """
 
     scope: GrantScope = "run"
@@ -149,9 +149,9 @@ class Allow(_Frozen):
     """Let the tool run (and, with `grant`, later calls of it too).
 
     Attributes:
-        grant: Also allow later calls of the tool (see `runtime.grants`).
+        grant: Also allow later calls of the tool (see `runtime.engine.grants`).
         args: Arguments an approver changed before allowing, merged over the call's own
-            (see `runtime.edits`); None allows the call as the model asked for it.
+            (see `runtime.domain.edits`); None allows the call as the model asked for it.
     """
 
     kind: Literal["allow"] = "allow"

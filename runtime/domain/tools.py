@@ -13,8 +13,8 @@ from typing import Any, get_type_hints, overload
 import jsonschema
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from runtime.errors import ConfigurationError
-from runtime.tickets import GrantScope
+from runtime.domain.errors import ConfigurationError
+from runtime.domain.tickets import GrantScope
 
 GRANT_SCOPES: tuple[GrantScope, ...] = ("run", "thread")
 """Every scope a standing grant can have."""
@@ -150,7 +150,7 @@ class Tool:
             never take grants.
         editable: Whether an approver may change the arguments before allowing a call:
             True (any argument but secret ones), False (none), or the names of the
-            arguments that may change (see `runtime.edits`).
+            arguments that may change (see `runtime.domain.edits`).
         server: The MCP server it comes from (None: not an MCP tool); cards show it.
     """
 

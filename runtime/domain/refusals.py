@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from runtime.errors import (
+from runtime.domain.errors import (
     AccessDenied,
     EditDenied,
     Expired,
@@ -30,8 +30,8 @@ from runtime.errors import (
     UnknownExecutionKey,
     UnknownTicket,
 )
-from runtime.states import TicketStatus
-from runtime.tickets import ResumeTicket
+from runtime.domain.states import TicketStatus
+from runtime.domain.tickets import ResumeTicket
 
 
 class RefusalReason(StrEnum):

@@ -136,7 +136,7 @@ class GrantNotActive(GrantError):
 
 
 class EditRefused(ResolutionError):
-    """An approver's change of a call's arguments cannot be accepted (see `runtime.edits`).
+    """An approver's change of a call's arguments cannot be accepted (see `runtime.domain.edits`).
 
     Attributes:
         errors: One entry per problem, each with a JSON ``path`` and a ``message``.

@@ -7,7 +7,7 @@ platform. A worker applies stored commands later (`Runtime.apply_received`), exa
 once. `may_answer` is the same check without storing, for a button that opens a form.
 
 Both answer with a typed outcome instead of raising: `Accepted`, `Decidable` or
-`Refused` (whose `runtime.refusals.Refusal` an edge only has to word).
+`Refused` (whose `runtime.domain.refusals.Refusal` an edge only has to word).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from runtime.refusals import Refusal
-from runtime.tickets import Actor, ResumeTicket
+from runtime.domain.refusals import Refusal
+from runtime.domain.tickets import Actor, ResumeTicket
 
 
 @dataclass(frozen=True, slots=True)

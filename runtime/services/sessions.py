@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from runtime._support import Deps
+from runtime.engine.support import Deps
 
 
 class Sessions:

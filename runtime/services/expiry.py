@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from runtime import delegation
-from runtime._engine import blocked_text, cancel_in
-from runtime._support import Deps, move, move_run, notify, open_ticket, record
-from runtime.agent import Agent
-from runtime.notifications import ApprovalRequested, InputRequested, TicketExpired
-from runtime.states import CallState, RunStatus, TicketStatus
+from runtime.domain.agent import Agent
+from runtime.domain.notifications import ApprovalRequested, InputRequested, TicketExpired
+from runtime.domain.states import CallState, RunStatus, TicketStatus
+from runtime.domain.tickets import ResumeTicket
+from runtime.domain.tools import Escalate, ExpiryAction, Tool
+from runtime.engine import delegation
+from runtime.engine.driver import blocked_text, cancel_in
+from runtime.engine.support import Deps, move, move_run, notify, open_ticket, record
 from runtime.store.base import Transaction
 from runtime.store.records import CallRecord, RunRecord
-from runtime.tickets import ResumeTicket
-from runtime.tools import Escalate, ExpiryAction, Tool
 
 
 class Expiry:

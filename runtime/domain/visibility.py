@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from runtime.states import TicketStatus
-from runtime.tickets import Actor, ResumeTicket
+from runtime.domain.states import TicketStatus
+from runtime.domain.tickets import Actor, ResumeTicket
 
 CHAT_THREAD_PREFIXES = ("slack:", "discord:")
 """Thread ids owned by a chat platform; only that platform's edge starts runs in them."""

@@ -28,8 +28,8 @@ from pydantic import (
     model_validator,
 )
 
-from runtime.refusals import Refusal, RefusalReason
-from runtime.tickets import ResumeTicket
+from runtime.domain.refusals import Refusal, RefusalReason
+from runtime.domain.tickets import ResumeTicket
 
 
 class _Note(BaseModel):
@@ -243,8 +243,8 @@ class BatchOffered(_Note):
 
     Attributes:
         ticket_ids: The permission tickets of the turn, in the order of their calls; the
-            first one names the batch (`runtime.batches`).
-        token: Proves a click came from this message (`runtime.batches.batch_token`).
+            first one names the batch (`runtime.services.batches`).
+        token: Proves a click came from this message (`runtime.services.batches.batch_token`).
         calls: Each call as shown on its card.
     """
 

@@ -31,11 +31,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from runtime.agent import Agent
-from runtime.errors import EditDenied, InvalidEdit, NotEditable
-from runtime.forms import SchemaField, schema_fields
-from runtime.tickets import ResumeTicket, ToolPermission
-from runtime.tools import MASK, Permission, Tool
+from runtime.domain.agent import Agent
+from runtime.domain.errors import EditDenied, InvalidEdit, NotEditable
+from runtime.domain.forms import SchemaField, schema_fields
+from runtime.domain.tickets import ResumeTicket, ToolPermission
+from runtime.domain.tools import MASK, Permission, Tool
 
 MAX_SHOWN = 60
 """Characters of one value in a change summary (longer ones are cut)."""

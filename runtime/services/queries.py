@@ -10,16 +10,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar
 
-from runtime import delegation
-from runtime._support import Deps, display_args, grant_scopes
-from runtime.errors import RunNotFound, UnknownTicket
-from runtime.notifications import CARD_KINDS as CARD_KINDS
-from runtime.results import PendingEntry, RunResult, pending_entry, run_result
-from runtime.states import RunStatus, TicketStatus
+from runtime.domain.errors import RunNotFound, UnknownTicket
+from runtime.domain.notifications import CARD_KINDS as CARD_KINDS
+from runtime.domain.states import RunStatus, TicketStatus
+from runtime.domain.tickets import Actor, Child, ResumeTicket
+from runtime.domain.visibility import sees_run
+from runtime.engine import delegation
+from runtime.engine.results import PendingEntry, RunResult, pending_entry, run_result
+from runtime.engine.support import Deps, display_args, grant_scopes
 from runtime.store.base import Transaction
 from runtime.store.records import CallRecord, Position, RunRecord, viewer_keys
-from runtime.tickets import Actor, Child, ResumeTicket
-from runtime.visibility import sees_run
 
 _T = TypeVar("_T")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -104,7 +104,7 @@ def _seq(entry: PendingEntry, calls: dict[str, CallRecord]) -> int:
 
 
 class Queries:
-    """Read-only views of the store; see `runtime.visibility` for who sees what."""
+    """Read-only views of the store; see `runtime.domain.visibility` for who sees what."""
 
     def __init__(self, deps: Deps) -> None:
         self._deps = deps

@@ -1,6 +1,6 @@
 """Delegation: sub-agent runs started by a parent's call, and the handover between them.
 
-A call of a delegating tool (`runtime.subagents`) starts a **child run** of the sub-agent
+A call of a delegating tool (`runtime.domain.subagents`) starts a **child run** of the sub-agent
 on the call's task, keyed by its ``task_key`` (unique per parent run). The handover is a
 sequence of commits, each of which a crash may follow; nothing is lost or doubled:
 
@@ -23,7 +23,7 @@ on PostgreSQL two transactions never wait on each other's rows in opposite order
 
 Cancel and pause go down the tree: a cancelled run cancels its children (a running one is
 asked to), a paused run pauses them, and resuming a run resumes them. Whoever may see a
-run sees its children (`runtime.queries`), and a child run's requester is its parent's,
+run sees its children (`runtime.services.queries`), and a child run's requester is its parent's,
 so its tools' approvers and the requester rule are the same as for the parent's own.
 """
 
@@ -33,7 +33,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, assert_never
 
-from runtime._support import (
+from runtime.domain.agent import Agent
+from runtime.domain.notifications import DescribedTicket
+from runtime.domain.states import CallState, RunStatus, TicketStatus
+from runtime.domain.tickets import Child, ChildDecision, ChildFinished, ResumeTicket, fit
+from runtime.engine.results import Totals
+from runtime.engine.support import (
     Deps,
     chain_of,
     claim_new,
@@ -42,13 +47,8 @@ from runtime._support import (
     move_run,
     record,
 )
-from runtime.agent import Agent
-from runtime.notifications import DescribedTicket
-from runtime.results import Totals
-from runtime.states import CallState, RunStatus, TicketStatus
 from runtime.store.base import Transaction
 from runtime.store.records import CallRecord, RunRecord
-from runtime.tickets import Child, ChildDecision, ChildFinished, ResumeTicket, fit
 
 MAX_DEPTH = 8
 """How deep sub-agents may nest (a top-level run is at depth 0)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from runtime.errors import IllegalTransition
+from runtime.domain.errors import IllegalTransition
 
 
 class RunStatus(StrEnum):

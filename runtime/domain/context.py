@@ -6,8 +6,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from runtime.errors import SignoffError
-from runtime.tickets import Actor
+from runtime.domain.errors import SignoffError
+from runtime.domain.tickets import Actor
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ the others, and the answer lists each outcome.
   buttons that carry the first ticket's id and a token derived from every ticket's
   one-use correlation token (`batch_token`), so a click proves it came from that message.
   `Batches.accept` finds the batch again (`Batches.members`) and stores one decision per
-  ticket through the same durable accept path as a single click (`runtime.inbox`).
+  ticket through the same durable accept path as a single click (`runtime.services.inbox`).
 """
 
 from __future__ import annotations
@@ -27,21 +27,21 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from runtime._support import Deps, display_args, notify
-from runtime.accepting import AcceptOutcome, ActorSource, Refused
-from runtime.errors import NotAwaiting, SignoffError, UnknownTicket
-from runtime.notifications import BatchCall, BatchOffered
-from runtime.refusals import Refusal, RefusalReason, classify
-from runtime.results import RunResult
-from runtime.states import CallState, TicketStatus
+from runtime.domain.accepting import AcceptOutcome, ActorSource, Refused
+from runtime.domain.errors import NotAwaiting, SignoffError, UnknownTicket
+from runtime.domain.notifications import BatchCall, BatchOffered
+from runtime.domain.refusals import Refusal, RefusalReason, classify
+from runtime.domain.states import CallState, TicketStatus
+from runtime.domain.tickets import Actor, Answer, ResumeTicket, ToolPermission
+from runtime.engine.results import RunResult
+from runtime.engine.support import Deps, display_args, notify
 from runtime.store.base import Transaction
 from runtime.store.records import CallRecord, RunRecord
-from runtime.tickets import Actor, Answer, ResumeTicket, ToolPermission
 
 if TYPE_CHECKING:
-    from runtime.decisions import Decisions
-    from runtime.inbox import Inbox
-    from runtime.queries import Queries
+    from runtime.services.decisions import Decisions
+    from runtime.services.inbox import Inbox
+    from runtime.services.queries import Queries
 
 MAX_BATCH = 100
 """Tickets one batch may decide."""

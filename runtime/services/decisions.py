@@ -7,29 +7,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypedDict, assert_never
 
-from runtime import grants
-from runtime._engine import blocked_text
-from runtime._support import (
-    Deps,
-    display_args,
-    move,
-    move_run,
-    notify,
-    record,
-    record_claim,
-    to_jsonable,
-)
-from runtime.driving import Driving
-from runtime.edits import Edit, args_digest, check_edit
-from runtime.errors import NotAwaiting, ResolutionError, UnknownExecutionKey, UnknownTicket
-from runtime.handoff import Slot
-from runtime.notifications import Decided
-from runtime.queries import Queries
-from runtime.results import PendingEntry, RunResult
-from runtime.states import CallState, RunStatus, TicketStatus
-from runtime.store.base import Transaction
-from runtime.store.records import CallRecord, GrantRecord, ReceivedRecord, RunRecord
-from runtime.tickets import (
+from runtime.domain.edits import Edit, args_digest, check_edit
+from runtime.domain.errors import NotAwaiting, ResolutionError, UnknownExecutionKey, UnknownTicket
+from runtime.domain.notifications import Decided
+from runtime.domain.states import CallState, RunStatus, TicketStatus
+from runtime.domain.tickets import (
     ANSWER,
     Abort,
     Actor,
@@ -51,6 +33,24 @@ from runtime.tickets import (
     fit,
     validate_resume,
 )
+from runtime.engine import grants
+from runtime.engine.driver import blocked_text
+from runtime.engine.handoff import Slot
+from runtime.engine.results import PendingEntry, RunResult
+from runtime.engine.support import (
+    Deps,
+    display_args,
+    move,
+    move_run,
+    notify,
+    record,
+    record_claim,
+    to_jsonable,
+)
+from runtime.services.driving import Driving
+from runtime.services.queries import Queries
+from runtime.store.base import Transaction
+from runtime.store.records import CallRecord, GrantRecord, ReceivedRecord, RunRecord
 
 TicketRef = PendingEntry | ResumeTicket | str
 """A pending entry, a ticket, a ticket id or an execution key."""
@@ -165,7 +165,7 @@ def apply_to_call(call: CallRecord, fitted: Fitted, ticket: ResumeTicket) -> Non
         case PauseDecision():
             raise ResolutionError(f"ticket {ticket.ticket_id} is a pause, not about a call")
         case ChildDecision():
-            # Settled by the child run's end (`runtime.delegation.settle_call`).
+            # Settled by the child run's end (`runtime.engine.delegation.settle_call`).
             raise ResolutionError(f"ticket {ticket.ticket_id} is settled by its child run")
         case _:
             assert_never(fitted)
@@ -261,7 +261,7 @@ class Decisions:
         asks for against what its tool allows (`GrantNotAllowed`), then an allow's edit.
 
         Returns:
-            The checked edit of an ``Allow(args=...)`` (see `runtime.edits`), else None.
+            The checked edit of an ``Allow(args=...)`` (see `runtime.domain.edits`), else None.
         """
         agent = self._deps.agents.get(ticket.agent) if ticket is not None else None
         validate_resume(

@@ -9,11 +9,11 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import Any, overload
 
-from runtime.errors import ConfigurationError
-from runtime.model import Model
-from runtime.subagents import delegate_tool
-from runtime.tickets import GrantScope
-from runtime.tools import (
+from runtime.domain.errors import ConfigurationError
+from runtime.domain.model import Model
+from runtime.domain.subagents import delegate_tool
+from runtime.domain.tickets import GrantScope
+from runtime.domain.tools import (
     DEFAULT_GRANTS,
     ExpiryAction,
     OnExpiry,
@@ -45,7 +45,7 @@ class Agent:
             when this agent is a sub-agent.
         subagents: Agents this one may hand tasks to: each becomes a tool
             ``delegate_to_<name>`` taking a ``task_key`` and the ``task`` (see
-            `runtime.subagents`); a call starts the sub-agent's own run, whose final
+            `runtime.domain.subagents`); a call starts the sub-agent's own run, whose final
             answer is the call's result. Registering this agent registers them too.
     """
 

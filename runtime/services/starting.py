@@ -7,17 +7,17 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from runtime._support import Deps, claim_new, record, record_claim
-from runtime.agent import Agent
-from runtime.driving import Driving
-from runtime.errors import AccessDenied, IdempotencyConflict
-from runtime.queries import Queries
-from runtime.results import RunResult, run_result
-from runtime.states import RunStatus
+from runtime.domain.agent import Agent
+from runtime.domain.errors import AccessDenied, IdempotencyConflict
+from runtime.domain.states import RunStatus
+from runtime.domain.tickets import Actor
+from runtime.domain.visibility import is_chat_thread, may_join_thread
+from runtime.engine.results import RunResult, run_result
+from runtime.engine.support import Deps, claim_new, record, record_claim
+from runtime.services.driving import Driving
+from runtime.services.queries import Queries
 from runtime.store.base import DuplicateKey, Transaction
 from runtime.store.records import IdempotencyRecord, RunRecord
-from runtime.tickets import Actor
-from runtime.visibility import is_chat_thread, may_join_thread
 
 # How many runs of a thread are checked for its participants, and how many of the latest
 # ones make up a new run's history.

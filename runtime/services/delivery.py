@@ -1,8 +1,8 @@
 """Delivering the outbox: notifications committed with state changes, posted with retries.
 
 A `Notifier` posts one notification to its platform and returns the platform's message
-reference. It is handed a typed `runtime.notifications.Notification` and a `Delivery`
-with what it needs to know about the world (see `runtime.notifications`); it never reads
+reference. It is handed a typed `runtime.domain.notifications.Notification` and a `Delivery`
+with what it needs to know about the world (see `runtime.domain.notifications`); it never reads
 the store. Transient failures are retried with exponential backoff (honouring a
 platform's ``Retry-After``); permanent ones are given up loudly: the item is marked
 ``failed`` and the run's flight recorder says why.
@@ -36,10 +36,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from runtime._support import record
-from runtime.clock import Clock
-from runtime.errors import SignoffError
-from runtime.notifications import (
+from runtime.domain.clock import Clock
+from runtime.domain.errors import SignoffError
+from runtime.domain.notifications import (
     ApprovalRequested,
     BatchMember,
     BatchOffered,
@@ -57,7 +56,8 @@ from runtime.notifications import (
     kinds_of,
     read_notification,
 )
-from runtime.states import TicketStatus
+from runtime.domain.states import TicketStatus
+from runtime.engine.support import record
 from runtime.store.base import Store, Transaction
 from runtime.store.records import OutboxRecord, channel_key, pacing_key
 

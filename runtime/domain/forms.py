@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from runtime.jsontext import NonFiniteNumber, loads_strict
+from runtime.domain.jsontext import NonFiniteNumber, loads_strict
 
 FieldType = Literal["string", "integer", "number", "boolean", "enum", "json"]
 """How a property is typed in: free text, a whole number, a number, yes/no, one of a

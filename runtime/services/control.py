@@ -9,18 +9,18 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 
-from runtime import delegation
-from runtime._engine import cancel_in
-from runtime._support import Deps, move_run, open_ticket, record
-from runtime.driving import Driving
-from runtime.errors import NotAwaiting, RunNotFound
-from runtime.notifications import RunPaused
-from runtime.queries import Queries
-from runtime.results import RunResult
-from runtime.states import RunStatus, TicketStatus
+from runtime.domain.errors import NotAwaiting, RunNotFound
+from runtime.domain.notifications import RunPaused
+from runtime.domain.states import RunStatus, TicketStatus
+from runtime.domain.tickets import Actor, Continue, Pause, ResumeCommand
+from runtime.engine import delegation
+from runtime.engine.driver import cancel_in
+from runtime.engine.results import RunResult
+from runtime.engine.support import Deps, move_run, open_ticket, record
+from runtime.services.driving import Driving
+from runtime.services.queries import Queries
 from runtime.store.base import Transaction
 from runtime.store.records import RunRecord
-from runtime.tickets import Actor, Continue, Pause, ResumeCommand
 
 Submit = Callable[[ResumeCommand], Awaitable[RunResult]]
 

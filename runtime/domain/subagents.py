@@ -13,8 +13,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from runtime.errors import ConfigurationError
-from runtime.tools import Permission, ReplayPolicy, Tool
+from runtime.domain.errors import ConfigurationError
+from runtime.domain.tools import Permission, ReplayPolicy, Tool
 
 DELEGATE_PREFIX = "delegate_to_"
 """Prefix of the delegating tools' names."""

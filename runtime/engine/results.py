@@ -7,9 +7,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, assert_never
 
-from runtime.states import RunStatus
-from runtime.store.records import CallRecord, RunRecord
-from runtime.tickets import (
+from runtime.domain.states import RunStatus
+from runtime.domain.tickets import (
     Child,
     GrantScope,
     Pause,
@@ -18,6 +17,7 @@ from runtime.tickets import (
     ToolPermission,
     Uncertain,
 )
+from runtime.store.records import CallRecord, RunRecord
 
 PendingStatus = Literal["approval", "input", "uncertain"]
 
@@ -54,9 +54,9 @@ class PendingEntry:
         prompt: For ``input``: what is asked; for ``approval``: the model's stated reason.
         schema: For ``input``: the JSON schema of the answer.
         grants: For ``approval``: the standing grants an allow may also give (``run``,
-            ``thread``; see `runtime.grants`).
+            ``thread``; see `runtime.engine.grants`).
         editable: For ``approval``: the arguments an approver may change before allowing
-            (see `runtime.edits`); empty when none may.
+            (see `runtime.domain.edits`); empty when none may.
     """
 
     status: PendingStatus
@@ -227,7 +227,7 @@ def pending_entry(
                 "approval", view, ticket, prompt=target.reason, grants=grants, editable=editable
             )
         case Pause() | Child():
-            # A child's own pending entries stand for it (`runtime.queries`).
+            # A child's own pending entries stand for it (`runtime.services.queries`).
             return None
         case _:
             assert_never(target)

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from runtime._engine import Driver, mark_model_call, record_model_marked, starts_with_model_call
-from runtime._support import Deps, move_run, record_claim
-from runtime.errors import LeaseLost
-from runtime.queries import Queries
-from runtime.results import RunResult, run_result
-from runtime.states import RunStatus
+from runtime.domain.errors import LeaseLost
+from runtime.domain.states import RunStatus
+from runtime.engine.driver import (
+    Driver,
+    mark_model_call,
+    record_model_marked,
+    starts_with_model_call,
+)
+from runtime.engine.results import RunResult, run_result
+from runtime.engine.support import Deps, move_run, record_claim
+from runtime.services.queries import Queries
 from runtime.store.records import CallRecord, RunRecord
 
 

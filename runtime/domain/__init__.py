@@ -1,0 +1,3 @@
+"""Pure values and rules: states, tickets, answers, constraints, tools, agents, models,
+notifications. Imports nothing else of runtime.
+"""
