@@ -36,6 +36,7 @@ from runtime.domain.tools import (
     describe_permission,
 )
 from runtime.engine import delegation, grants
+from runtime.engine.batching import offer_batch
 from runtime.engine.support import (
     Deps,
     ResultMiddlewareInput,
@@ -48,7 +49,6 @@ from runtime.engine.support import (
     record,
     to_jsonable,
 )
-from runtime.services.batches import offer_batch
 from runtime.store.base import Transaction
 from runtime.store.records import CallRecord, RunFlags, RunRecord
 

@@ -19,24 +19,18 @@ the others, and the answer lists each outcome.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import hmac
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from runtime.domain.accepting import AcceptOutcome, ActorSource, Refused
 from runtime.domain.errors import NotAwaiting, SignoffError, UnknownTicket
-from runtime.domain.notifications import BatchCall, BatchOffered
 from runtime.domain.refusals import Refusal, RefusalReason, classify
-from runtime.domain.states import CallState, TicketStatus
 from runtime.domain.tickets import Actor, Answer, ResumeTicket, ToolPermission
+from runtime.engine.batching import batch_token, first_per_call, offer_batch
 from runtime.engine.results import RunResult
-from runtime.engine.support import Deps, display_args, notify
-from runtime.store.base import Transaction
-from runtime.store.records import CallRecord, RunRecord
+from runtime.engine.support import Deps
 
 if TYPE_CHECKING:
     from runtime.services.decisions import Decisions
@@ -110,63 +104,6 @@ class BatchAccepted:
         return found
 
 
-def batch_token(tickets: Sequence[ResumeTicket]) -> str:
-    """The token of a batch: unguessable without every ticket's correlation token.
-
-    43 URL-safe characters, so it fits a Slack button value and a Discord custom id.
-    """
-    material = "\x00".join(f"{t.ticket_id}\x01{t.correlation}" for t in tickets)
-    digest = hashlib.sha256(("signoff-batch\x00" + material).encode()).digest()
-    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
-
-
-def _first_per_call(
-    tickets: Sequence[ResumeTicket], calls: dict[str, CallRecord]
-) -> list[ResumeTicket]:
-    """The first permission ticket of each call (an escalation opens a later one)."""
-    first: dict[str, ResumeTicket] = {}
-    for ticket in sorted(tickets, key=lambda t: (t.created_at, t.ticket_id)):
-        call_id = ticket.call_id
-        if isinstance(ticket.target, ToolPermission) and call_id in calls:
-            first.setdefault(call_id, ticket)
-    return sorted(first.values(), key=lambda t: calls[t.call_id or ""].seq)
-
-
-async def offer_batch(
-    deps: Deps, tx: Transaction, run: RunRecord, calls: Sequence[CallRecord]
-) -> None:
-    """Queue a ``batch_offered`` notification when `calls` (one model turn) left two or
-    more permission tickets open; inside the transaction that opened them."""
-    if sum(1 for c in calls if c.state is CallState.AWAITING_DECISION) < 2:
-        return  # the common case costs no read
-    by_id = {c.call_id: c for c in calls}
-    opened = [
-        t
-        for t in await tx.tickets_for_run(run.run_id, status=TicketStatus.OPEN)
-        if isinstance(t.target, ToolPermission) and t.call_id in by_id
-    ]
-    members = _first_per_call(opened, by_id)
-    if len(members) < 2:
-        return
-    agent = deps.agents.get(run.agent)
-    shown: list[BatchCall] = []
-    for ticket in members:
-        target = ticket.target
-        assert isinstance(target, ToolPermission)
-        args = display_args(agent, target.tool, target.args)
-        shown.append(BatchCall(ticket_id=ticket.ticket_id, tool=target.tool, args=args))
-    offered = BatchOffered(
-        run_id=run.run_id,
-        agent=run.agent,
-        ticket_ids=[t.ticket_id for t in members],
-        token=batch_token(members),
-        calls=shown,
-    )
-    # Queued a moment after the turn's cards (same transaction, maybe the same clock
-    # reading): a channel's items are delivered in order, cards first.
-    await notify(deps, tx, run, offered, behind=timedelta(microseconds=1))
-
-
 class Batches:
     """Decides several tickets in one action, each on its own (see the module)."""
 
@@ -216,7 +153,7 @@ class Batches:
             if anchor is None or call is None or not isinstance(anchor.target, ToolPermission):
                 raise UnknownTicket(f"no batch of ticket {ticket_id!r} exists")
             calls = {c.call_id: c for c in await tx.calls_for_run(anchor.run_id, batch=call.batch)}
-            members = _first_per_call(await tx.tickets_for_run(anchor.run_id), calls)
+            members = first_per_call(await tx.tickets_for_run(anchor.run_id), calls)
         if (
             len(members) < 2
             or members[0].ticket_id != ticket_id
