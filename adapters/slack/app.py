@@ -98,6 +98,7 @@ from runtime import (
     ToolPermission,
     Uncertain,
 )
+from runtime.domain.forms import parse_result
 
 log = logging.getLogger("signoff.slack")
 
@@ -833,7 +834,7 @@ class _SlackEdge:
                     errors={modals.RESULT_BLOCK: "Describe what really happened."},
                 )
                 return
-            answer = Resolve(result=modals.parse_result(text))
+            answer = Resolve(result=parse_result(text))
         else:
             schema = await self._input_schema(ref.ticket_id)
             data, errors = modals.read_input(schema, state)

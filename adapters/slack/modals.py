@@ -32,7 +32,6 @@ from adapters.slack.blocks import (
     truncate,
 )
 from runtime import EditForm
-from runtime.domain import forms
 from runtime.domain.forms import FieldView, SchemaField, read_typed, schema_fields
 from runtime.domain.jsontext import NonFiniteNumber, loads_strict
 
@@ -206,10 +205,6 @@ def read_hours(state: Mapping[str, Any], most: float) -> float | str:
     if not 0 < hours <= most:
         return f"Enter more than 0 and at most {most:g} hours."
     return hours
-
-
-parse_result = forms.parse_result
-"""A recorded result: JSON when it parses, the text itself otherwise."""
 
 
 # -- typed input -----------------------------------------------------------------------

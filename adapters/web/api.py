@@ -64,9 +64,9 @@ from runtime import (
     Runtime,
     SignoffError,
 )
-from runtime.domain import visibility
 from runtime.domain.constraints import is_number
 from runtime.domain.jsontext import loads_strict
+from runtime.domain.visibility import may_control as may_control_run
 from runtime.services.batches import MAX_BATCH
 from runtime.services.queries import InvalidCursor
 
@@ -407,7 +407,7 @@ def parse_limit(raw: str | None, default: int = 50) -> int:
 def may_control(actor: Actor, result: RunResult) -> bool:
     """Operators control any run; other people only the runs they started
     (`runtime.domain.visibility.may_control`)."""
-    return visibility.may_control(actor, result.requester)
+    return may_control_run(actor, result.requester)
 
 
 # -- routes ---------------------------------------------------------------------------
