@@ -27,7 +27,7 @@ from typing import Any, assert_never
 from adapters.discord.custom_ids import Action, BatchClick, TicketClick
 from adapters.discord.forms import clip, fits_modal, form_fields
 from runtime import PendingEntry, RunResult
-from runtime.domain.notifications import (
+from runtime.edges import (
     ApprovalRequested,
     BatchOffered,
     Decided,
@@ -40,8 +40,9 @@ from runtime.domain.notifications import (
     TicketNotification,
     TicketVoided,
     UncertainCall,
+    describe_chain,
+    describe_deciders,
 )
-from runtime.domain.tickets import describe_chain, describe_deciders
 
 CONTENT_LENGTH = 2000
 TITLE_LENGTH = 256

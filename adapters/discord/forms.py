@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from runtime import EditForm
-from runtime.domain.forms import FieldType, FieldView, read_typed, schema_fields
+from runtime.edges import FieldType, FieldView, read_typed, schema_fields
 
 MAX_FIELDS = 5
 """Text inputs a Discord modal holds."""

@@ -55,7 +55,7 @@ from runtime import (
     UnknownTicket,
     classify,
 )
-from runtime.domain.forms import parse_result
+from runtime.edges import parse_result
 
 log = logging.getLogger("signoff.discord")
 

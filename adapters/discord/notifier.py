@@ -35,12 +35,13 @@ import aiohttp
 
 from adapters.discord import cards, refusals
 from adapters.discord.config import DiscordConfig
-from runtime.domain.notifications import (
+from runtime.edges import (
     ApprovalRequested,
     BatchOffered,
     Decided,
     DecisionRefused,
     Delivery,
+    DeliveryError,
     InputRequested,
     Notification,
     OutcomeNotification,
@@ -51,9 +52,9 @@ from runtime.domain.notifications import (
     TicketNotification,
     TicketVoided,
     UncertainCall,
+    batch_open_ids,
     refusal_of,
 )
-from runtime.services.delivery import DeliveryError, batch_open_ids
 
 log = logging.getLogger("signoff.discord")
 

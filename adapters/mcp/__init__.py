@@ -21,7 +21,7 @@ from adapters.mcp.rules import (
     is_glob,
     settle,
 )
-from runtime.domain.constraints import OPERATORS
+from runtime.edges import OPERATORS
 
 __all__ = [
     "OPERATORS",

@@ -35,7 +35,7 @@ from runtime import (
     ToolOutcomeUnknown,
     current_tool_context,
 )
-from runtime.domain.tools import ArgumentError
+from runtime.edges import ArgumentError
 
 log = logging.getLogger("signoff.mcp")
 

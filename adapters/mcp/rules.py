@@ -26,10 +26,17 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
-from runtime import ConfigurationError, Permission, ReplayPolicy, Tool
-from runtime.domain.constraints import NUMERIC, OPERATORS, is_number, lookup, passes
-from runtime.domain.tickets import GrantScope
-from runtime.domain.tools import OnExpiry, PermissionRule, coerce_grants
+from runtime import ConfigurationError, GrantScope, Permission, ReplayPolicy, Tool
+from runtime.edges import (
+    NUMERIC,
+    OPERATORS,
+    OnExpiry,
+    PermissionRule,
+    coerce_grants,
+    is_number,
+    lookup,
+    passes,
+)
 
 _GLOB_CHARS = frozenset("*?[")
 

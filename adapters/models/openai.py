@@ -22,7 +22,7 @@ from adapters.models.errors import (
 )
 from adapters.models.pricing import Price, priced
 from runtime import ConfigurationError, ModelError, ModelRequest, ModelResponse
-from runtime.domain.model import parse_chat_completion
+from runtime.edges import parse_chat_completion
 
 PROVIDER = "openai"
 

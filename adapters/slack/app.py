@@ -98,7 +98,7 @@ from runtime import (
     ToolPermission,
     Uncertain,
 )
-from runtime.domain.forms import parse_result
+from runtime.edges import parse_result
 
 log = logging.getLogger("signoff.slack")
 

@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, assert_never
 
-from runtime.domain.jsontext import loads_strict
-from runtime.domain.notifications import (
+from runtime.edges import (
     ApprovalRequested,
     BatchOffered,
     Decided,
@@ -34,8 +33,10 @@ from runtime.domain.notifications import (
     TicketNotification,
     TicketVoided,
     UncertainCall,
+    describe_chain,
+    describe_deciders,
+    loads_strict,
 )
-from runtime.domain.tickets import describe_chain, describe_deciders
 
 Block = dict[str, Any]
 

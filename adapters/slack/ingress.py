@@ -17,7 +17,7 @@ from typing import Any
 from slack_sdk.signature import SignatureVerifier
 from yarl import query_to_pairs
 
-from runtime.domain.jsontext import loads_strict
+from runtime.edges import loads_strict
 
 FORM = "application/x-www-form-urlencoded"
 _INTERACTIONS_NEEDING_VIEW = ("view_submission", "view_closed")

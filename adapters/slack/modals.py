@@ -32,8 +32,14 @@ from adapters.slack.blocks import (
     truncate,
 )
 from runtime import EditForm
-from runtime.domain.forms import FieldView, SchemaField, read_typed, schema_fields
-from runtime.domain.jsontext import NonFiniteNumber, loads_strict
+from runtime.edges import (
+    FieldView,
+    NonFiniteNumber,
+    SchemaField,
+    loads_strict,
+    read_typed,
+    schema_fields,
+)
 
 VIEW_DENY_REASON = "signoff.deny_reason"
 VIEW_INPUT = "signoff.input"

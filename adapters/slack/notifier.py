@@ -43,12 +43,13 @@ from adapters.slack import blocks
 from adapters.slack.blocks import Block, TicketRef
 from adapters.slack.refusals import applied_refusal_text
 from runtime import ResumeTicket, TicketStatus
-from runtime.domain.notifications import (
+from runtime.edges import (
     ApprovalRequested,
     BatchOffered,
     Decided,
     DecisionRefused,
     Delivery,
+    DeliveryError,
     InputRequested,
     Notification,
     OutcomeNotification,
@@ -60,9 +61,9 @@ from runtime.domain.notifications import (
     TicketNotification,
     TicketVoided,
     UncertainCall,
+    batch_open_ids,
     refusal_of,
 )
-from runtime.services.delivery import DeliveryError, batch_open_ids
 
 log = logging.getLogger("signoff.slack")
 

@@ -64,11 +64,8 @@ from runtime import (
     Runtime,
     SignoffError,
 )
-from runtime.domain.constraints import is_number
-from runtime.domain.jsontext import loads_strict
-from runtime.domain.visibility import may_control as may_control_run
-from runtime.services.batches import MAX_BATCH
-from runtime.services.queries import InvalidCursor
+from runtime.edges import MAX_BATCH, InvalidCursor, is_number, loads_strict
+from runtime.edges import may_control as may_control_run
 
 Handler = Callable[[web.Request, Actor], Awaitable[web.StreamResponse]]
 

@@ -82,8 +82,7 @@ from runtime import (
     SignoffError,
     UnknownTicket,
 )
-from runtime.domain.jsontext import NonFiniteNumber, loads_strict
-from runtime.services.batches import MAX_BATCH
+from runtime.edges import MAX_BATCH, NonFiniteNumber, loads_strict
 
 TEMPLATES = Path(__file__).parent / "templates"
 ACTIVE = (RunStatus.QUEUED, RunStatus.RUNNING)

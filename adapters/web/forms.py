@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from runtime import EditForm
-from runtime.domain.forms import FieldType, FieldView, read_typed, schema_fields
+from runtime.edges import FieldType, FieldView, read_typed, schema_fields
 
 FieldKind = Literal["text", "number", "integer", "checkbox", "select", "json"]
 FIELD_PREFIX = "field."

@@ -38,8 +38,7 @@ import aiohttp
 from adapters.webhook.config import HookConfig
 from adapters.webhook.signing import CALLBACK, signed_headers
 from runtime import Clock, SystemClock
-from runtime.domain.notifications import Delivery, Notification, RunCallback, RunFinished
-from runtime.services.delivery import DeliveryError
+from runtime.edges import Delivery, DeliveryError, Notification, RunCallback, RunFinished
 
 log = logging.getLogger("signoff.webhook.callback")
 

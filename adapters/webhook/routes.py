@@ -41,7 +41,7 @@ from runtime import (
     Runtime,
     StorageError,
 )
-from runtime.domain.jsontext import loads_strict
+from runtime.edges import loads_strict
 
 log = logging.getLogger("signoff.webhook")
 

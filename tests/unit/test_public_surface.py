@@ -1,4 +1,4 @@
-"""The public surface: every name users import from `runtime` and `adapters.models`.
+"""The public surface: every name imported from `runtime`, `runtime.edges` and `adapters.models`.
 
 Moving code never changes what users import. Each name below must stay exported (listed
 in the package's ``__all__``) and importable; a test fails, naming it, when one
@@ -135,7 +135,54 @@ ADAPTERS_MODELS = (
     "priced",
 )
 
-SURFACES = {"runtime": RUNTIME, "adapters.models": ADAPTERS_MODELS}
+# What the edges may use beyond the public package (`runtime.edges`).
+EDGES = (
+    "ApprovalRequested",
+    "ArgumentError",
+    "BatchOffered",
+    "Decided",
+    "DecisionRefused",
+    "Delivery",
+    "DeliveryError",
+    "DescribedTicket",
+    "FieldType",
+    "FieldView",
+    "InputRequested",
+    "InvalidCursor",
+    "MAX_BATCH",
+    "NUMERIC",
+    "NonFiniteNumber",
+    "Notification",
+    "OPERATORS",
+    "OnExpiry",
+    "OutcomeNotification",
+    "PermissionRule",
+    "PostedCard",
+    "RunCallback",
+    "RunFinished",
+    "RunPaused",
+    "SchemaField",
+    "TicketExpired",
+    "TicketNotification",
+    "TicketVoided",
+    "UncertainCall",
+    "batch_open_ids",
+    "coerce_grants",
+    "describe_chain",
+    "describe_deciders",
+    "is_number",
+    "loads_strict",
+    "lookup",
+    "may_control",
+    "parse_chat_completion",
+    "parse_result",
+    "passes",
+    "read_typed",
+    "refusal_of",
+    "schema_fields",
+)
+
+SURFACES = {"runtime": RUNTIME, "runtime.edges": EDGES, "adapters.models": ADAPTERS_MODELS}
 
 
 @pytest.mark.parametrize("package", sorted(SURFACES))

@@ -1,0 +1,90 @@
+"""What the edges (Slack, Discord, the web console and API, webhooks, MCP, provider models)
+may use of the runtime beyond its public package.
+
+Adapters import only `runtime` and this module; `tests/unit/test_layers.py` holds them to
+it. Everything here is re-exported from the layer that defines it.
+"""
+
+from runtime.domain.constraints import NUMERIC, OPERATORS, is_number, lookup, passes
+from runtime.domain.forms import (
+    FieldType,
+    FieldView,
+    SchemaField,
+    parse_result,
+    read_typed,
+    schema_fields,
+)
+from runtime.domain.jsontext import NonFiniteNumber, loads_strict
+from runtime.domain.model import parse_chat_completion
+from runtime.domain.notifications import (
+    ApprovalRequested,
+    BatchOffered,
+    Decided,
+    DecisionRefused,
+    Delivery,
+    DescribedTicket,
+    InputRequested,
+    Notification,
+    OutcomeNotification,
+    PostedCard,
+    RunCallback,
+    RunFinished,
+    RunPaused,
+    TicketExpired,
+    TicketNotification,
+    TicketVoided,
+    UncertainCall,
+    refusal_of,
+)
+from runtime.domain.tickets import describe_chain, describe_deciders
+from runtime.domain.tools import ArgumentError, OnExpiry, PermissionRule, coerce_grants
+from runtime.domain.visibility import may_control
+from runtime.services.batches import MAX_BATCH
+from runtime.services.delivery import DeliveryError, batch_open_ids
+from runtime.services.queries import InvalidCursor
+
+__all__ = [
+    "MAX_BATCH",
+    "NUMERIC",
+    "OPERATORS",
+    "ApprovalRequested",
+    "ArgumentError",
+    "BatchOffered",
+    "Decided",
+    "DecisionRefused",
+    "Delivery",
+    "DeliveryError",
+    "DescribedTicket",
+    "FieldType",
+    "FieldView",
+    "InputRequested",
+    "InvalidCursor",
+    "NonFiniteNumber",
+    "Notification",
+    "OnExpiry",
+    "OutcomeNotification",
+    "PermissionRule",
+    "PostedCard",
+    "RunCallback",
+    "RunFinished",
+    "RunPaused",
+    "SchemaField",
+    "TicketExpired",
+    "TicketNotification",
+    "TicketVoided",
+    "UncertainCall",
+    "batch_open_ids",
+    "coerce_grants",
+    "describe_chain",
+    "describe_deciders",
+    "is_number",
+    "loads_strict",
+    "lookup",
+    "may_control",
+    "parse_chat_completion",
+    "parse_result",
+    "passes",
+    "read_typed",
+    "refusal_of",
+    "schema_fields",
+]
