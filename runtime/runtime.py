@@ -119,14 +119,9 @@ class Runtime:
         self._queries = Queries(deps)
         self._driving = Driving(deps, self._queries)
         self._starter = Starter(deps, self._queries, self._driving)
-        self._decisions = Decisions(
-            deps,
-            self._queries,
-            self._driving,
-            lambda run_id, actor: self.resume(run_id, actor=actor),
-        )
+        self._decisions = Decisions(deps, self._queries, self._driving)
         self._inbox = Inbox(deps, self._decisions)
-        self._control = RunControl(deps, self._queries, self._driving, self._decisions.submit)
+        self._control = RunControl(deps, self._queries, self._driving)
         self._expiry = Expiry(deps)
         self._sessions = Sessions(deps)
         self._grants = Grants(deps)
@@ -705,7 +700,7 @@ class Runtime:
             wait: Drive the run here until it parks or ends (True), or only make it ready
                 for a worker (False).
         """
-        return await self._control.resume(run_or_thread_id, actor, wait)
+        return await self._decisions.resume(run_or_thread_id, actor, wait)
 
     async def pause(self, run_id: str, *, actor: Actor | str | None = None) -> RunResult:
         """Ask a run to pause: no new steps; a running tool settles first."""

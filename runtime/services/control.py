@@ -1,18 +1,18 @@
-"""Run control: resume, pause and cancel, each over a run and its sub-agents' runs.
+"""Run control: pause and cancel, each over a run and its sub-agents' runs.
 
 Pausing or cancelling a run does the same to every run below it (a running one is
-asked to, and stops at its next step); resuming a run resumes those it paused.
+asked to, and stops at its next step). Resuming a run, which resumes those it paused,
+is `runtime.services.decisions.Decisions.resume`: lifting a pause decides its ticket.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 from runtime.domain.errors import NotAwaiting, RunNotFound
 from runtime.domain.notifications import RunPaused
-from runtime.domain.states import RunStatus, TicketStatus
-from runtime.domain.tickets import Actor, Continue, Pause, ResumeCommand
+from runtime.domain.states import RunStatus
+from runtime.domain.tickets import Actor, Pause
 from runtime.engine import delegation
 from runtime.engine.driver import cancel_in
 from runtime.engine.results import RunResult
@@ -22,73 +22,18 @@ from runtime.services.queries import Queries
 from runtime.store.base import Transaction
 from runtime.store.records import RunRecord
 
-Submit = Callable[[ResumeCommand], Awaitable[RunResult]]
-
 
 def _who(actor: Actor | str | None) -> str | None:
     return actor.id if isinstance(actor, Actor) else actor
 
 
 class RunControl:
-    """Pauses, resumes and cancels runs; a running run is asked, a parked one moved."""
+    """Pauses and cancels runs; a running run is asked, a parked one moved."""
 
-    def __init__(self, deps: Deps, queries: Queries, driving: Driving, submit: Submit) -> None:
+    def __init__(self, deps: Deps, queries: Queries, driving: Driving) -> None:
         self._deps = deps
         self._queries = queries
         self._driving = driving
-        self._submit = submit
-
-    async def resume(
-        self, run_or_thread_id: str, actor: Actor | str | None, wait: bool
-    ) -> RunResult:
-        """Continue a run whose decisions are all in, or a paused run (and the runs of
-        its sub-agents that were paused with it)."""
-        run = await self._queries.find_run(run_or_thread_id)
-        if run.status is RunStatus.PAUSED:
-            run = await self._unpause(run, actor)
-        below = await self._below(run.run_id)
-        for child in below:
-            if child.status is RunStatus.PAUSED:
-                await self._unpause(child, actor)
-        if wait:
-            if run.status in (RunStatus.QUEUED, RunStatus.RUNNING):
-                await self._driving.drive(run.run_id)
-            else:
-                # Waiting on a sub-agent whose decisions are in: continue the deepest
-                # first; each hands over to its parent when it ends.
-                for child in reversed(await self._below(run.run_id)):
-                    if child.status is RunStatus.QUEUED:
-                        await self._driving.drive(child.run_id)
-        return await self._queries.get(run.run_id)
-
-    async def _below(self, run_id: str) -> list[RunRecord]:
-        async with self._deps.store.transaction() as tx:
-            return await delegation.descendants(tx, run_id)
-
-    async def _unpause(self, run: RunRecord, actor: Actor | str | None) -> RunRecord:
-        deps = self._deps
-        async with deps.store.transaction() as tx:
-            tickets = await tx.tickets_for_run(run.run_id, status=TicketStatus.OPEN)
-            pause = next((t for t in tickets if isinstance(t.target, Pause)), None)
-        if pause is not None:
-            who = (
-                actor
-                if isinstance(actor, Actor)
-                else Actor(id=actor or run.requester or "system", platform="api")
-            )
-            await self._submit(ResumeCommand.from_ticket(pause, Continue(), who, deps.clock.now()))
-        now = deps.clock.now()
-        async with deps.store.transaction() as tx:
-            current = await tx.get_run(run.run_id, for_update=True)
-            assert current is not None
-            if current.status is RunStatus.PAUSED:
-                still_open = await tx.tickets_for_run(run.run_id, status=TicketStatus.OPEN)
-                move_run(current, RunStatus.AWAITING if still_open else RunStatus.QUEUED)
-                current.updated_at = now
-                current.fence += 1
-                await tx.update_run(current)
-                await record(tx, run.run_id, now, "run_resumed", by=_who(actor))
-            return current
 
     async def pause(self, run_id: str, actor: Actor | str | None) -> RunResult:
         """Ask a run to pause: no new steps; a running tool settles first. Its

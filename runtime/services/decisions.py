@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypedDict, assert_never
@@ -18,10 +17,12 @@ from runtime.domain.tickets import (
     Allow,
     Answer,
     ChildDecision,
+    Continue,
     Deny,
     Fitted,
     InputData,
     InputDecision,
+    Pause,
     PauseDecision,
     PermissionDecision,
     Resolve,
@@ -33,7 +34,7 @@ from runtime.domain.tickets import (
     fit,
     validate_resume,
 )
-from runtime.engine import grants
+from runtime.engine import delegation, grants
 from runtime.engine.driver import blocked_text
 from runtime.engine.handoff import Slot
 from runtime.engine.results import PendingEntry, RunResult
@@ -58,7 +59,9 @@ TicketRef = PendingEntry | ResumeTicket | str
 MISSING: Any = object()
 """`Decisions.resolve_tool`'s "no result given"."""
 
-Resume = Callable[[str, Actor], Awaitable[RunResult]]
+
+def _who(actor: Actor | str | None) -> str | None:
+    return actor.id if isinstance(actor, Actor) else actor
 
 
 def _actor(actor: Actor | str | None, ticket: ResumeTicket) -> Actor:
@@ -178,13 +181,13 @@ def _deny(call: CallRecord, reason: str | None, ticket: ResumeTicket) -> None:
 
 
 class Decisions:
-    """Validates and applies resume commands, each exactly once."""
+    """Validates and applies resume commands, each exactly once, and continues a run once
+    its decisions are in (lifting a pause by deciding its ticket)."""
 
-    def __init__(self, deps: Deps, queries: Queries, driving: Driving, resume: Resume) -> None:
+    def __init__(self, deps: Deps, queries: Queries, driving: Driving) -> None:
         self._deps = deps
         self._queries = queries
         self._driving = driving
-        self._resume = resume
 
     async def by_ref(
         self, pending: TicketRef, answer: Answer, actor: Actor | str | None, resume: bool
@@ -387,7 +390,7 @@ class Decisions:
             return await self._driving.drive_claimed(run, calls=claimed_calls)
         if resume and not remaining:
             # Ready but not awaiting (e.g. paused meanwhile): the usual path decides.
-            return await self._resume(command.run_id, command.actor)
+            return await self.resume(command.run_id, command.actor, wait=True)
         return await self._report(command, report)
 
     async def _refuse_stale(self, tx: Transaction, command: ResumeCommand, stale: bool) -> None:
@@ -400,6 +403,58 @@ class Decisions:
     async def _report(self, command: ResumeCommand, report: bool) -> RunResult | None:
         """The run as it now is, read only for a caller that wants it."""
         return await self._queries.get(command.run_id) if report else None
+
+    async def resume(
+        self, run_or_thread_id: str, actor: Actor | str | None, wait: bool
+    ) -> RunResult:
+        """Continue a run whose decisions are all in, or a paused run (and the runs of
+        its sub-agents that were paused with it)."""
+        run = await self._queries.find_run(run_or_thread_id)
+        if run.status is RunStatus.PAUSED:
+            run = await self._unpause(run, actor)
+        below = await self._below(run.run_id)
+        for child in below:
+            if child.status is RunStatus.PAUSED:
+                await self._unpause(child, actor)
+        if wait:
+            if run.status in (RunStatus.QUEUED, RunStatus.RUNNING):
+                await self._driving.drive(run.run_id)
+            else:
+                # Waiting on a sub-agent whose decisions are in: continue the deepest
+                # first; each hands over to its parent when it ends.
+                for child in reversed(await self._below(run.run_id)):
+                    if child.status is RunStatus.QUEUED:
+                        await self._driving.drive(child.run_id)
+        return await self._queries.get(run.run_id)
+
+    async def _below(self, run_id: str) -> list[RunRecord]:
+        async with self._deps.store.transaction() as tx:
+            return await delegation.descendants(tx, run_id)
+
+    async def _unpause(self, run: RunRecord, actor: Actor | str | None) -> RunRecord:
+        deps = self._deps
+        async with deps.store.transaction() as tx:
+            tickets = await tx.tickets_for_run(run.run_id, status=TicketStatus.OPEN)
+            pause = next((t for t in tickets if isinstance(t.target, Pause)), None)
+        if pause is not None:
+            who = (
+                actor
+                if isinstance(actor, Actor)
+                else Actor(id=actor or run.requester or "system", platform="api")
+            )
+            await self.submit(ResumeCommand.from_ticket(pause, Continue(), who, deps.clock.now()))
+        now = deps.clock.now()
+        async with deps.store.transaction() as tx:
+            current = await tx.get_run(run.run_id, for_update=True)
+            assert current is not None
+            if current.status is RunStatus.PAUSED:
+                still_open = await tx.tickets_for_run(run.run_id, status=TicketStatus.OPEN)
+                move_run(current, RunStatus.AWAITING if still_open else RunStatus.QUEUED)
+                current.updated_at = now
+                current.fence += 1
+                await tx.update_run(current)
+                await record(tx, run.run_id, now, "run_resumed", by=_who(actor))
+            return current
 
     async def _apply(
         self,
