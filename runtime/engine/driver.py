@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from dataclasses import replace
 from datetime import timedelta
 from typing import Any, assert_never
 
@@ -23,7 +22,6 @@ from runtime.domain.notifications import (
     InputRequested,
     RunFinished,
     RunPaused,
-    TicketVoided,
     UncertainCall,
 )
 from runtime.domain.states import CallState, RunStatus, TicketStatus
@@ -37,6 +35,7 @@ from runtime.domain.tools import (
 )
 from runtime.engine import delegation, grants
 from runtime.engine.batching import offer_batch
+from runtime.engine.cancelling import cancel_in
 from runtime.engine.support import (
     Deps,
     ResultMiddlewareInput,
@@ -49,69 +48,19 @@ from runtime.engine.support import (
     record,
     to_jsonable,
 )
+from runtime.engine.turns import (
+    batch_open,
+    blocked_text,
+    failure_text,
+    mark_model_call,
+    record_model_marked,
+)
 from runtime.store.base import Transaction
 from runtime.store.records import CallRecord, RunFlags, RunRecord
 
 # How many times a safe or idempotent call whose outcome came back unknown is run again
 # at once, before the model is told.
 _LIVE_REPLAYS = 1
-
-
-def failure_text(exc: Exception) -> str:
-    """What the model reads for a tool's exception: the class name and the message, or
-    the message alone when the exception class says it was written for the model
-    (``model_facing = True``, as the MCP adapter's errors do)."""
-    if getattr(type(exc), "model_facing", False) is True:
-        return str(exc) or type(exc).__name__
-    return f"{type(exc).__name__}: {exc}"
-
-
-def blocked_text(reason: str | None) -> str:
-    """What the model sees for a denied call."""
-    return f"Permission denied: {reason}" if reason else "Permission denied"
-
-
-def batch_open(run: RunRecord) -> bool:
-    """Whether the run's last message proposed tool calls not yet folded back."""
-    if not run.messages:
-        return False
-    last = run.messages[-1]
-    return last.get("role") == "assistant" and bool(last.get("tool_calls"))
-
-
-def starts_with_model_call(run: RunRecord, agent: Agent | None) -> bool:
-    """Whether driving the claimed `run` begins with a model call (no batch open, no
-    pause or cancel asked for, turns left): its claim may then mark that call."""
-    return (
-        agent is not None
-        and not batch_open(run)
-        and not run.pause_requested
-        and not run.cancel_requested
-        and run.turns < agent.max_turns
-    )
-
-
-def mark_model_call(run: RunRecord) -> None:
-    """Record (in the next save) that a model call is about to be made."""
-    if run.model_in_flight:
-        # A previous worker called the model and died before recording the reply: the
-        # provider may have charged for it.
-        run.usage_incomplete = True
-    run.model_attempt += 1
-    run.model_in_flight = True
-
-
-async def record_model_marked(tx: Transaction, run: RunRecord, now: Any) -> None:
-    """The event of a model call marked again after an interrupted one."""
-    if run.model_attempt > 1:
-        await record(
-            tx,
-            run.run_id,
-            now,
-            "model_interrupted",
-            turn=run.turns + 1,
-            attempt=run.model_attempt,
-        )
 
 
 class Driver:
@@ -831,72 +780,3 @@ class Driver:
                 await self._save(tx)
             return True
         return False
-
-
-async def cancel_in(
-    deps: Deps, tx: Transaction, run: RunRecord, *, actor: str | None, reason: str | None
-) -> None:
-    """Cancel `run` inside `tx`: void open tickets, cancel calls that have not run, and
-    cancel its sub-agents' runs (a running one is asked to stop at its next step).
-
-    The caller has locked `run` (and its ancestors, `runtime.engine.delegation.lock_run`) and
-    saves `run` afterwards. Completed effects are not rolled back.
-    """
-    now = deps.clock.now()
-    for ticket in await tx.tickets_for_run(run.run_id, status=TicketStatus.OPEN):
-        await tx.close_ticket(ticket.ticket_id, status=TicketStatus.VOIDED, at=now)
-        await record(tx, run.run_id, now, "ticket_voided", by=actor, ticket_id=ticket.ticket_id)
-        if isinstance(ticket.target, Child):
-            continue  # it has no card to withdraw
-        voided = TicketVoided(
-            run_id=run.run_id, agent=run.agent, ticket_id=ticket.ticket_id, reason=reason
-        )
-        await notify(deps, tx, run, voided)
-    for call in await tx.calls_for_run(run.run_id, batch=run.batch):
-        if call.state in (
-            CallState.PROPOSED,
-            CallState.AWAITING_DECISION,
-            CallState.APPROVED,
-            CallState.AWAITING_INPUT,
-            CallState.AWAITING_CHILD,
-            CallState.UNCERTAIN,
-        ):
-            await tx.update_call(
-                replace(call, state=CallState.CANCELLED, updated_at=now, result="Cancelled")
-            )
-    move_run(run, RunStatus.CANCELLED)
-    run.lease_owner = None
-    run.lease_expires_at = None
-    run.model_in_flight = False
-    run.error = reason
-    await delegation.settle_parent(deps, tx, run)
-    await record(tx, run.run_id, now, "run_cancelled", by=actor, reason=reason)
-    for child in await tx.child_runs(run.run_id):
-        if child.status.finished:
-            continue
-        why = f"its parent run {run.run_id} was cancelled"
-        if child.status is RunStatus.RUNNING and (
-            child.lease_expires_at is not None and child.lease_expires_at > now
-        ):
-            await tx.set_run_flags(child.run_id, cancel=True)
-            await record(tx, child.run_id, now, "cancel_requested", by=actor, reason=why)
-            continue
-        locked = await tx.get_run(child.run_id, for_update=True)
-        if locked is None or locked.status.finished:
-            continue
-        await cancel_in(deps, tx, locked, actor=actor, reason=why)
-        locked.fence += 1
-        locked.updated_at = now
-        await tx.update_run(locked)
-    await notify(
-        deps,
-        tx,
-        run,
-        RunFinished(
-            run_id=run.run_id,
-            agent=run.agent,
-            status="cancelled",
-            reason=reason,
-            thread_id=run.thread_id,
-        ),
-    )

@@ -14,7 +14,7 @@ from runtime.domain.notifications import RunPaused
 from runtime.domain.states import RunStatus
 from runtime.domain.tickets import Actor, Pause
 from runtime.engine import delegation
-from runtime.engine.driver import cancel_in
+from runtime.engine.cancelling import cancel_in
 from runtime.engine.results import RunResult
 from runtime.engine.support import Deps, move_run, open_ticket, record
 from runtime.services.driving import Driving

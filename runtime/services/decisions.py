@@ -35,7 +35,6 @@ from runtime.domain.tickets import (
     validate_resume,
 )
 from runtime.engine import delegation, grants
-from runtime.engine.driver import blocked_text
 from runtime.engine.handoff import Slot
 from runtime.engine.results import PendingEntry, RunResult
 from runtime.engine.support import (
@@ -48,6 +47,7 @@ from runtime.engine.support import (
     record_claim,
     to_jsonable,
 )
+from runtime.engine.turns import blocked_text
 from runtime.services.driving import Driving
 from runtime.services.queries import Queries
 from runtime.store.base import Transaction

@@ -8,8 +8,9 @@ from runtime.domain.states import CallState, RunStatus, TicketStatus
 from runtime.domain.tickets import ResumeTicket
 from runtime.domain.tools import Escalate, ExpiryAction, Tool
 from runtime.engine import delegation
-from runtime.engine.driver import blocked_text, cancel_in
+from runtime.engine.cancelling import cancel_in
 from runtime.engine.support import Deps, move, move_run, notify, open_ticket, record
+from runtime.engine.turns import blocked_text
 from runtime.store.base import Transaction
 from runtime.store.records import CallRecord, RunRecord
 
