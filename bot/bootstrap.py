@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from bot.app import SlackEdge
     from bot.discord_wiring import DiscordEdge
     from bot.wiring import LoadedAgents
-    from runtime.engine.support import Checkpoint
+    from runtime.engine.deps import Checkpoint
 
 PACING = {"slack": 1.0, "discord": 0.2}
 """Seconds between two messages to one chat channel, across every replica: Slack allows

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from bot.agents_file import AgentsFile
 
     # Not re-exported by `runtime`: any callable taking (point, info) fits.
-    from runtime.engine.support import Checkpoint
+    from runtime.engine.deps import Checkpoint
     from runtime.store.base import Store
 
 

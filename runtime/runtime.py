@@ -42,10 +42,10 @@ from runtime.domain.tickets import (
     ResumeCommand,
     ResumeTicket,
 )
+from runtime.engine.deps import Checkpoint, Deps, ResultMiddlewareInput
 from runtime.engine.grants import Grant, Grants
 from runtime.engine.handoff import Slots
 from runtime.engine.results import PendingEntry, RunResult
-from runtime.engine.support import Checkpoint, Deps, ResultMiddlewareInput
 from runtime.services.batches import BatchAccepted, Batches, BatchItem, BatchOutcome
 from runtime.services.control import RunControl
 from runtime.services.decisions import MISSING, Decisions, TicketRef

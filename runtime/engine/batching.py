@@ -16,7 +16,8 @@ from datetime import timedelta
 from runtime.domain.notifications import BatchCall, BatchOffered
 from runtime.domain.states import CallState, TicketStatus
 from runtime.domain.tickets import ResumeTicket, ToolPermission
-from runtime.engine.support import Deps, display_args, notify
+from runtime.engine.deps import Deps
+from runtime.engine.journal import display_args, notify
 from runtime.store.base import Transaction
 from runtime.store.records import CallRecord, RunRecord
 

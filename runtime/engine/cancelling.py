@@ -8,7 +8,9 @@ from runtime.domain.notifications import RunFinished, TicketVoided
 from runtime.domain.states import CallState, RunStatus, TicketStatus
 from runtime.domain.tickets import Child
 from runtime.engine import delegation
-from runtime.engine.support import Deps, move_run, notify, record
+from runtime.engine.deps import Deps
+from runtime.engine.journal import notify, record
+from runtime.engine.moves import move_run
 from runtime.store.base import Transaction
 from runtime.store.records import RunRecord
 

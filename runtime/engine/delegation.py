@@ -37,16 +37,10 @@ from runtime.domain.agent import Agent
 from runtime.domain.notifications import DescribedTicket
 from runtime.domain.states import CallState, RunStatus, TicketStatus
 from runtime.domain.tickets import Child, ChildDecision, ChildFinished, ResumeTicket, fit
+from runtime.engine.deps import Deps
+from runtime.engine.journal import chain_of, describe_ticket, record
+from runtime.engine.moves import claim_new, move, move_run
 from runtime.engine.results import Totals
-from runtime.engine.support import (
-    Deps,
-    chain_of,
-    claim_new,
-    describe_ticket,
-    move,
-    move_run,
-    record,
-)
 from runtime.store.base import Transaction
 from runtime.store.records import CallRecord, RunRecord
 

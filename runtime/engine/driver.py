@@ -36,18 +36,16 @@ from runtime.domain.tools import (
 from runtime.engine import delegation, grants
 from runtime.engine.batching import offer_batch
 from runtime.engine.cancelling import cancel_in
-from runtime.engine.support import (
-    Deps,
-    ResultMiddlewareInput,
+from runtime.engine.deps import Deps, ResultMiddlewareInput
+from runtime.engine.journal import (
     content_of,
-    move,
-    move_run,
     notify,
     open_ticket,
     permission_target,
     record,
     to_jsonable,
 )
+from runtime.engine.moves import move, move_run
 from runtime.engine.turns import (
     batch_open,
     blocked_text,

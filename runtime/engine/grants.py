@@ -39,7 +39,9 @@ from runtime.domain.tickets import (
     ToolPermission,
 )
 from runtime.domain.tools import Tool
-from runtime.engine.support import Deps, display_args, grant_scopes, move, notify, record
+from runtime.engine.deps import Deps
+from runtime.engine.journal import display_args, grant_scopes, notify, record
+from runtime.engine.moves import move
 from runtime.store.base import Transaction
 from runtime.store.records import CallRecord, GrantRecord, RunRecord
 

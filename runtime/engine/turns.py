@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from runtime.domain.agent import Agent
-from runtime.engine.support import record
+from runtime.engine.journal import record
 from runtime.store.base import Transaction
 from runtime.store.records import RunRecord
 

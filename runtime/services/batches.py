@@ -29,8 +29,8 @@ from runtime.domain.errors import NotAwaiting, SignoffError, UnknownTicket
 from runtime.domain.refusals import Refusal, RefusalReason, classify
 from runtime.domain.tickets import Actor, Answer, ResumeTicket, ToolPermission
 from runtime.engine.batching import batch_token, first_per_call, offer_batch
+from runtime.engine.deps import Deps
 from runtime.engine.results import RunResult
-from runtime.engine.support import Deps
 
 if TYPE_CHECKING:
     from runtime.services.decisions import Decisions

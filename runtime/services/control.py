@@ -15,8 +15,10 @@ from runtime.domain.states import RunStatus
 from runtime.domain.tickets import Actor, Pause
 from runtime.engine import delegation
 from runtime.engine.cancelling import cancel_in
+from runtime.engine.deps import Deps
+from runtime.engine.journal import open_ticket, record
+from runtime.engine.moves import move_run
 from runtime.engine.results import RunResult
-from runtime.engine.support import Deps, move_run, open_ticket, record
 from runtime.services.driving import Driving
 from runtime.services.queries import Queries
 from runtime.store.base import Transaction

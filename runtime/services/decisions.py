@@ -35,18 +35,11 @@ from runtime.domain.tickets import (
     validate_resume,
 )
 from runtime.engine import delegation, grants
+from runtime.engine.deps import Deps
 from runtime.engine.handoff import Slot
+from runtime.engine.journal import display_args, notify, record, record_claim, to_jsonable
+from runtime.engine.moves import move, move_run
 from runtime.engine.results import PendingEntry, RunResult
-from runtime.engine.support import (
-    Deps,
-    display_args,
-    move,
-    move_run,
-    notify,
-    record,
-    record_claim,
-    to_jsonable,
-)
 from runtime.engine.turns import blocked_text
 from runtime.services.driving import Driving
 from runtime.services.queries import Queries

@@ -57,7 +57,7 @@ from runtime.domain.notifications import (
     read_notification,
 )
 from runtime.domain.states import TicketStatus
-from runtime.engine.support import record
+from runtime.engine.journal import record
 from runtime.store.base import Store, Transaction
 from runtime.store.records import OutboxRecord, channel_key, pacing_key
 

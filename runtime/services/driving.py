@@ -6,9 +6,11 @@ from datetime import datetime, timedelta
 
 from runtime.domain.errors import LeaseLost
 from runtime.domain.states import RunStatus
+from runtime.engine.deps import Deps
 from runtime.engine.driver import Driver
+from runtime.engine.journal import record_claim
+from runtime.engine.moves import move_run
 from runtime.engine.results import RunResult, run_result
-from runtime.engine.support import Deps, move_run, record_claim
 from runtime.engine.turns import mark_model_call, record_model_marked, starts_with_model_call
 from runtime.services.queries import Queries
 from runtime.store.records import CallRecord, RunRecord

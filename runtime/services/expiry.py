@@ -9,7 +9,9 @@ from runtime.domain.tickets import ResumeTicket
 from runtime.domain.tools import Escalate, ExpiryAction, Tool
 from runtime.engine import delegation
 from runtime.engine.cancelling import cancel_in
-from runtime.engine.support import Deps, move, move_run, notify, open_ticket, record
+from runtime.engine.deps import Deps
+from runtime.engine.journal import notify, open_ticket, record
+from runtime.engine.moves import move, move_run
 from runtime.engine.turns import blocked_text
 from runtime.store.base import Transaction
 from runtime.store.records import CallRecord, RunRecord

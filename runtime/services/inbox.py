@@ -37,7 +37,8 @@ from runtime.domain.tickets import (
     ResumeTicket,
     check_decidable,
 )
-from runtime.engine.support import Deps, notify
+from runtime.engine.deps import Deps
+from runtime.engine.journal import notify
 from runtime.services.decisions import Decisions
 from runtime.store.base import DuplicateKey, Transaction
 from runtime.store.records import ReceivedRecord

@@ -16,8 +16,9 @@ from runtime.domain.states import RunStatus, TicketStatus
 from runtime.domain.tickets import Actor, Child, ResumeTicket
 from runtime.domain.visibility import sees_run
 from runtime.engine import delegation
+from runtime.engine.deps import Deps
+from runtime.engine.journal import display_args, grant_scopes
 from runtime.engine.results import PendingEntry, RunResult, pending_entry, run_result
-from runtime.engine.support import Deps, display_args, grant_scopes
 from runtime.store.base import Transaction
 from runtime.store.records import CallRecord, Position, RunRecord, viewer_keys
 

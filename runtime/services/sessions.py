@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from runtime.engine.support import Deps
+from runtime.engine.deps import Deps
 
 
 class Sessions:

@@ -12,8 +12,10 @@ from runtime.domain.errors import AccessDenied, IdempotencyConflict
 from runtime.domain.states import RunStatus
 from runtime.domain.tickets import Actor
 from runtime.domain.visibility import is_chat_thread, may_join_thread
+from runtime.engine.deps import Deps
+from runtime.engine.journal import record, record_claim
+from runtime.engine.moves import claim_new
 from runtime.engine.results import RunResult, run_result
-from runtime.engine.support import Deps, claim_new, record, record_claim
 from runtime.services.driving import Driving
 from runtime.services.queries import Queries
 from runtime.store.base import DuplicateKey, Transaction

@@ -1,19 +1,17 @@
-"""Helpers shared by the engine and the decision path: events, outbox rows, tickets."""
+"""The journal of a run: the events it records and the notifications it queues, in the
+transaction of the change they report; the tickets a run opens, each announced by its note.
+"""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Protocol, TypedDict, TypeVar, assert_never
+from typing import Any, TypedDict, TypeVar, assert_never
 
 from pydantic import BaseModel
 
 from runtime.domain.agent import Agent
-from runtime.domain.clock import Clock, IdSource
-from runtime.domain.errors import ConfigurationError
-from runtime.domain.model import Model
 from runtime.domain.notifications import (
     ApprovalRequested,
     BatchOffered,
@@ -29,7 +27,6 @@ from runtime.domain.notifications import (
     TicketVoided,
     UncertainCall,
 )
-from runtime.domain.states import CallState, RunStatus, check_call_move, check_run_move
 from runtime.domain.tickets import (
     AwaitTarget,
     GrantScope,
@@ -38,103 +35,14 @@ from runtime.domain.tickets import (
     ToolPermission,
 )
 from runtime.domain.tools import Tool
-from runtime.engine.handoff import Slot, Slots
-from runtime.store.base import Store, Transaction
+from runtime.engine.deps import Deps
+from runtime.store.base import Transaction
 from runtime.store.records import CallRecord, EventRecord, OutboxRecord, RunRecord
-
-
-class Checkpoint(Protocol):
-    """Called at named points of execution (crash tests kill the process there).
-
-    Points: ``dispatch_committed``, ``tool_returned`` (before its result is committed),
-    ``result_committed``, ``model_call_committed``, ``decision_committed``.
-    """
-
-    def __call__(self, point: str, info: dict[str, Any]) -> None:
-        """Observe a point."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class ResultMiddlewareInput:
-    """What result middleware sees: the recorded raw result of one settled call."""
-
-    call: CallRecord
-    content: str
-
-
-ResultMiddleware = Any  # Callable[[ResultMiddlewareInput], str]
-
-
-@dataclass
-class Deps:
-    """What the engine and the decision path share."""
-
-    store: Store
-    clock: Clock
-    ids: IdSource
-    agents: dict[str, Agent]
-    worker_id: str
-    lease_seconds: float
-    checkpoint: Checkpoint | None = None
-    result_middleware: list[ResultMiddleware] = field(default_factory=list)
-    models: dict[str, Model] = field(default_factory=dict)
-    """The resolved model of each registered agent, by agent name."""
-    slots: Slots | None = None
-    """A local worker that takes runs claimed in the commit that made them ready."""
-
-    def reserve_slot(self) -> Slot | None:
-        """A free place in the local worker, if one is attached and has one."""
-        return self.slots.reserve() if self.slots is not None else None
-
-    def model_of(self, agent: Agent) -> Model:
-        """The model `agent` runs on (resolved when it was registered)."""
-        model = self.models.get(agent.name)
-        if model is not None:
-            return model
-        if isinstance(agent.model, str):
-            raise ConfigurationError(
-                f"agent {agent.name!r}: its model {agent.model!r} was never resolved"
-            )
-        return agent.model
-
-    def reach(self, point: str, **info: Any) -> None:
-        """Report a named execution point."""
-        if self.checkpoint is not None:
-            self.checkpoint(point, info)
-
-
-def move(call: CallRecord, new: CallState) -> None:
-    """Move `call` to `new`, enforcing the call state machine."""
-    check_call_move(call.state, new)
-    call.state = new
-
-
-def move_run(run: RunRecord, new: RunStatus) -> None:
-    """Move `run` to `new`, enforcing the run state machine (`RUN_TRANSITIONS`).
-
-    Every status change of a run goes through here; the store only ever claims a run
-    (queued, or running with an expired lease -> running) in its own statement.
-    """
-    check_run_move(run.status, new)
-    run.status = new
 
 
 async def record_claim(tx: Transaction, run: RunRecord, at: datetime) -> None:
     """The event of `run` claimed, by its lease owner under its (new) fence."""
     await record(tx, run.run_id, at, "run_claimed", worker=run.lease_owner, fence=run.fence)
-
-
-def claim_new(deps: Deps, run: RunRecord, now: datetime) -> None:
-    """Make a run about to be inserted already claimed by this worker, its first model
-    call marked in flight: the inserting commit is also the claim, and a crash leaves
-    the run to recovery once the lease expires."""
-    move_run(run, RunStatus.RUNNING)
-    run.fence = 1
-    run.lease_owner = deps.worker_id
-    run.lease_expires_at = now + timedelta(seconds=deps.lease_seconds)
-    run.model_attempt = 1
-    run.model_in_flight = True
 
 
 def to_jsonable(value: Any) -> Any:
@@ -299,6 +207,7 @@ TicketNoteClass = (
     type[ApprovalRequested] | type[InputRequested] | type[UncertainCall] | type[RunPaused]
 )
 """The notification that announces a ticket as it opens."""
+
 
 _Described = TypeVar("_Described", bound=DescribedTicket)
 
