@@ -43,7 +43,7 @@ from runtime.domain.tickets import (
     ResumeTicket,
 )
 from runtime.engine.deps import Checkpoint, Deps, ResultMiddlewareInput
-from runtime.engine.grants import Grant, Grants
+from runtime.engine.grants import Grant
 from runtime.engine.handoff import Slots
 from runtime.engine.results import PendingEntry, RunResult
 from runtime.services.batches import BatchAccepted, Batches, BatchItem, BatchOutcome
@@ -51,6 +51,7 @@ from runtime.services.control import RunControl
 from runtime.services.decisions import MISSING, Decisions, TicketRef
 from runtime.services.driving import Driving
 from runtime.services.expiry import Expiry
+from runtime.services.grants import Grants
 from runtime.services.inbox import Inbox, ReceivedOutcome
 from runtime.services.queries import CARD_KINDS, CardRef, Page, Queries
 from runtime.services.sessions import Sessions
