@@ -226,8 +226,10 @@ async def build_service(
     slack_config: SlackConfig | None = None,
     slack_client: AsyncWebClient | None = None,
     slack_limiter: ChannelLimiter | None = None,
+    notifiers: Mapping[str, Notifier] | None = None,
     outbox_policy: RetryPolicy | None = None,
     pacing: Mapping[str, float] = PACING,
+    worker_type: type[Worker] = Worker,
     parts: Parts | None = None,
 ) -> Service:
     """Build every part of the serving process from settings (nothing runs yet).
@@ -253,8 +255,11 @@ async def build_service(
             ``SIGNOFF_SLACK_*`` settings when ``SIGNOFF_SLACK_MODE`` is not ``off``).
         slack_client: Slack's Web API client (default: one for the configuration).
         slack_limiter: Spacing of Slack messages to one channel (default: one a second).
+        notifiers: Notifiers by platform name that take the place of the edges' own
+            (default: the edges'); a Discord edge that starts still delivers Discord's.
         outbox_policy: Retries of failed deliveries (default: the outbox's).
         pacing: Seconds between two messages to one chat channel, by platform.
+        worker_type: The class of the worker (a subclass observes it).
         parts: Which parts `Service.start` runs (default: all).
 
     Raises:
@@ -291,7 +296,9 @@ async def build_service(
             worker_id=worker_id,
             resolver=model_resolver,
         )
-        worker = Worker(runtime, concurrency=settings.workers, poll_seconds=settings.poll_seconds)
+        worker = worker_type(
+            runtime, concurrency=settings.workers, poll_seconds=settings.poll_seconds
+        )
         kept = console_secrets(settings)
         built = build_web(
             settings,
@@ -316,7 +323,7 @@ async def build_service(
         metrics=metrics,
         worker=worker,
         app=built.app,
-        notifiers=built.notifiers,
+        notifiers={**built.notifiers, **(notifiers or {})},
         slack=built.slack,
         parts=parts or Parts(),
         pacing=pacing,
