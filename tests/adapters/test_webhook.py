@@ -1,6 +1,6 @@
-"""Webhook-triggered runs against real libraries: an aiohttp server on 127.0.0.1, a
-SQLite `SQLStore`, a background `Worker` and outbox loop, and a local aiohttp receiver
-for completion callbacks.
+"""Webhook-triggered runs against real libraries: `signoff serve`'s process
+(`bot.bootstrap.build_service`) listening on 127.0.0.1 over a SQLite `SQLStore`, its
+worker and outbox loop running, and a local aiohttp receiver for completion callbacks.
 """
 
 from __future__ import annotations
@@ -36,6 +36,9 @@ from adapters.webhook import (
     verify,
 )
 from adapters.webhook.callback import callback_payload
+from bot.app import hook_configs
+from bot.bootstrap import Parts, build_service
+from bot.settings import Settings
 from runtime import (
     Agent,
     ConfigurationError,
@@ -48,10 +51,10 @@ from runtime import (
     tool_call_reply,
 )
 from runtime.domain.notifications import RunCallback, read_notification
-from runtime.services.delivery import DeliveryError, NullNotifier, RetryPolicy, RoutingNotifier
+from runtime.services.delivery import DeliveryError, NullNotifier, RetryPolicy
 from runtime.store.records import IdempotencyRecord, OutboxRecord
 from runtime.store.sql import SQLStore
-from runtime.worker import Worker, outbox_loop
+from runtime.worker import Worker
 
 SECRET = "whsec-refunds-0123456789"
 OTHER_SECRET = "whsec-other-9876543210"
@@ -169,15 +172,27 @@ def receiver() -> Receiver:
     return Receiver()
 
 
+class WakeCounting(Worker):
+    """The serving worker, counting the wake-ups for ready runs the edges ask for."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.changes: list[int] = []
+
+    def wake_runs(self) -> None:
+        self.changes.append(1)
+        super().wake_runs()
+
+
 @pytest.fixture
 async def harness(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, receiver: Receiver
 ) -> AsyncIterator[Harness]:
     for name in PROXY_VARS:
         monkeypatch.delenv(name, raising=False)
-    store = SQLStore.sqlite(tmp_path / "signoff.db")
+    path = tmp_path / "signoff.db"
+    store = SQLStore.sqlite(path)
     await store.migrate()
-    runtime = Runtime(store, [refunds_agent()], lease_seconds=5)
 
     receiver_app = web.Application()
     receiver_app.router.add_post("/callback", receiver.handle)
@@ -188,69 +203,69 @@ async def harness(
     receiver.url = f"http://127.0.0.1:{receiver_runner.addresses[0][1]}/callback"
 
     template = "Refund order {body[order_id]} for {body[amount]}"
-    hooks = {
-        "refunds": HookConfig(
-            name="refunds",
-            secret=SECRET,
-            agent="refunds",
-            input_template=template,
-            callback_url=receiver.url,
-            callback_hosts=["127.0.0.1"],
-        ),
-        "quiet": HookConfig(
-            name="quiet",
-            secret=OTHER_SECRET,
-            agent="refunds",
-            input_template=template,
-            approvals={"platform": "slack", "channel": "C123"},
-            requester="U-ops",
-        ),
-        "small": HookConfig(
-            name="small",
-            secret=SMALL_SECRET,
-            agent="refunds",
-            input_template="{raw}",
-            max_body_bytes=64,
-        ),
-    }
-    # The notifier reads its own mapping, so a test can change what delivery sees.
-    callback_hooks = dict(hooks)
-    worker = Worker(runtime, poll_seconds=0.05)
-    changes: list[int] = []
-
-    def on_change() -> None:
-        changes.append(1)
-        worker.wake()
-
-    app = web.Application()
-    add_hook_routes(app, runtime, hooks, on_change)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-
-    notifier = RoutingNotifier(
+    settings = Settings.model_validate(
         {
-            "console": NullNotifier(),
-            "slack": NullNotifier(),
-            "callback": CallbackNotifier(callback_hooks),
+            "database_url": f"sqlite+aiosqlite:///{path}",
+            "operator_token": "hooks-operator-0123456789",
+            "cookie_secret": "hooks-cookie-secret-0123456789abcdef",
+            "bind_host": "127.0.0.1",
+            "port": 0,
+            "lease_seconds": 5,
+            "poll_seconds": 0.02,
+            "hooks": {
+                "refunds": {
+                    "secret": SECRET,
+                    "agent": "refunds",
+                    "input_template": template,
+                    "callback_url": receiver.url,
+                    "callback_hosts": ["127.0.0.1"],
+                },
+                "quiet": {
+                    "secret": OTHER_SECRET,
+                    "agent": "refunds",
+                    "input_template": template,
+                    "approvals": {"platform": "slack", "channel": "C123"},
+                    "requester": "U-ops",
+                },
+                "small": {
+                    "secret": SMALL_SECRET,
+                    "agent": "refunds",
+                    "input_template": "{raw}",
+                    "max_body_bytes": 64,
+                },
+            },
         }
     )
-    stop = asyncio.Event()
-    loops = [
-        asyncio.create_task(worker.run(stop)),
-        asyncio.create_task(outbox_loop(runtime, notifier, stop, seconds=0.02, policy=FAST_RETRY)),
-    ]
+    # The notifier reads its own mapping, so a test can change what delivery sees.
+    callback_hooks = hook_configs(settings)
+    service = await build_service(
+        settings,
+        agents=[refunds_agent()],
+        store=store,
+        # Slack is off: its notifications are marked delivered without a post.
+        notifiers={"slack": NullNotifier(), "callback": CallbackNotifier(callback_hooks)},
+        outbox_policy=FAST_RETRY,
+        worker_type=WakeCounting,
+        parts=Parts(deadlines=False, discord=False),
+    )
+    assert isinstance(service.worker, WakeCounting)
+    changes = service.worker.changes
+    url = await service.start()
     http = aiohttp.ClientSession()
     try:
-        yield Harness(url, http, store, runtime, hooks, callback_hooks, receiver, changes)
+        yield Harness(
+            url,
+            http,
+            store,
+            service.runtime,
+            hook_configs(settings),
+            callback_hooks,
+            receiver,
+            changes,
+        )
     finally:
-        stop.set()
-        await asyncio.gather(*loops)
-        await worker.drain(5)
+        await service.stop(grace_seconds=5)
         await http.close()
-        await runner.cleanup()
         await receiver_runner.cleanup()
         await store.close()
 

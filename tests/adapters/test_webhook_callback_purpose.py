@@ -33,17 +33,14 @@ from test_webhook import (
 from adapters.webhook import (
     CALLBACK,
     BadSignature,
-    CallbackNotifier,
-    HookConfig,
-    add_hook_routes,
     sign,
     signed_headers,
     verify,
 )
+from bot.bootstrap import Parts, build_service
+from bot.settings import Settings
 from runtime import Runtime
-from runtime.services.delivery import NullNotifier, RoutingNotifier
 from runtime.store.sql import SQLStore
-from runtime.worker import Worker, outbox_loop
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -69,9 +66,9 @@ class Echo:
 async def echo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Echo]:
     for name in PROXY_VARS:
         monkeypatch.delenv(name, raising=False)
-    store = SQLStore.sqlite(tmp_path / "signoff.db")
+    path = tmp_path / "signoff.db"
+    store = SQLStore.sqlite(path)
     await store.migrate()
-    runtime = Runtime(store, [refunds_agent()], lease_seconds=5)
     receiver = Receiver()
     receiver_app = web.Application()
     receiver_app.router.add_post("/callback", receiver.handle)
@@ -79,40 +76,40 @@ async def echo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator
     await receiver_runner.setup()
     await web.TCPSite(receiver_runner, "127.0.0.1", 0).start()
     receiver.url = f"http://127.0.0.1:{receiver_runner.addresses[0][1]}/callback"
-    hooks = {
-        "echo": HookConfig(
-            name="echo",
-            secret=SECRET,
-            agent="refunds",
-            input_template="{body[text]}",
-            callback_url=receiver.url,
-            callback_hosts=["127.0.0.1"],
-        )
-    }
-    worker = Worker(runtime, poll_seconds=0.05)
-    app = web.Application()
-    add_hook_routes(app, runtime, hooks, worker.wake)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    notifier = RoutingNotifier(
-        {"console": NullNotifier(), "callback": CallbackNotifier(dict(hooks))}
+    settings = Settings.model_validate(
+        {
+            "database_url": f"sqlite+aiosqlite:///{path}",
+            "operator_token": "echo-operator-0123456789",
+            "cookie_secret": "echo-cookie-secret-0123456789abcdef",
+            "bind_host": "127.0.0.1",
+            "port": 0,
+            "lease_seconds": 5,
+            "poll_seconds": 0.02,
+            "hooks": {
+                "echo": {
+                    "secret": SECRET,
+                    "agent": "refunds",
+                    "input_template": "{body[text]}",
+                    "callback_url": receiver.url,
+                    "callback_hosts": ["127.0.0.1"],
+                }
+            },
+        }
     )
-    stop = asyncio.Event()
-    loops = [
-        asyncio.create_task(worker.run(stop)),
-        asyncio.create_task(outbox_loop(runtime, notifier, stop, seconds=0.02, policy=FAST_RETRY)),
-    ]
+    service = await build_service(
+        settings,
+        agents=[refunds_agent()],
+        store=store,
+        outbox_policy=FAST_RETRY,
+        parts=Parts(deadlines=False, discord=False),
+    )
+    url = await service.start()
     http = aiohttp.ClientSession()
     try:
-        yield Echo(url, http, store, runtime, receiver)
+        yield Echo(url, http, store, service.runtime, receiver)
     finally:
-        stop.set()
-        await asyncio.gather(*loops)
-        await worker.drain(5)
+        await service.stop(grace_seconds=5)
         await http.close()
-        await runner.cleanup()
         await receiver_runner.cleanup()
         await store.close()
 
