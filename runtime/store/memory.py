@@ -78,7 +78,7 @@ class MemoryTransaction:
         self._t = tables
         self.wrote = False
 
-    # runs -------------------------------------------------------------------------
+    # runs (RunPort) -----------------------------------------------------------------------
     async def insert_run(self, run: RunRecord) -> None:
         if run.run_id in self._t.runs:
             raise ValueError(f"run {run.run_id} exists")
@@ -185,6 +185,12 @@ class MemoryTransaction:
         found.sort(key=lambda r: (r.created_at, order[r.run_id]), reverse=True)
         return [_copy(r) for r in found[:limit]]
 
+    async def count_runs(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for run in self._t.runs.values():
+            counts[run.status.value] = counts.get(run.status.value, 0) + 1
+        return counts
+
     async def child_run(self, parent_run_id: str, task_key: str) -> RunRecord | None:
         for run in self._t.runs.values():
             if run.parent_run_id == parent_run_id and run.task_key == task_key:
@@ -196,13 +202,7 @@ class MemoryTransaction:
         found.sort(key=lambda r: r.created_at)
         return [_copy(r) for r in found]
 
-    async def count_runs(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for run in self._t.runs.values():
-            counts[run.status.value] = counts.get(run.status.value, 0) + 1
-        return counts
-
-    # calls --------------------------------------------------------------------------
+    # tool calls (CallPort) ----------------------------------------------------------------
     async def insert_call(self, call: CallRecord) -> None:
         if call.call_id in self._t.calls:
             raise ValueError(f"call {call.call_id} exists")
@@ -240,7 +240,7 @@ class MemoryTransaction:
                 return _copy(call)
         return None
 
-    # tickets ------------------------------------------------------------------------
+    # tickets (TicketPort) -----------------------------------------------------------------
     async def insert_ticket(self, ticket: ResumeTicket) -> None:
         if ticket.ticket_id in self._t.tickets:
             raise ValueError(f"ticket {ticket.ticket_id} exists")
@@ -356,7 +356,7 @@ class MemoryTransaction:
         ]
         return sorted(found, key=lambda t: (t.deadline or now, t.ticket_id))[:limit]
 
-    # events -------------------------------------------------------------------------
+    # flight recorder (EventPort) ----------------------------------------------------------
     async def append_event(self, event: EventRecord) -> None:
         self.wrote = True
         log = self._t.events.setdefault(event.run_id, [])
@@ -365,7 +365,7 @@ class MemoryTransaction:
     async def events(self, run_id: str, *, after: int = 0) -> list[EventRecord]:
         return [_copy(e) for e in self._t.events.get(run_id, []) if e.seq > after]
 
-    # outbox -------------------------------------------------------------------------
+    # outbox (OutboxPort) ------------------------------------------------------------------
     async def add_outbox(self, item: OutboxRecord) -> None:
         if item.outbox_id in self._t.outbox:
             raise ValueError(f"outbox item {item.outbox_id} exists")
@@ -435,7 +435,7 @@ class MemoryTransaction:
         found.sort(key=lambda o: o.created_at)
         return _copy(found[0]) if found else None
 
-    # idempotency and figures ----------------------------------------------------------
+    # idempotency keys and revoked sessions (KeyPort) --------------------------------------
     async def get_idempotency(self, scope: str, key: str) -> IdempotencyRecord | None:
         found = self._t.keys.get((scope, key))
         return _copy(found) if found else None
@@ -467,6 +467,7 @@ class MemoryTransaction:
         self.wrote = self.wrote or bool(old)
         return len(old)
 
+    # received chat commands (ReceivedPort) ------------------------------------------------
     async def insert_received(self, item: ReceivedRecord) -> bool:
         for other in self._t.received.values():
             if (other.source, other.delivery_id) == (item.source, item.delivery_id):
@@ -510,7 +511,7 @@ class MemoryTransaction:
         self._t.received[item.command_id] = _copy(item)
         return True
 
-    # standing grants ---------------------------------------------------------------
+    # standing grants (GrantPort) ----------------------------------------------------------
     async def insert_grant(self, grant: GrantRecord) -> None:
         if grant.grant_id in self._t.grants:
             raise ValueError(f"grant {grant.grant_id} exists")
@@ -570,7 +571,7 @@ class MemoryTransaction:
         self._t.grants[grant_id] = replace(grant, revoked_at=at, revoked_by=by)
         return True
 
-    # named leases -------------------------------------------------------------------
+    # named leases and figures (LeasePort) -------------------------------------------------
     async def take_lease(
         self, name: str, *, owner: str, now: datetime, until: datetime
     ) -> int | None:

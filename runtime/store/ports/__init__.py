@@ -1,0 +1,37 @@
+"""The store port by aggregate: one protocol per part of a transaction.
+
+`runtime.store.base.Transaction` is all of them together; each module here matches the
+module of `runtime.store.sql` that implements it:
+
+- `runs`: `RunPort`, runs, the workers' leases on them and sub-agent runs;
+- `calls`: `CallPort`, the tool calls a model proposed;
+- `tickets`: `TicketPort`, what a parked run waits for and who may decide it;
+- `events`: `EventPort`, each run's flight recorder;
+- `outbox`: `OutboxPort`, notifications to deliver;
+- `keys`: `KeyPort`, idempotency keys and revoked console sessions;
+- `received`: `ReceivedPort`, decisions received from chat platforms;
+- `grants`: `GrantPort`, standing grants;
+- `leases`: `LeasePort`, named leases and the figures for metrics.
+"""
+
+from runtime.store.ports.calls import CallPort
+from runtime.store.ports.events import EventPort
+from runtime.store.ports.grants import GrantPort
+from runtime.store.ports.keys import KeyPort
+from runtime.store.ports.leases import LeasePort
+from runtime.store.ports.outbox import OutboxPort
+from runtime.store.ports.received import ReceivedPort
+from runtime.store.ports.runs import RunPort
+from runtime.store.ports.tickets import TicketPort
+
+__all__ = [
+    "CallPort",
+    "EventPort",
+    "GrantPort",
+    "KeyPort",
+    "LeasePort",
+    "OutboxPort",
+    "ReceivedPort",
+    "RunPort",
+    "TicketPort",
+]
