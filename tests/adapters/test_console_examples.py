@@ -15,11 +15,12 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from adapters.web import ApiToken, TokenAuth, add_api_routes, add_console_routes
+from adapters.web import ApiToken, TokenAuth
+from bot.bootstrap import Parts, build_service
+from bot.settings import Settings
 from examples import demo_agents
 from runtime import RunResult, RunStatus, Runtime
 from runtime.store.sql import SQLStore
-from runtime.worker import Worker
 
 TOKENS = [
     ApiToken("tok-dev", "dev:ada", name="Ada"),
@@ -74,25 +75,32 @@ def _csrf(html: str) -> str:
 
 @pytest.fixture
 async def console(tmp_path: Path) -> AsyncIterator[Console]:
-    store = SQLStore.sqlite(tmp_path / "signoff.db")
+    path = tmp_path / "signoff.db"
+    store = SQLStore.sqlite(path)
     await store.migrate()
-    runtime = Runtime(store, demo_agents())
-    worker = Worker(runtime, poll_seconds=0.05)
-    stop = asyncio.Event()
-    loop = asyncio.create_task(worker.run(stop))
-    auth = TokenAuth(TOKENS)
-    app = web.Application()
-    add_api_routes(app, runtime, auth, worker.wake)
-    add_console_routes(app, runtime, auth, worker.wake, cookie_secret=b"c" * 32)
-    client = TestClient(TestServer(app, host="127.0.0.1", port=0))
+    settings = Settings.model_validate(
+        {
+            "database_url": f"sqlite+aiosqlite:///{path}",
+            "operator_token": "examples-operator-0123456789",
+            "cookie_secret": "c" * 32,
+            "poll_seconds": 0.05,
+        }
+    )
+    service = await build_service(
+        settings,
+        agents=demo_agents(),
+        store=store,
+        auth=TokenAuth(TOKENS),
+        parts=Parts(listen=False, outbox=False, deadlines=False, wake_ups=False),
+    )
+    client = TestClient(TestServer(service.app, host="127.0.0.1", port=0))
     await client.start_server()
+    await service.start()
     try:
-        yield Console(client, runtime)
+        yield Console(client, service.runtime)
     finally:
         await client.close()
-        stop.set()
-        await loop
-        await worker.drain(5)
+        await service.stop(grace_seconds=5)
         await store.close()
 
 

@@ -2,8 +2,9 @@
 schema, a refused edit of a schema tool whose root has ``anyOf``, and an edit that
 guesses a secret (the same refusal whatever the guess).
 
-A real web service: a `SQLStore` on a SQLite file, a `Runtime`, a real `Worker`, the JSON
-API and the console on an aiohttp server on 127.0.0.1.
+A real web service: `signoff serve`'s process (`bot.bootstrap.build_service`) on a SQLite
+file, its worker running, and its application (JSON API, console) on an aiohttp test
+server on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from testkit import echo_model
 
-from adapters.web import ApiToken, TokenAuth, add_api_routes, add_console_routes
+from adapters.web import ApiToken, TokenAuth
+from bot.bootstrap import Parts, build_service
+from bot.settings import Settings
 from runtime import Agent, RunResult, RunStatus, Runtime, Tool
 from runtime.store.sql import SQLStore
 from runtime.worker import Worker
@@ -102,25 +105,32 @@ async def service(tmp_path: Path) -> AsyncIterator[Web]:
         ),
         Agent("ops", "Deploy.", echo_model(("deploy", DEPLOY_ARGS)), tools=[deploy]),
     ]
-    store = SQLStore.sqlite(tmp_path / "signoff.db")
+    path = tmp_path / "signoff.db"
+    store = SQLStore.sqlite(path)
     await store.migrate()
-    runtime = Runtime(store, agents)
-    worker = Worker(runtime, poll_seconds=0.05)
-    stop = asyncio.Event()
-    loop_task = asyncio.create_task(worker.run(stop))
-    auth = TokenAuth([ApiToken("tok-u1", "U1", name="Uma")])
-    app = web.Application()
-    add_api_routes(app, runtime, auth, worker.wake)
-    add_console_routes(app, runtime, auth, worker.wake, cookie_secret=b"k" * 32)
-    client = TestClient(TestServer(app, host="127.0.0.1", port=0))
+    settings = Settings.model_validate(
+        {
+            "database_url": f"sqlite+aiosqlite:///{path}",
+            "operator_token": "secrets-operator-0123456789",
+            "cookie_secret": "k" * 32,
+            "poll_seconds": 0.05,
+        }
+    )
+    service = await build_service(
+        settings,
+        agents=agents,
+        store=store,
+        auth=TokenAuth([ApiToken("tok-u1", "U1", name="Uma")]),
+        parts=Parts(listen=False, outbox=False, deadlines=False, wake_ups=False),
+    )
+    client = TestClient(TestServer(service.app, host="127.0.0.1", port=0))
     await client.start_server()
+    await service.start()
     try:
-        yield Web(runtime, worker, client, ran)
+        yield Web(service.runtime, service.worker, client, ran)
     finally:
         await client.close()
-        stop.set()
-        await loop_task
-        await worker.drain(5)
+        await service.stop(grace_seconds=5)
         await store.close()
 
 
