@@ -240,6 +240,11 @@ class Actor(_Frozen):
     name: str | None = None
 
 
+def actor_id(actor: Actor | str | None) -> str | None:
+    """The user id of who acts, given as an `Actor`, a bare user id or nobody (None)."""
+    return actor.id if isinstance(actor, Actor) else actor
+
+
 class ResumeTicket(_Frozen):
     """What a parked run waits on. Read it from the store; never rebuild it from a UI event.
 

@@ -12,7 +12,7 @@ from datetime import datetime
 from runtime.domain.errors import NotAwaiting, RunNotFound
 from runtime.domain.notifications import RunPaused
 from runtime.domain.states import RunStatus
-from runtime.domain.tickets import Actor, Pause
+from runtime.domain.tickets import Actor, Pause, actor_id
 from runtime.engine import delegation
 from runtime.engine.cancelling import cancel_in
 from runtime.engine.deps import Deps
@@ -23,10 +23,6 @@ from runtime.services.driving import Driving
 from runtime.services.queries import Queries
 from runtime.store.base import Transaction
 from runtime.store.records import RunRecord
-
-
-def _who(actor: Actor | str | None) -> str | None:
-    return actor.id if isinstance(actor, Actor) else actor
 
 
 class RunControl:
@@ -42,7 +38,7 @@ class RunControl:
         sub-agents' runs pause too."""
         deps = self._deps
         now = deps.clock.now()
-        who = _who(actor)
+        who = actor_id(actor)
         async with deps.store.transaction() as tx:
             run = await tx.get_run(run_id, for_update=True)
             if run is None:
@@ -82,7 +78,7 @@ class RunControl:
         Its sub-agents' runs are cancelled too."""
         deps = self._deps
         now = deps.clock.now()
-        who = _who(actor)
+        who = actor_id(actor)
         async with deps.store.transaction() as tx:
             run = await delegation.lock_run(tx, run_id)
             if run is None:

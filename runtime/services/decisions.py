@@ -31,6 +31,7 @@ from runtime.domain.tickets import (
     Retry,
     ToolPermission,
     UncertainDecision,
+    actor_id,
     fit,
     validate_resume,
 )
@@ -51,10 +52,6 @@ TicketRef = PendingEntry | ResumeTicket | str
 
 MISSING: Any = object()
 """`Decisions.resolve_tool`'s "no result given"."""
-
-
-def _who(actor: Actor | str | None) -> str | None:
-    return actor.id if isinstance(actor, Actor) else actor
 
 
 def _actor(actor: Actor | str | None, ticket: ResumeTicket) -> Actor:
@@ -446,7 +443,7 @@ class Decisions:
                 current.updated_at = now
                 current.fence += 1
                 await tx.update_run(current)
-                await record(tx, run.run_id, now, "run_resumed", by=_who(actor))
+                await record(tx, run.run_id, now, "run_resumed", by=actor_id(actor))
             return current
 
     async def _apply(
