@@ -214,6 +214,9 @@ async def deliver_round(
     retry = policy or RetryPolicy()
     how = claim or Claim()
     now = clock.now()
+    silent: list[OutboxRecord] = []
+    # One channel's items in order; different channels side by side.
+    lanes: dict[str, list[OutboxRecord]] = {}
     async with store.transaction() as tx:
         due = await tx.claim_outbox(
             now,
@@ -222,19 +225,22 @@ async def deliver_round(
             until=now + timedelta(seconds=how.lease_seconds),
             pacing=how.pacing,
         )
+        for item in due:
+            if _posts_nothing(notifier, item):
+                silent.append(item)
+            else:
+                lanes.setdefault(channel_key(item.destination) or item.outbox_id, []).append(item)
+        # What the first item of each lane needs is read here, in the claim's transaction;
+        # the items after it read theirs once those before them are delivered.
+        known = [await _known(tx, lane[0]) for lane in lanes.values()]
     intervals = [_interval(how, item) for item in due]
     paced = [interval for interval in intervals if interval is not None]
     look_again = min(paced) if paced else None
-    silent: list[OutboxRecord] = []
-    # One channel's items in order; different channels side by side.
-    lanes: dict[str, list[OutboxRecord]] = {}
-    for item in due:
-        if _posts_nothing(notifier, item):
-            silent.append(item)
-        else:
-            lanes.setdefault(channel_key(item.destination) or item.outbox_id, []).append(item)
     counts = await asyncio.gather(
-        *(_deliver_lane(store, clock, notifier, lane, retry, how) for lane in lanes.values())
+        *(
+            _deliver_lane(store, clock, notifier, lane, retry, how, first)
+            for lane, first in zip(lanes.values(), known, strict=True)
+        )
     )
     delivered = sum(counts)
     if silent:
@@ -333,6 +339,16 @@ def _mark_delivered(item: OutboxRecord, now: datetime, reference: dict[str, Any]
     _release(item)
 
 
+async def _known(tx: Transaction, item: OutboxRecord) -> tuple[Notification, Delivery] | None:
+    """`item`'s notification and `Delivery`, read in the claim's transaction; None when
+    either cannot be read (its delivery reads again and fails it as unreadable)."""
+    try:
+        note = read_notification(item.kind, item.payload)
+        return note, await delivery_of(tx, item, note)
+    except UnreadableNotification:
+        return None
+
+
 async def _deliver_lane(
     store: Store,
     clock: Clock,
@@ -340,10 +356,12 @@ async def _deliver_lane(
     items: Sequence[OutboxRecord],
     retry: RetryPolicy,
     how: Claim,
+    first: tuple[Notification, Delivery] | None,
 ) -> int:
     delivered = 0
-    for item in items:
-        if await _deliver_one(store, clock, notifier, item, retry, how):
+    for index, item in enumerate(items):
+        known = first if index == 0 else None
+        if await _deliver_one(store, clock, notifier, item, retry, how, known):
             delivered += 1
     return delivered
 
@@ -355,12 +373,16 @@ async def _deliver_one(
     item: OutboxRecord,
     retry: RetryPolicy,
     how: Claim,
+    known: tuple[Notification, Delivery] | None,
 ) -> bool:
     fence = item.fence
     try:
-        note = read_notification(item.kind, item.payload)
-        async with store.transaction() as tx:
-            delivery = await delivery_of(tx, item, note)
+        if known is not None:
+            note, delivery = known
+        else:
+            note = read_notification(item.kind, item.payload)
+            async with store.transaction() as tx:
+                delivery = await delivery_of(tx, item, note)
         interval = _interval(how, item)
         if interval is not None:
             key = pacing_key(item.kind, item.destination)

@@ -1,0 +1,92 @@
+"""One delivery round: what each notifier is told about the world.
+
+The first item of each channel's lane is described in the claim's own transaction; the
+items after it in that channel are described once those before them are delivered, so
+an outcome claimed with its card edits the card posted a moment earlier in the same
+round, and a later message finds the run's first message in the channel.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtime import Agent, MemoryStore, RunStatus, Runtime, ScriptedModel, Store, tool_call_reply
+from runtime.domain.notifications import (
+    ApprovalRequested,
+    Delivery,
+    Notification,
+    RunFinished,
+    TicketVoided,
+)
+from runtime.services.delivery import deliver_due
+from runtime.store.sql import SQLStore
+
+CHANNEL = {"platform": "slack", "channel": "C1"}  # no thread: a run's first message is it
+
+
+class Posts:
+    """Posts each notification as a new message (an outcome with a card edits it)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[Notification, Delivery]] = []
+
+    async def deliver(self, note: Notification, delivery: Delivery) -> dict[str, Any] | None:
+        self.seen.append((note, delivery))
+        if delivery.card is not None and delivery.card.ref:
+            return dict(delivery.card.ref)
+        return {"channel": "C1", "ts": f"{len(self.seen)}.0"}
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    if request.param == "memory":
+        yield MemoryStore()
+        return
+    sql = SQLStore.from_url(f"sqlite+aiosqlite:///{tmp_path / 'rounds.db'}")
+    await sql.migrate()
+    try:
+        yield sql
+    finally:
+        await sql.close()
+
+
+def payments() -> Agent:
+    agent = Agent("payments", "Pay.", ScriptedModel([tool_call_reply(("pay", {"amount": 5}))]))
+
+    @agent.tool(permission="ask")
+    def pay(amount: int) -> str:
+        """Pay."""
+        return "ok"
+
+    return agent
+
+
+async def test_items_of_one_channel_in_one_round_see_those_delivered_before_them(
+    store: Store,
+) -> None:
+    runtime = Runtime(store, [payments()])
+    try:
+        parked = await runtime.start("payments", "pay 5", requester="U1", origin=CHANNEL)
+        # Cancelled before its card went out: the card, its outcome and the run's end
+        # are all due in the same round, in one channel.
+        await runtime.cancel(parked.run_id, actor="U1")
+        assert (await runtime.get(parked.run_id)).status is RunStatus.CANCELLED
+        notifier = Posts()
+        assert await deliver_due(store, runtime.clock, notifier) == 3
+    finally:
+        await runtime.aclose()
+    (card, card_at), (voided, voided_at), (finished, finished_at) = notifier.seen
+    assert isinstance(card, ApprovalRequested)
+    assert card_at.first_message is None and card_at.ticket is not None
+    assert isinstance(voided, TicketVoided)
+    assert voided_at.card is not None
+    assert (voided_at.card.state, dict(voided_at.card.ref)) == (
+        "delivered",
+        {"channel": "C1", "ts": "1.0"},
+    )
+    assert isinstance(finished, RunFinished)
+    assert finished_at.first_message == {"channel": "C1", "ts": "1.0"}
