@@ -21,25 +21,19 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from fake_llm import Call, FakeLLM, Protocol, Turn
 
-from adapters.web import ApiToken, TokenAuth, add_api_routes, add_console_routes
+from adapters.web import ApiToken, TokenAuth
+from bot.bootstrap import Parts, Service, build_service
+from bot.settings import Settings
 from runtime import Agent, RunResult, RunStatus, Runtime, tool
 from runtime.store.sql import SQLStore
-from runtime.worker import Worker
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "adapters" / "slack"))
 
 from fake_slack import FakeSlack
 from slackbed import SlackBed, buttons, slack_config, text_of
 
-from adapters.slack import (
-    ChannelLimiter,
-    SlackNotifier,
-    add_slack_routes,
-    build_client,
-    build_slack_app,
-)
-from runtime.services.delivery import RetryPolicy, RoutingNotifier
-from runtime.worker import outbox_loop
+from adapters.slack import ChannelLimiter
+from runtime.services.delivery import RetryPolicy
 
 ModelFactory = Callable[..., Any]  # the `models` fixture
 
@@ -63,6 +57,18 @@ def script_transfer(fake: FakeLLM) -> None:
     fake.script(
         Turn.ask(Call("transfer", {"account": "ACME-1", "amount": 250.0}), text=REASON),
         Turn.say("Paid 250.00 to ACME-1."),
+    )
+
+
+def serve_settings(path: Path, **values: Any) -> Settings:
+    """`signoff serve`'s settings over the SQLite file at `path`."""
+    return Settings.model_validate(
+        {
+            "database_url": f"sqlite+aiosqlite:///{path}",
+            "operator_token": "models-operator-0123456789",
+            "cookie_secret": "c" * 32,
+            **values,
+        }
     )
 
 
@@ -105,26 +111,25 @@ class Console:
 async def console(
     tmp_path: Path, fake: FakeLLM, models: ModelFactory, provider: Protocol
 ) -> AsyncIterator[tuple[Console, list[dict[str, Any]]]]:
-    store = SQLStore.sqlite(tmp_path / "signoff.db")
+    path = tmp_path / "signoff.db"
+    store = SQLStore.sqlite(path)
     await store.migrate()
     ledger: list[dict[str, Any]] = []
-    runtime = Runtime(store, [bank(models(provider), ledger)])
-    worker = Worker(runtime, poll_seconds=0.05)
-    stop = asyncio.Event()
-    loop = asyncio.create_task(worker.run(stop))
-    auth = TokenAuth([ApiToken(TOKEN, "U1", name="Uma")])
-    app = web.Application()
-    add_api_routes(app, runtime, auth, worker.wake)
-    add_console_routes(app, runtime, auth, worker.wake, cookie_secret=b"c" * 32)
-    client = TestClient(TestServer(app, host="127.0.0.1", port=0))
+    service = await build_service(
+        serve_settings(path, poll_seconds=0.05),
+        agents=[bank(models(provider), ledger)],
+        store=store,
+        auth=TokenAuth([ApiToken(TOKEN, "U1", name="Uma")]),
+        parts=Parts(listen=False, outbox=False, deadlines=False, wake_ups=False),
+    )
+    client = TestClient(TestServer(service.app, host="127.0.0.1", port=0))
     await client.start_server()
+    await service.start()
     try:
-        yield Console(runtime, client), ledger
+        yield Console(service.runtime, client), ledger
     finally:
         await client.close()
-        stop.set()
-        await loop
-        await worker.drain(5)
+        await service.stop(grace_seconds=5)
         await store.close()
 
 
@@ -192,39 +197,34 @@ async def slack(
     await slack_fake.start()
     db_path = tmp_path / "signoff.db"
     store = SQLStore.sqlite(db_path)
-    stop = asyncio.Event()
-    loops: list[asyncio.Task[Any]] = []
+    service: Service | None = None
     test_client: TestClient[web.Request, web.Application] | None = None
-    worker: Worker | None = None
     try:
         await store.migrate()
         ledger: list[tuple[str, dict[str, Any]]] = []
         flat: list[dict[str, Any]] = []
         agents = [bank(models(provider), flat)]
-        runtime = Runtime(store, agents)
-        worker = Worker(runtime, poll_seconds=0.05)
-        config = slack_config(slack_fake)
-        client = build_client(config)
-        bolt = build_slack_app(runtime, config, worker.wake, client=client)
-        notifier = RoutingNotifier(
-            {"slack": SlackNotifier(client, limiter=ChannelLimiter(interval=0.0))}
+        service = await build_service(
+            serve_settings(db_path, poll_seconds=0.02),
+            agents=agents,
+            store=store,
+            slack_config=slack_config(slack_fake),
+            slack_limiter=ChannelLimiter(interval=0.0),
+            outbox_policy=RetryPolicy(base_delay=0.1),
+            pacing={},
+            parts=Parts(listen=False, deadlines=False, wake_ups=False),
         )
-        app = web.Application()
-        add_slack_routes(app, bolt, signing_secret=config.signing_secret)
-        test_client = TestClient(TestServer(app, host="127.0.0.1", port=0))
+        assert service.slack is not None
+        test_client = TestClient(TestServer(service.app, host="127.0.0.1", port=0))
         await test_client.start_server()
-        policy = RetryPolicy(base_delay=0.1)
-        loops = [
-            asyncio.create_task(worker.run(stop)),
-            asyncio.create_task(outbox_loop(runtime, notifier, stop, seconds=0.02, policy=policy)),
-        ]
+        await service.start()
         bed = SlackBed(
             slack_fake,
-            runtime,
+            service.runtime,
             store,
-            runtime.clock,
-            worker,
-            bolt,
+            service.runtime.clock,
+            service.worker,
+            service.slack.bolt,
             test_client,
             agents,
             db_path,
@@ -234,12 +234,9 @@ async def slack(
     finally:
         if test_client is not None:
             await test_client.close()
-        stop.set()
-        for task in loops:
-            await task
-        if worker is not None:
-            await worker.drain(5)
         await asyncio.sleep(0.05)  # bolt's background listeners
+        if service is not None:
+            await service.stop(grace_seconds=5)
         await store.close()
         await slack_fake.stop()
 
