@@ -6,7 +6,7 @@ bad value, a rule that names no tool, an import that fails) is a
 the line. Whether a rule names a tool an MCP server really has is checked once the server
 has listed its tools (`adapters.mcp.hub.McpHub.start`).
 
-The format, in short (the README has a complete example)::
+The format, in short (docs/agents-file.md has a complete example)::
 
     [servers.infra]                          # an MCP server over stdio ...
     command = "${SIGNOFF_PYTHON}"

@@ -168,7 +168,7 @@ def _slack_group(group: str) -> str | None:
 
 
 def approver(entry: str, groups: Groups | None = None) -> str:
-    """Render one approver entry (see the README's approver syntax)."""
+    """Render one approver entry (see "Who may decide" in docs/concepts.md)."""
     if entry == "*":
         return "anyone"
     if entry.startswith("group:"):

@@ -53,7 +53,7 @@ def cli(ctx: click.Context, config: Path | None) -> None:
 
     Runs that need a decision park in the database behind resume tickets; these
     commands show and decide them. Settings come from SIGNOFF_* environment variables
-    (see the README), e.g. SIGNOFF_DATABASE_URL and SIGNOFF_APP.
+    (see docs/settings.md), e.g. SIGNOFF_DATABASE_URL and SIGNOFF_APP.
 
     \b
     Examples:
