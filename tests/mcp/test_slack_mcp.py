@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from fake_slack import FakeSlack
 from mcpbed import calls, stdio_server
@@ -18,17 +17,11 @@ from testkit import echo_model
 
 from adapters.mcp import Binding
 from adapters.mcp.hub import McpHub
-from adapters.slack import (
-    SlackNotifier,
-    add_slack_routes,
-    blocks,
-    build_client,
-    build_slack_app,
-)
-from runtime import Agent, ManualClock, RunStatus, Runtime
-from runtime.services.delivery import RoutingNotifier
+from adapters.slack import blocks
+from bot.bootstrap import Parts, build_service
+from bot.settings import Settings
+from runtime import Agent, ManualClock, RunStatus
 from runtime.store.sql import SQLStore
-from runtime.worker import Worker, outbox_loop
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -44,35 +37,40 @@ async def bed(tmp_path: Path, state: Path) -> AsyncIterator[SlackBed]:
         hub = McpHub([stdio_server(state)], [Binding(ops, ("infra",))])
         await hub.start()
         stack.push_async_callback(hub.stop)
-        store = SQLStore.sqlite(tmp_path / "signoff.db")
+        db_path = tmp_path / "signoff.db"
+        store = SQLStore.sqlite(db_path)
         stack.push_async_callback(store.close)
         await store.migrate()
         clock = ManualClock()
-        runtime = Runtime(store, [ops], clock=clock)
-        worker = Worker(runtime, poll_seconds=0.05)
-        config = slack_config(fake)
-        client = build_client(config)
-        bolt = build_slack_app(runtime, config, worker.wake, client=client)
-        notifier = RoutingNotifier({"slack": SlackNotifier(client)})
-        stop = asyncio.Event()
-        loops = [
-            asyncio.create_task(worker.run(stop)),
-            asyncio.create_task(outbox_loop(runtime, notifier, stop, seconds=0.02)),
-        ]
+        settings = Settings.model_validate(
+            {
+                "database_url": f"sqlite+aiosqlite:///{db_path}",
+                "operator_token": "mcp-slack-operator-0123456789",
+                "cookie_secret": "k" * 32,
+                "poll_seconds": 0.02,
+            }
+        )
+        service = await build_service(
+            settings,
+            agents=[ops],
+            store=store,
+            clock=clock,
+            slack_config=slack_config(fake),
+            pacing={},
+            parts=Parts(listen=False, deadlines=False, wake_ups=False),
+        )
+        assert service.slack is not None
 
-        async def end_loops() -> None:
-            stop.set()
-            for task in loops:
-                await task
-            await worker.drain(5)
+        async def stop_service() -> None:
             await asyncio.sleep(0.05)  # bolt's background listeners
+            await service.stop(grace_seconds=5)
 
-        stack.push_async_callback(end_loops)
-        app = web.Application()
-        add_slack_routes(app, bolt, signing_secret=config.signing_secret)
-        test_client = TestClient(TestServer(app, host="127.0.0.1", port=0))
+        stack.push_async_callback(stop_service)  # after the test client closes
+        test_client = TestClient(TestServer(service.app, host="127.0.0.1", port=0))
         await test_client.start_server()
         stack.push_async_callback(test_client.close)
+        await service.start()
+        runtime, worker, bolt = service.runtime, service.worker, service.slack.bolt
         yield SlackBed(fake, runtime, store, clock, worker, bolt, test_client, [ops], tmp_path)
 
 
