@@ -1,7 +1,7 @@
 """The operator console in a real headless Chromium (Debian's, driven by Playwright).
 
-A real `signoff` web service runs in the test's event loop: a SQLite store, a `Runtime`,
-a background `Worker` and an aiohttp server on 127.0.0.1 (port 0). The browser signs in,
+`signoff serve`'s process (`bot.bootstrap.build_service`) runs in the test's event loop:
+a SQLite store, its worker and its HTTP server on 127.0.0.1 (port 0). The browser signs in,
 starts the demo agent (two ``ask`` tool calls in one batch), sees the pending calls and
 their arguments, denies one with a reason, approves the other, and watches the run
 finish. A form posted without its CSRF token is refused and changes nothing. It also
@@ -10,7 +10,6 @@ changes a call's arguments before allowing it, and allows both calls with one cl
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -18,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 
-from adapters.web import ApiToken, TokenAuth, add_api_routes, add_console_routes
+from adapters.web import ApiToken, TokenAuth
+from bot.bootstrap import Parts, build_service
+from bot.settings import Settings
 from runtime import (
     Actor,
     Agent,
@@ -35,7 +35,6 @@ from runtime import (
     tool_call_reply,
 )
 from runtime.store.sql import SQLStore
-from runtime.worker import Worker
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -103,29 +102,32 @@ class Served:
 
 @pytest.fixture
 async def served(tmp_path: Path) -> AsyncIterator[Served]:
-    store = SQLStore.sqlite(tmp_path / "signoff.db")
+    path = tmp_path / "signoff.db"
+    store = SQLStore.sqlite(path)
     await store.migrate()
     ledger: list[tuple[str, dict[str, Any]]] = []
-    runtime = Runtime(store, [demo_agent(ledger)])
-    worker = Worker(runtime, poll_seconds=0.1)
-    stop = asyncio.Event()
-    loop_task = asyncio.create_task(worker.run(stop))
-    auth = TokenAuth([ApiToken(TOKEN, "ops:grace", operator=True, name="Grace")])
-    app = web.Application()
-    add_api_routes(app, runtime, auth, worker.wake)
-    add_console_routes(app, runtime, auth, worker.wake, cookie_secret=b"s" * 32)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
+    settings = Settings.model_validate(
+        {
+            "database_url": f"sqlite+aiosqlite:///{path}",
+            "operator_token": "browser-operator-0123456789",
+            "cookie_secret": "s" * 32,
+            "bind_host": "127.0.0.1",
+            "port": 0,
+            "poll_seconds": 0.1,
+        }
+    )
+    service = await build_service(
+        settings,
+        agents=[demo_agent(ledger)],
+        store=store,
+        auth=TokenAuth([ApiToken(TOKEN, "ops:grace", operator=True, name="Grace")]),
+        parts=Parts(outbox=False, deadlines=False, wake_ups=False, discord=False),
+    )
+    url = await service.start()
     try:
-        yield Served(f"http://{host}:{port}", runtime, ledger)
+        yield Served(url, service.runtime, ledger)
     finally:
-        await runner.cleanup()
-        stop.set()
-        await loop_task
-        await worker.drain(5)
+        await service.stop(grace_seconds=5)
         await store.close()
 
 
