@@ -7,11 +7,11 @@ Usage::
     python bench/slack_clicks.py --card-edits 20            # click -> card edited, one channel
     python bench/slack_clicks.py --event-loop asyncio       # the server on asyncio's own loop
 
-One process holds the server, as `signoff serve` does: a SQLite file store, a `Runtime`,
-a `Worker` (which applies received clicks and drives the runs they make ready), and
-`signoff serve`'s own HTTP application (`bot.app.build_app`: every route and middleware,
-the real slack-bolt app at ``/slack/events``) on an aiohttp server on 127.0.0.1, with the
-garbage collector tuned as `signoff serve` tunes it once it listens. The Slack Web API is
+One process holds the server: `signoff serve`'s own process (`bot.bootstrap.build_service`)
+on a SQLite file store, its worker (which applies received clicks and drives the runs they
+make ready) and its HTTP application (every route and middleware, the real slack-bolt app
+at ``/slack/events``) listening on 127.0.0.1, with the garbage collector tuned as
+`signoff serve` tunes it once it listens. The Slack Web API is
 the tests' fake (`tests/adapters/slack/fake_slack.py`; bolt calls only ``auth.test``,
 once). Before each level, `--clicks` runs of a one-``ask``-tool agent (scripted model, no
 network) are parked; then `--clicks` Allow clicks, one per ticket, each signed like Slack
@@ -72,21 +72,19 @@ from fake_slack import (  # noqa: E402
     signed_headers,
 )
 
-from adapters.slack import SlackConfig, add_slack_routes, blocks, build_slack_app  # noqa: E402
+from adapters.slack import ChannelLimiter, blocks  # noqa: E402
 from bot import collector, event_loop  # noqa: E402
-from bot.app import build_app  # noqa: E402
-from bot.settings import load_settings  # noqa: E402
+from bot.bootstrap import Parts, build_service  # noqa: E402
+from bot.settings import Settings, load_settings  # noqa: E402
 from runtime import (  # noqa: E402
     Agent,
     RunStatus,
-    Runtime,
     ScriptedModel,
     final_reply,
     tool,
     tool_call_reply,
 )
 from runtime.store.sql import SQLStore  # noqa: E402
-from runtime.worker import Worker  # noqa: E402
 
 
 def build_agent() -> Agent:
@@ -105,17 +103,22 @@ def build_agent() -> Agent:
     return Agent("refunds", "Refund orders.", ScriptedModel(reply), tools=[refund])
 
 
-def serve_app(runtime: Runtime, worker: Worker, api: str) -> web.Application:
-    """`signoff serve`'s own HTTP application (every route and middleware), Slack over HTTP."""
-    settings = load_settings(
+def serve_settings(db: Path, api: str, workers: int, **values: Any) -> Settings:
+    """`signoff serve`'s settings: Slack over HTTP at the fake, on a free port of 127.0.0.1."""
+    return load_settings(
         overrides={
+            "database_url": f"sqlite+aiosqlite:///{db}",
+            "bind_host": "127.0.0.1",
+            "port": 0,
+            "workers": workers,
+            "poll_seconds": 0.05,
             "slack_mode": "http",
             "slack_bot_token": BOT_TOKEN,
             "slack_signing_secret": SIGNING_SECRET,
             "slack_api_base_url": api,
+            **values,
         }
     )
-    return build_app(settings, runtime, worker, operator_token="bench-operator")
 
 
 async def serve_on_localhost(app: web.Application) -> tuple[web.AppRunner, str]:
@@ -302,9 +305,17 @@ async def one_level(
                 all_in.set()
 
     with tempfile.TemporaryDirectory() as tmp:
-        store = SQLStore.sqlite(Path(tmp) / "bench.db", synchronous=synchronous)
+        db = Path(tmp) / "bench.db"
+        store = SQLStore.sqlite(db, synchronous=synchronous)
         await store.migrate()
-        runtime = Runtime(store, [build_agent()], checkpoint=observe)
+        service = await build_service(
+            serve_settings(db, api, workers),
+            agents=[build_agent()],
+            store=store,
+            checkpoint=observe,
+            parts=Parts(worker=apply, outbox=False, deadlines=False, wake_ups=False, discord=False),
+        )
+        runtime = service.runtime
         origin = {"platform": "slack", "channel": "C1", "thread_ts": "1.1", "user": "U1"}
         values = []
         for _ in range(clicks):
@@ -313,10 +324,7 @@ async def one_level(
             )
             ticket = result.pending[0].ticket
             values.append(blocks.button_value(ticket.ticket_id, ticket.correlation))
-        worker = Worker(runtime, concurrency=workers, poll_seconds=0.05)
-        stop = asyncio.Event()
-        loop_task = asyncio.create_task(worker.run(stop) if apply else stop.wait())
-        runner, url = await serve_on_localhost(serve_app(runtime, worker, api))
+        url = await service.start() + "/slack/events"
 
         bodies = [
             (
@@ -346,7 +354,7 @@ async def one_level(
         )
         cpu, syncs = time.process_time() - cpu0, store.syncs - syncs0
         collected = COLLECTOR.stop()
-        if profiler is not None:
+        if profiler is not None and profile is not None:
             profiler.disable()
             profiler.dump_stats(profile)
         deadline = time.monotonic() + (120 if apply else 0)
@@ -361,10 +369,7 @@ async def one_level(
         all_done = time.perf_counter() - first
         if not apply:
             done = []
-        stop.set()
-        await loop_task
-        await worker.drain(30)
-        await runner.cleanup()
+        await service.stop(grace_seconds=30)
         await store.close()
     await fake.stop()
     to_apply = [applied[t] - sent[t] for t in sent if t in applied] or [float("nan")]
@@ -393,40 +398,25 @@ async def card_edits(clicks: int, synchronous: str, workers: int) -> dict[str, f
     paced rate, outside the measurement); then every card is clicked at once and the time
     from a click to the ``chat.update`` of its card, at the fake Slack, is measured.
     """
-    from adapters.slack import ChannelLimiter, SlackNotifier, build_client
-    from bot.serve import PACING
-    from runtime.services.delivery import Claim, RoutingNotifier
-    from runtime.worker import outbox_loop
-
     fake = FakeSlack()
     api = await fake.start()
     with tempfile.TemporaryDirectory() as tmp:
-        store = SQLStore.sqlite(Path(tmp) / "bench.db", synchronous=synchronous)
+        db = Path(tmp) / "bench.db"
+        store = SQLStore.sqlite(db, synchronous=synchronous)
         await store.migrate()
-        runtime = Runtime(store, [build_agent()])
-        worker = Worker(runtime, concurrency=workers, poll_seconds=0.05)
-        config = SlackConfig(bot_token=BOT_TOKEN, signing_secret=SIGNING_SECRET, api_base_url=api)
-        client = build_client(config)
-        notifier = RoutingNotifier({"slack": SlackNotifier(client, limiter=ChannelLimiter(0))})
-        stop = asyncio.Event()
-        wake = asyncio.Event()
-        loops = [
-            asyncio.create_task(worker.run(stop)),
-            asyncio.create_task(
-                outbox_loop(
-                    runtime,
-                    notifier,
-                    stop,
-                    seconds=0.05,
-                    claim=Claim(owner="bench", pacing=PACING),
-                    wake=wake,
-                )
-            ),
-        ]
+        service = await build_service(
+            serve_settings(db, api, workers),
+            agents=[build_agent()],
+            store=store,
+            worker_id="bench",
+            slack_limiter=ChannelLimiter(0),
+            parts=Parts(deadlines=False, discord=False),
+        )
+        runtime = service.runtime
+        url = await service.start() + "/slack/events"
         origin = {"platform": "slack", "channel": "C1", "thread_ts": "1.1", "user": "U1"}
         for _ in range(clicks):
             await runtime.start("refunds", "refund A-1", requester="U1", origin=origin, wait=True)
-        wake.set()
         # The fake records calls; polling it is the only signal (one post per second).
         while len(fake.called("chat.postMessage")) < clicks:  # noqa: ASYNC110
             await asyncio.sleep(0.05)
@@ -437,13 +427,6 @@ async def card_edits(clicks: int, synchronous: str, workers: int) -> dict[str, f
             if b.get("type") == "actions"
             for v in [b["elements"][0]["value"]]
         }
-        app = web.Application()
-        add_slack_routes(
-            app,
-            build_slack_app(runtime, config, worker.wake, client=client),
-            signing_secret=config.signing_secret,
-        )
-        runner, url = await serve_on_localhost(app)
         sent: dict[str, float] = {}
         async with aiohttp.ClientSession() as http:
             warm = interaction_body(click_payload(blocks.ACTION_ALLOW, "not ours", user="U1"))
@@ -459,7 +442,6 @@ async def card_edits(clicks: int, synchronous: str, workers: int) -> dict[str, f
                 sent[ticket_id] = time.perf_counter()
                 async with http.post(url, data=body, headers=signed_headers(body)) as resp:
                     await resp.read()
-                    wake.set()
 
             first = time.perf_counter()
             await asyncio.gather(*(click(t, m) for t, m in cards.items()))
@@ -471,11 +453,7 @@ async def card_edits(clicks: int, synchronous: str, workers: int) -> dict[str, f
             for ticket_id, card in cards.items():
                 if call.args.get("ts") == card.ts and ticket_id not in edited:
                     edited[ticket_id] = call.at
-        stop.set()
-        for task in loops:
-            await task
-        await worker.drain(30)
-        await runner.cleanup()
+        await service.stop(grace_seconds=30)
         await store.close()
     await fake.stop()
     latency = [edited[t] - sent[t] for t in sent if t in edited]
