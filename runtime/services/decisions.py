@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypedDict, assert_never
@@ -95,6 +96,28 @@ class _Named:
 
 Decision = ResumeCommand | _Named
 """What `Decisions` applies: a command built by the caller, or a ticket named by id."""
+
+ClaimReceived = Callable[[Transaction], Awaitable[ReceivedRecord | None]]
+"""Claims stored clicks in the transaction it is given and returns the one to apply in
+it (None: there is none)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Claimed:
+    """A stored click that `claim` takes in the transaction that applies it."""
+
+    claim: ClaimReceived
+
+
+def _received(item: ReceivedRecord) -> _Named:
+    """The decision a stored click made: when it arrived, not when it is applied."""
+    return _Named(
+        item.ticket_id,
+        ANSWER.validate_python(item.answer),
+        Actor.model_validate(item.actor),
+        item.received_at,
+        item.correlation,
+    )
 
 
 class _DecidedDetails(TypedDict, total=False):
@@ -211,14 +234,16 @@ class Decisions:
         The decision was made when the click arrived, not when it is applied: a click
         acknowledged before the deadline counts.
         """
-        named = _Named(
-            item.ticket_id,
-            ANSWER.validate_python(item.answer),
-            Actor.model_validate(item.actor),
-            item.received_at,
-            item.correlation,
-        )
-        await self._decide(named, resume=False, received=item, report=False)
+        await self._decide(_received(item), resume=False, received=item, report=False)
+
+    async def claim_and_apply(self, claim: ClaimReceived) -> None:
+        """Claim a stored click and apply it (as `apply_received`) in one transaction.
+
+        `claim` runs first in that transaction; when it returns None the transaction ends
+        there. A refused click's transaction rolls back, its claim with it: the caller
+        records the refusal.
+        """
+        await self._decide(_Claimed(claim), resume=False, received=None, report=False)
 
     @staticmethod
     def resolution(result: Any, retry: bool, abort: bool, reason: str | None) -> Answer:
@@ -294,7 +319,7 @@ class Decisions:
 
     async def _decide(
         self,
-        decision: Decision,
+        decision: Decision | _Claimed,
         *,
         resume: bool,
         received: ReceivedRecord | None,
@@ -313,7 +338,7 @@ class Decisions:
 
     async def _submit(
         self,
-        decision: Decision,
+        decision: Decision | _Claimed,
         resume: bool,
         received: ReceivedRecord | None,
         slot: Slot | None,
@@ -321,6 +346,11 @@ class Decisions:
     ) -> RunResult | None:
         deps = self._deps
         async with deps.store.transaction() as tx:
+            if isinstance(decision, _Claimed):
+                received = await decision.claim(tx)
+                if received is None:
+                    return None
+                decision = _received(received)
             if isinstance(decision, ResumeCommand):
                 command = decision
                 run = await tx.get_run(command.run_id, for_update=True)

@@ -237,38 +237,78 @@ class Inbox:
             return await tx.get_ticket(ticket_id)
 
     async def apply_received(self, limit: int) -> list[ReceivedOutcome]:
-        """Apply stored decisions, oldest first, each exactly once."""
-        deps = self._deps
-        now = deps.clock.now()
-        async with deps.store.transaction() as tx:
-            # Claimed, so that of several processes only one applies (or refuses) each.
-            pending = await tx.claim_received(
-                now,
-                limit,
-                owner=deps.worker_id,
-                until=now + timedelta(seconds=deps.lease_seconds),
-            )
-        outcomes = []
-        for item in pending:
-            error: SignoffError | None = None
-            try:
-                # The ticket is read once, in the transaction that applies the click.
-                await self._decisions.apply_received(item)
-            except (ResumeError, RunNotFound) as exc:
-                error = exc
+        """Apply stored decisions, oldest first, each exactly once.
+
+        The oldest is claimed and applied in one transaction, and those claimed with it
+        are applied one transaction each. A refused click's transaction rolls back with
+        its claim: its refusal is recorded on its own, and the others are claimed again.
+        """
+        outcomes: list[ReceivedOutcome] = []
+        while len(outcomes) < limit:
+            claimed = await self._claim_and_apply(limit - len(outcomes))
+            if claimed is None:
+                break
+            first, error, rest = claimed
             if error is not None:
-                item.applied_at = deps.clock.now()
-                item.state = "refused"
-                item.error_code = getattr(error, "code", type(error).__name__)
-                item.error = str(error)
-                async with deps.store.transaction() as tx:
-                    # Another process may have applied it meanwhile (its claim expired).
-                    if not await tx.update_received(item, only_pending=True):
-                        continue
-                    if item.reply is not None:
-                        await self._tell_refused(tx, item, error)
-            outcomes.append(ReceivedOutcome(item, error))
+                if await self._refuse(first, error):
+                    outcomes.append(ReceivedOutcome(first, error))
+                continue
+            outcomes.append(ReceivedOutcome(first, None))
+            for item in rest:
+                error = await self._applied(self._decisions.apply_received(item))
+                if error is None or await self._refuse(item, error):
+                    outcomes.append(ReceivedOutcome(item, error))
+            break
         return outcomes
+
+    async def _claim_and_apply(
+        self, limit: int
+    ) -> tuple[ReceivedRecord, SignoffError | None, list[ReceivedRecord]] | None:
+        """Claim up to `limit` stored clicks and apply the oldest in the same transaction.
+
+        Returns:
+            The oldest, why it was refused (None: applied) and the others, which stay
+            claimed by this process only when the oldest was applied; None: none is pending.
+        """
+        deps = self._deps
+        claimed: list[ReceivedRecord] = []
+
+        async def claim(tx: Transaction) -> ReceivedRecord | None:
+            # Claimed, so that of several processes only one applies (or refuses) each.
+            now = deps.clock.now()
+            claimed[:] = await tx.claim_received(
+                now, limit, owner=deps.worker_id, until=now + timedelta(seconds=deps.lease_seconds)
+            )
+            return claimed[0] if claimed else None
+
+        error = await self._applied(self._decisions.claim_and_apply(claim))
+        if not claimed:
+            return None
+        return claimed[0], error, claimed[1:]
+
+    @staticmethod
+    async def _applied(applying: Awaitable[None]) -> SignoffError | None:
+        """Why a stored click was refused when it was applied (None: it was applied)."""
+        try:
+            # The ticket is read once, in the transaction that applies the click.
+            await applying
+        except (ResumeError, RunNotFound) as exc:
+            return exc
+        return None
+
+    async def _refuse(self, item: ReceivedRecord, error: SignoffError) -> bool:
+        """Record that a stored click was refused, and tell the clicker; False when another
+        process applied or refused it meanwhile (its claim expired, or was never held)."""
+        item.applied_at = self._deps.clock.now()
+        item.state = "refused"
+        item.error_code = getattr(error, "code", type(error).__name__)
+        item.error = str(error)
+        async with self._deps.store.transaction() as tx:
+            if not await tx.update_received(item, only_pending=True):
+                return False
+            if item.reply is not None:
+                await self._tell_refused(tx, item, error)
+        return True
 
     async def _tell_refused(
         self, tx: Transaction, item: ReceivedRecord, error: SignoffError

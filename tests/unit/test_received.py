@@ -209,9 +209,9 @@ async def test_a_click_reads_its_ticket_once_when_accepted_and_once_when_applied
     store.reset()
     [outcome] = await rt.apply_received()
     assert outcome.applied
-    # One transaction claims the stored clicks, one applies this one; nothing is read
-    # before it, and nothing after it that no one asked for.
-    assert (store.transactions, store.ticket_reads) == (2, 1)
+    # One transaction claims the stored click and applies it; nothing is read before
+    # it, and nothing after it that no one asked for.
+    assert (store.transactions, store.ticket_reads) == (1, 1)
     await rt.aclose()
 
 
@@ -240,3 +240,38 @@ async def test_a_form_button_reads_its_ticket_once_when_the_clicker_is_known_at_
     assert opened == Decidable(ticket)
     assert (store.transactions, store.ticket_reads) == (2, 2)
     await rt.aclose()
+
+
+async def test_a_refused_oldest_click_leaves_the_next_one_to_be_applied_in_the_same_round(
+    runtime_factory: Any,
+) -> None:
+    ran: list[int] = []
+    rt, first = await parked(runtime_factory, ran)
+    second = (await rt.start("payments", "pay 5", requester="U1")).pending[0].ticket
+    actor = Actor(id="U1", platform="slack")
+    for n, ticket in enumerate([first, second]):
+        stored = await rt.accept(
+            ticket.ticket_id,
+            Allow(),
+            actor,
+            correlation=ticket.correlation,
+            source="slack",
+            delivery_id=f"click-{n}",
+            reply={"response_url": f"http://127.0.0.1/r{n}"},
+        )
+        assert stored == Accepted(ticket, stored=True)
+    # Decided by other means after the click was stored: the stored click is refused
+    # when applied, and its transaction (which claimed both clicks) rolls back.
+    await rt.decline(first.ticket_id, actor="U1", reason="no")
+    outcomes = await rt.apply_received()
+    assert [(o.command.ticket_id, o.applied) for o in outcomes] == [
+        (first.ticket_id, False),
+        (second.ticket_id, True),
+    ]
+    assert isinstance(outcomes[0].error, NotAwaiting)
+    assert [o.command.state for o in outcomes] == ["refused", "applied"]
+    assert await rt.apply_received() == []
+    assert (await rt.get(second.run_id)).status is RunStatus.QUEUED
+    async with rt.store.transaction() as tx:
+        told = [o for o in await tx.outbox_for_run(first.run_id) if o.kind == "decision_refused"]
+    assert [o.destination["response_url"] for o in told] == ["http://127.0.0.1/r0"]
