@@ -2,7 +2,8 @@
 message is posted, also when a process is slow between claiming an item and posting it.
 
 Two outbox deliverers ("replicas") share one database and post through the real
-`SlackNotifier` to the fake Slack, which records when each post arrives.
+`SlackNotifier` to the fake Slack, which records when each post arrives: one delivery
+round held up by hand, and the outbox of `signoff serve`'s process (`build_service`).
 """
 
 from __future__ import annotations
@@ -19,14 +20,14 @@ from pgtest import fresh_database
 from slackbed import slack_config
 
 from adapters.slack import ChannelLimiter, SlackNotifier, build_client
-from runtime import Runtime
+from bot.bootstrap import Parts, Service, build_service
+from bot.settings import Settings
 from runtime.domain.clock import SystemClock
 from runtime.domain.notifications import Delivery, Notification
 from runtime.domain.states import RunStatus
 from runtime.services.delivery import Claim, deliver_due
 from runtime.store.records import OutboxRecord, RunRecord
 from runtime.store.sql import SQLStore
-from runtime.worker import outbox_loop
 
 INTERVAL = 2.0
 """Seconds between two messages to one channel (Slack's is 1; longer keeps the margin
@@ -104,10 +105,8 @@ async def test_a_slow_process_waits_for_the_post_of_another(database: str, fake:
     config = slack_config(fake)
     # No pacing inside either process: what is checked is the pacing between them.
     slow = Stalled(SlackNotifier(build_client(config), limiter=ChannelLimiter(interval=0.0)))
-    quick = SlackNotifier(build_client(config), limiter=ChannelLimiter(interval=0.0))
     pacing = {"slack": INTERVAL}
-    stop = asyncio.Event()
-    loop: asyncio.Task[None] | None = None
+    quick: Service | None = None
     stalled: asyncio.Task[int] | None = None
     try:
         await queue_answers(first, 2)
@@ -116,10 +115,26 @@ async def test_a_slow_process_waits_for_the_post_of_another(database: str, fake:
             deliver_due(first, SystemClock(), slow, claim=Claim(owner="slow", pacing=pacing))
         )
         await asyncio.wait_for(slow.entered.wait(), 20)
-        # The other claims the second once the channel's claim slot is free, and posts it.
-        other = Runtime(second, worker_id="quick")
-        claim = Claim(owner="quick", pacing=pacing)
-        loop = asyncio.create_task(outbox_loop(other, quick, stop, seconds=0.05, claim=claim))
+        # The other (`signoff serve`'s outbox alone) claims the second once the channel's
+        # claim slot is free, and posts it.
+        quick = await build_service(
+            Settings.model_validate(
+                {
+                    "database_url": database,
+                    "operator_token": "pacing-operator-0123456789",
+                    "cookie_secret": "pacing-cookie-secret-0123456789abcdef",
+                    "poll_seconds": 0.05,
+                }
+            ),
+            agents=[],
+            store=second,
+            worker_id="quick",
+            slack_config=config,
+            slack_limiter=ChannelLimiter(interval=0.0),
+            pacing=pacing,
+            parts=Parts(listen=False, deadlines=False, wake_ups=False, discord=False, worker=False),
+        )
+        await quick.start()
         await fake.wait_for(lambda: fake.posts("C1"), "the quick process's post")
         slow.go.set()
         assert await stalled == 1
@@ -134,9 +149,8 @@ async def test_a_slow_process_waits_for_the_post_of_another(database: str, fake:
         assert posts[1].at - posts[0].at >= INTERVAL / 2
     finally:
         slow.go.set()
-        stop.set()
-        if loop is not None:
-            await loop
+        if quick is not None:
+            await quick.stop(grace_seconds=1)
         if stalled is not None and not stalled.done():
             await stalled
         await first.close()
