@@ -5,10 +5,10 @@ Usage::
     python bench/handoff.py                      # 300 cycles per round, 3 rounds each way
     python bench/handoff.py --runs 500 --rounds 5 --synchronous normal
 
-One process holds a SQLite file store (WAL, ``synchronous=full`` unless told otherwise),
-a `Runtime` with `bench/park_resume.py`'s agent (one ``ask`` tool, a scripted model, no
-network) and a `Worker` (4 places) whose loop runs, as in `signoff serve`. One cycle, one
-run at a time (a server that is not saturated):
+One process holds `signoff serve`'s process (`bot.bootstrap.build_service`) on a SQLite
+file store (WAL, ``synchronous=full`` unless told otherwise), with `bench/park_resume.py`'s
+agent (one ``ask`` tool, a scripted model, no network); only its worker (4 places) runs.
+One cycle, one run at a time (a server that is not saturated):
 
 1. ``Runtime.start(wait=False)``, as a webhook, the API or a chat command starts a run;
 2. wait until the run parked (its model call committed);
@@ -47,6 +47,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from park_resume import build_agent, sqlite_store  # noqa: E402
 
+from bot.bootstrap import Parts, build_service  # noqa: E402
+from bot.settings import load_settings  # noqa: E402
 from runtime import Runtime  # noqa: E402
 from runtime.worker import Worker  # noqa: E402
 
@@ -84,10 +86,22 @@ async def one_round(way: str, runs: int, synchronous: str) -> Round:
         store = sqlite_store(Path(tmp) / "bench.db", synchronous)
         await store.migrate()
         turns = Turns()
-        runtime = Runtime(store, [build_agent()], checkpoint=turns.checkpoint)
-        worker = Worker(runtime, concurrency=4, poll_seconds=0.5)
-        stop = asyncio.Event()
-        loop = asyncio.create_task(worker.run(stop))
+        settings = load_settings(
+            overrides={
+                "database_url": f"sqlite+aiosqlite:///{Path(tmp) / 'bench.db'}",
+                "workers": 4,
+                "poll_seconds": 0.5,
+            }
+        )
+        service = await build_service(
+            settings,
+            agents=[build_agent()],
+            store=store,
+            checkpoint=turns.checkpoint,
+            parts=Parts(listen=False, outbox=False, deadlines=False, wake_ups=False, discord=False),
+        )
+        runtime, worker = service.runtime, service.worker
+        await service.start()
         await asyncio.sleep(0)  # the loop has begun (and offered to take runs)
         if way == "queued":
             runtime.hand_off_to(None)
@@ -109,9 +123,7 @@ async def one_round(way: str, runs: int, synchronous: str) -> Round:
             cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
             commits = store.commits - commits0
         finally:
-            stop.set()
-            await loop
-            await worker.drain(5)
+            await service.stop(grace_seconds=5)
             await store.close()
     return Round(way, 1000 * cpu / runs, 1000 * wall / runs, commits / runs, transactions / runs)
 
