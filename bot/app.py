@@ -10,6 +10,7 @@ from aiohttp import web
 from pydantic import SecretStr
 
 from adapters.web import ApiToken, TokenAuth, add_api_routes, add_console_routes, body_deadline
+from adapters.web.decision_tokens import DEFAULT_ISSUER, DecisionSigner, add_jwks_route
 from adapters.webhook import CallbackNotifier, HookConfig, add_hook_routes
 from bot.settings import Settings
 from runtime import ConfigurationError, Runtime
@@ -56,9 +57,25 @@ def api_tokens(settings: Settings, operator_token: str) -> list[ApiToken]:
                 operator=entry.operator,
                 name=entry.name,
                 groups=frozenset(entry.groups),
+                on_behalf_of=tuple(entry.on_behalf_of),
             )
         )
     return tokens
+
+
+def decision_signer(settings: Settings, cookie_secret: bytes) -> DecisionSigner:
+    """The signer of decision tokens: ``SIGNOFF_SIGNING_KEY``, else a key derived from
+    the cookie secret (the same on every replica sharing it, and across restarts).
+
+    Raises:
+        ConfigurationError: ``SIGNOFF_SIGNING_KEY`` is not an Ed25519 private key.
+    """
+    issuer = settings.public_url or DEFAULT_ISSUER
+    ttl = settings.decision_token_ttl_seconds
+    if settings.signing_key is not None:
+        pem = settings.signing_key.get_secret_value()
+        return DecisionSigner.from_pem(pem, issuer=issuer, ttl_seconds=ttl)
+    return DecisionSigner.derived(cookie_secret, issuer=issuer, ttl_seconds=ttl)
 
 
 @dataclass
@@ -77,11 +94,13 @@ class Web:
         app: Console, JSON API, webhooks and (when on) Slack's routes.
         notifiers: Notifier per platform name (``callback``, ``slack`` when on).
         slack: The Slack edge, when it is on.
+        signer: The signer of decision tokens (see `decision_signer`).
     """
 
     app: web.Application
     notifiers: dict[str, Notifier]
     slack: SlackEdge | None = None
+    signer: DecisionSigner | None = None
 
 
 def build_web(
@@ -128,6 +147,8 @@ def build_web(
             else secrets.token_bytes(32)
         )
     hooks = hook_configs(settings)
+    signer = decision_signer(settings, cookie_secret)
+    add_jwks_route(app, signer)
     # These edges start runs and apply decisions themselves: they receive nothing.
     add_api_routes(app, runtime, auth, worker.wake_runs)
     add_console_routes(
@@ -161,7 +182,7 @@ def build_web(
         notifiers["slack"] = slack.notifier
     # Innermost, after the API's own error middleware; webhooks time their own reads.
     app.middlewares.append(body_deadline(settings.http_body_timeout_seconds, skip=("/hooks/",)))
-    return Web(app, notifiers, slack)
+    return Web(app, notifiers, slack, signer)
 
 
 def build_app(

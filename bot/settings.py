@@ -58,6 +58,7 @@ _SENSITIVE = frozenset(
         "api_tokens",
         "hooks",
         "cookie_secret",
+        "signing_key",
         "slack_bot_token",
         "slack_signing_secret",
         "slack_app_token",
@@ -86,6 +87,7 @@ class ApiTokenSetting(BaseModel):
     operator: bool = False
     name: str | None = None
     groups: list[str] = Field(default_factory=list)
+    on_behalf_of: list[str] = Field(default_factory=list)
 
 
 class HookSetting(BaseModel):
@@ -150,8 +152,9 @@ class Settings(BaseSettings):
             made up once and kept next to a SQLite file (`bot.console_secrets`), and
             printed at start-up.
         api_tokens: More tokens, each standing for a user id (JSON list of
-            ``{"token", "actor", "operator", "name", "groups"}``; ``groups`` are approver
-            groups the user belongs to).
+            ``{"token", "actor", "operator", "name", "groups", "on_behalf_of"}``;
+            ``groups`` are approver groups the user belongs to; ``on_behalf_of`` lists the
+            user ids, or glob patterns, an approval request may name as its requester).
         hooks: Signed webhooks by name (JSON object of ``{"secret", "agent",
             "input_template", "approvals", "requester", "callback_url",
             "callback_hosts", "max_body_bytes"}``).
@@ -159,6 +162,12 @@ class Settings(BaseSettings):
             Unset: made up once and kept with the operator token (in memory: random per
             process, so sessions end with a restart).
         secure_cookies: Mark console cookies ``Secure`` (serve behind HTTPS).
+        signing_key: The Ed25519 private key (PEM) signing decision tokens. Unset:
+            derived from the cookie secret, so replicas sharing it share the key.
+        decision_token_ttl_seconds: How long a decision token is valid after the decision.
+        public_url: The base URL signoff is reached at from outside (e.g.
+            ``https://signoff.example.com``); the ``iss`` of decision tokens. Unset:
+            ``signoff``.
         slack_bot_token: The Slack app's bot token (``xoxb-...``).
         slack_signing_secret: The Slack app's signing secret (HTTP mode).
         slack_app_token: The Slack app-level token (``xapp-...``, Socket Mode).
@@ -236,6 +245,9 @@ class Settings(BaseSettings):
     hooks: dict[str, HookSetting] = Field(default_factory=dict)
     cookie_secret: SecretStr | None = Field(default=None, min_length=32)
     secure_cookies: bool = False
+    signing_key: SecretStr | None = Field(default=None, min_length=1)
+    decision_token_ttl_seconds: int = Field(default=3600, ge=1, le=30 * 24 * 3600)
+    public_url: str | None = Field(default=None, min_length=1)
     slack_bot_token: SecretStr | None = Field(default=None, min_length=1)
     slack_signing_secret: SecretStr | None = Field(default=None, min_length=1)
     slack_app_token: SecretStr | None = Field(default=None, min_length=1)
@@ -270,6 +282,13 @@ class Settings(BaseSettings):
     @classmethod
     def _model_spec(cls, value: str | None) -> str | None:
         return _spec(value) if value is not None else None
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip().startswith(("https://", "http://")):
+            raise ValueError("expected an http(s) URL such as https://signoff.example.com")
+        return value.strip().rstrip("/") if value is not None else None
 
     @field_validator("openai_base_url", "anthropic_base_url")
     @classmethod

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import base64
+import fnmatch
 import hashlib
 import hmac
 import json
@@ -42,6 +43,8 @@ class ApiToken:
         name: A display name.
         groups: Approver groups the token's user belongs to (matched by ``group:<name>``
             approver entries, e.g. ``release-managers``).
+        on_behalf_of: User ids, or glob patterns (``U*``), an approval request made with
+            this token may name as its requester (``POST /api/approvals``).
     """
 
     token: str
@@ -49,6 +52,17 @@ class ApiToken:
     operator: bool = False
     name: str | None = None
     groups: frozenset[str] = frozenset()
+    on_behalf_of: tuple[str, ...] = ()
+
+    def may_act_for(self, user_id: str) -> bool:
+        """Whether a request made with this token may name `user_id` as its requester.
+
+        The token's own user always may; others only when an ``on_behalf_of`` entry
+        matches (case-sensitive glob).
+        """
+        if user_id == self.actor_id:
+            return True
+        return any(fnmatch.fnmatchcase(user_id, pattern) for pattern in self.on_behalf_of)
 
     @property
     def fingerprint(self) -> str:
@@ -94,11 +108,16 @@ class TokenAuth:
 
     def bearer(self, request: web.BaseRequest) -> Actor | None:
         """The actor of the request's ``Authorization: Bearer <token>`` header, or None."""
+        found = self.bearer_token(request)
+        return found.actor("api") if found is not None else None
+
+    def bearer_token(self, request: web.BaseRequest) -> ApiToken | None:
+        """The configured token of the request's ``Authorization: Bearer`` header, or None."""
         header = request.headers.get("Authorization", "")
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             return None
-        return self.actor_for(token.strip(), platform="api")
+        return self.lookup(token.strip())
 
 
 def _find(
