@@ -73,7 +73,9 @@ def callback_payload(
     }
 
 
-def _retry_after(value: str | None, now: datetime) -> float | None:
+def retry_after_seconds(value: str | None, now: datetime) -> float | None:
+    """The seconds a ``Retry-After`` header value asks to wait (seconds or an HTTP date),
+    at most a day; None when absent or unreadable."""
     if not value:
         return None
     text = value.strip()
@@ -173,7 +175,9 @@ class CallbackNotifier:
             return {"callback_url": url, "status": status}
         message = f"callback to {url} answered HTTP {status}"
         if status >= 500 or status in _TRANSIENT_STATUSES:
-            raise DeliveryError(message, retry_after=_retry_after(retry_after, self._clock.now()))
+            raise DeliveryError(
+                message, retry_after=retry_after_seconds(retry_after, self._clock.now())
+            )
         if 300 <= status < 400:
             message += " (redirects are not followed)"
         raise DeliveryError(message, permanent=True)
