@@ -9,11 +9,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from adapters.webhook import HookConfig, add_hook_routes
 from adapters.webhook.signing import signed_headers
+from bot.bootstrap import Parts, build_service
+from bot.settings import Settings
 from runtime import Agent, Runtime, ScriptedModel, final_reply
 from runtime.store.sql import SQLStore
 
@@ -22,16 +22,34 @@ SECRET = "whsec-busy-0123456789"
 
 @pytest.fixture
 async def client(tmp_path: Path) -> AsyncIterator[tuple[TestClient, Runtime]]:
-    store = SQLStore.sqlite(tmp_path / "busy.db")
+    path = tmp_path / "busy.db"
+    store = SQLStore.sqlite(path)
     await store.migrate()
-    runtime = Runtime(store, [Agent("echo", "Echo.", ScriptedModel([final_reply("ok")]))])
-    app = web.Application()
-    hook = HookConfig(name="echo", secret=SECRET, agent="echo", input_template="{raw}")
-    # No worker runs here, so every started run stays queued.
-    add_hook_routes(app, runtime, {"echo": hook}, lambda: None, max_queued=2)
-    async with TestClient(TestServer(app)) as http:
-        yield http, runtime
-    await store.close()
+    settings = Settings.model_validate(
+        {
+            "database_url": f"sqlite+aiosqlite:///{path}",
+            "operator_token": "busy-operator-0123456789",
+            "cookie_secret": "busy-cookie-secret-0123456789abcdef",
+            "max_queued_runs": 2,
+            "hooks": {"echo": {"secret": SECRET, "agent": "echo", "input_template": "{raw}"}},
+        }
+    )
+    service = await build_service(
+        settings,
+        agents=[Agent("echo", "Echo.", ScriptedModel([final_reply("ok")]))],
+        store=store,
+        # No worker runs here, so every started run stays queued.
+        parts=Parts(
+            listen=False, outbox=False, deadlines=False, wake_ups=False, discord=False, worker=False
+        ),
+    )
+    await service.start()
+    try:
+        async with TestClient(TestServer(service.app)) as http:
+            yield http, service.runtime
+    finally:
+        await service.stop(grace_seconds=1)
+        await store.close()
 
 
 async def post(http: TestClient, payload: object, key: str) -> tuple[int, dict, dict]:
