@@ -12,11 +12,13 @@ from runtime.domain.accepting import (
     Refused,
 )
 from runtime.domain.agent import Agent
+from runtime.domain.approvals import Approval, ApprovalOutcome, ApprovalRequest
 from runtime.domain.clock import Clock, IdSource, ManualClock, RandomIds, SequentialIds, SystemClock
 from runtime.domain.context import ToolContext, current_tool_context
 from runtime.domain.edits import EditForm, args_digest
 from runtime.domain.errors import (
     AccessDenied,
+    ApprovalRefused,
     ConfigurationError,
     EditDenied,
     EditRefused,
@@ -27,6 +29,7 @@ from runtime.domain.errors import (
     IdempotencyConflict,
     IllegalTransition,
     InvalidAnswer,
+    InvalidApproval,
     InvalidEdit,
     LeaseLost,
     ModelError,
@@ -46,6 +49,7 @@ from runtime.domain.errors import (
     UnknownGrant,
     UnknownTicket,
 )
+from runtime.domain.external import ExternalAgent
 from runtime.domain.model import (
     Model,
     ModelRequest,
@@ -114,6 +118,10 @@ __all__ = [
     "Allow",
     "Answer",
     "AnswerKind",
+    "Approval",
+    "ApprovalOutcome",
+    "ApprovalRefused",
+    "ApprovalRequest",
     "AwaitTarget",
     "BatchAccepted",
     "BatchItem",
@@ -132,6 +140,7 @@ __all__ = [
     "Escalate",
     "Expired",
     "ExpiryAction",
+    "ExternalAgent",
     "FormOutcome",
     "Grant",
     "GrantError",
@@ -146,6 +155,7 @@ __all__ = [
     "InputData",
     "InputRequest",
     "InvalidAnswer",
+    "InvalidApproval",
     "InvalidEdit",
     "LeaseLost",
     "ManualClock",

@@ -25,9 +25,11 @@ from typing import Any
 
 from runtime.domain.accepting import AcceptOutcome, ActorSource, FormOutcome, Refused
 from runtime.domain.agent import Agent
+from runtime.domain.approvals import Approval, ApprovalRequest, ApprovalStatus
 from runtime.domain.clock import Clock, IdSource, RandomIds, SystemClock
 from runtime.domain.edits import EditForm, ticket_edit_form
 from runtime.domain.errors import ConfigurationError
+from runtime.domain.external import AgentRegistry, UndeclaredAgents
 from runtime.domain.model import Model
 from runtime.domain.states import RunStatus
 from runtime.domain.subagents import check_no_cycle
@@ -46,6 +48,7 @@ from runtime.engine.deps import Checkpoint, Deps, ResultMiddlewareInput
 from runtime.engine.grants import Grant
 from runtime.engine.handoff import Slots
 from runtime.engine.results import PendingEntry, RunResult
+from runtime.services.approvals import Approvals
 from runtime.services.batches import BatchAccepted, Batches, BatchItem, BatchOutcome
 from runtime.services.control import RunControl
 from runtime.services.decisions import MISSING, Decisions, TicketRef
@@ -88,6 +91,10 @@ class Runtime:
         model_resolver: Turns an agent's model spec (``"openai:gpt-4.1-mini"``) into a
             `Model` when the agent is registered; needed only for agents whose model is
             a string.
+        undeclared_agents: Whether an external approval may name an agent that was not
+            registered: ``any`` (an `ExternalAgent` with the defaults is synthesised for
+            it: every tool asks, the requester decides, cards in the console) or
+            ``declared`` (refused with `ApprovalRefused`).
     """
 
     def __init__(
@@ -102,14 +109,19 @@ class Runtime:
         checkpoint: Checkpoint | None = None,
         result_middleware: Sequence[Callable[[ResultMiddlewareInput], str]] = (),
         model_resolver: Callable[[str], Model] | None = None,
+        undeclared_agents: UndeclaredAgents = "declared",
     ) -> None:
         if lease_seconds <= 0:
             raise ConfigurationError("lease_seconds must be positive")
+        if undeclared_agents not in ("any", "declared"):
+            raise ConfigurationError("undeclared_agents must be 'any' or 'declared'")
+        registry = AgentRegistry()
+        registry.undeclared = undeclared_agents
         deps = Deps(
             store=store,
             clock=clock or SystemClock(),
             ids=ids or RandomIds(),
-            agents={},
+            agents=registry,
             worker_id=worker_id or f"{socket.gethostname()}:{os.getpid()}",
             lease_seconds=lease_seconds,
             checkpoint=checkpoint,
@@ -127,6 +139,7 @@ class Runtime:
         self._sessions = Sessions(deps)
         self._grants = Grants(deps)
         self._batches = Batches(deps, self._queries, self._decisions, self._inbox)
+        self._approvals = Approvals(deps, self._starter)
         # The listed agents first, then the sub-agents they list but which are not
         # listed themselves: a listed agent wins over a sub-agent of the same name.
         for agent in agents:
@@ -286,6 +299,73 @@ class Runtime:
             How many were forgotten.
         """
         return await self._starter.forget_idempotency(scope, before)
+
+    # -- external approvals ------------------------------------------------------------
+    async def request_approval(
+        self, request: ApprovalRequest, *, actor: Actor, idempotency_key: str | None = None
+    ) -> Approval:
+        """Ask whether an external agent's tool call may run.
+
+        The request becomes one run of the external agent: its rules decide at once
+        (``allowed`` by an allow rule or a standing grant, ``denied`` by a deny rule), or
+        the call waits on an ordinary ticket (``pending``), with its cards.
+
+        Args:
+            request: The call, and what the caller asks of it.
+            actor: Who sends it (the token's identity, recorded as ``requested_by``). The
+                requester is ``request.on_behalf_of`` when given (the edge checked the
+                sender may act for them), else the sender.
+            idempotency_key: The same key from the same sender returns the approval it
+                created first (``replayed`` set), never a second ticket.
+
+        Raises:
+            ApprovalRefused: The agent is undeclared where only declared ones may ask, runs
+                inside signoff, or the request overrides what the agent does not allow.
+            InvalidApproval: The arguments fail the request's schema, or a field is bad.
+            IdempotencyConflict: The key was used with a different request.
+        """
+        return await self._approvals.request(request, actor, idempotency_key)
+
+    async def approval(self, approval_id: str, *, viewer: Actor | None) -> Approval:
+        """An external approval as it stands.
+
+        Raises:
+            RunNotFound: No such approval, or `viewer` may not see it (only the requester,
+                the sender, whoever may decide or decided its ticket, and operators may).
+        """
+        return await self._approvals.get(approval_id, viewer)
+
+    async def wait_approval(
+        self,
+        approval_id: str,
+        *,
+        viewer: Actor,
+        timeout: float,  # noqa: ASYNC109 (a long poll's bound, as the API's ?wait=N)
+    ) -> Approval:
+        """An external approval once it is decided, or as it stands after `timeout` seconds
+        (at once when it is decided already).
+
+        Raises:
+            RunNotFound: As for `approval`.
+        """
+        return await self._approvals.wait(approval_id, viewer, timeout)
+
+    async def approval_page(
+        self,
+        *,
+        viewer: Actor,
+        status: ApprovalStatus | None = None,
+        agent: str | None = None,
+        session_id: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> Page[Approval]:
+        """A page of the external approvals `viewer` may see, newest first.
+
+        Raises:
+            InvalidCursor: `cursor` is not one this listing gave `viewer`.
+        """
+        return await self._approvals.page(viewer, status, agent, session_id, limit, cursor)
 
     # -- console sessions --------------------------------------------------------------
     async def revoke_session(self, session_id: str, expires_at: datetime) -> None:

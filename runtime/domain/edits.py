@@ -169,7 +169,7 @@ def check_edit(tool: Tool | None, target: ToolPermission, given: Mapping[str, An
             f"{tool.name} has no argument {', '.join(repr(n) for n in unknown)}",
             [_problem(name, "no such argument") for name in unknown],
         )
-    allowed = set(tool.editable_arguments())
+    allowed = set(tool.editable_for(original))
     refused = [name for name in touched if name not in allowed]
     if refused:
         raise NotEditable(
@@ -244,12 +244,12 @@ def edit_form(tool: Tool | None, target: ToolPermission) -> EditForm | None:
     """The form for editing the call `target` waits on; None when nothing may change."""
     if tool is None:
         return None
-    allowed = tool.editable_arguments()
+    allowed = tool.editable_for(target.args)
     if not allowed:
         return None
     fields = tuple(
         replace(item, required=False)
-        for item in schema_fields(tool.parameters)
+        for item in schema_fields(tool.parameters_for(target.args))
         if item.name in allowed
     )
     if not fields:

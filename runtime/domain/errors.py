@@ -23,6 +23,8 @@ One root, split by who must act::
     │   └── GrantNotActive          it was revoked or has expired already
     ├── IdempotencyConflict         the caller: a reused idempotency key with another body
     ├── AccessDenied                the caller: may not do this (e.g. join another's thread)
+    │   └── ApprovalRefused         configuration refuses this external agent, tool or override
+    ├── InvalidApproval             the caller: an approval request that cannot be taken as sent
     ├── ToolOutcomeUnknown          raised by a tool: its effect may or may not have happened
     ├── RunError                    the run itself
     │   ├── RunNotFound
@@ -176,6 +178,25 @@ class AccessDenied(SignoffError):
     """The caller may not do this, e.g. start a run in a thread they do not take part in."""
 
     code = "forbidden"
+
+
+class ApprovalRefused(AccessDenied):
+    """Configuration refuses an external approval request: an undeclared agent where only
+    declared ones may ask, or an override the agent does not allow."""
+
+    code = "approval_refused"
+
+
+class InvalidApproval(SignoffError):
+    """An external approval request cannot be taken as sent: its arguments fail the given
+    JSON schema, the schema itself is invalid, or an override is malformed."""
+
+    code = "invalid_approval"
+
+    def __init__(self, message: str, problems: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.problems = list(problems or [])
+        """One ``{"path", "message"}`` per problem with the arguments."""
 
 
 class ToolOutcomeUnknown(SignoffError):

@@ -80,6 +80,9 @@ class DescribedTicket(_Note):
     """What the tool says it does (its docstring, or an MCP tool's description)."""
     tool_server: str | None = None
     """The MCP server an MCP tool comes from (None: not an MCP tool)."""
+    external: bool = False
+    """The call of an external agent (`runtime.domain.external`): signoff authorises it,
+    the agent runs it elsewhere."""
 
     @model_validator(mode="before")
     @classmethod

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import StrEnum
@@ -319,6 +319,15 @@ class Tool:
         names = [str(n) for n in properties] if isinstance(properties, dict) else []
         chosen = names if self.editable is True else [n for n in names if n in self.editable]
         return tuple(n for n in chosen if n not in self.secret)
+
+    def editable_for(self, args: Mapping[str, Any]) -> tuple[str, ...]:
+        """The arguments an approver may change in a call with `args` (never secret ones):
+        `editable_arguments`, for a tool whose schema names its arguments."""
+        return self.editable_arguments()
+
+    def parameters_for(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        """The schema an edit form of a call with `args` shows: `parameters`."""
+        return self.parameters
 
     def permission_for(self, args: dict[str, Any]) -> Permission:
         """The permission for a call with these (validated) arguments."""

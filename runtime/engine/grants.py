@@ -28,6 +28,7 @@ from typing import Any, Literal, assert_never
 from runtime.domain import constraints
 from runtime.domain.agent import Agent
 from runtime.domain.errors import GrantNotAllowed
+from runtime.domain.external import is_external
 from runtime.domain.notifications import Decided
 from runtime.domain.states import CallState, TicketStatus
 from runtime.domain.tickets import (
@@ -51,6 +52,8 @@ DEFAULT_THREAD_HOURS = 8.0
 GrantState = Literal["active", "revoked", "expired", "ended"]
 """Whether a grant covers calls now (``ended``: a ``run`` grant whose run finished)."""
 
+_SESSION_GRANTS = 100
+"""How many of a session's run grants an external agent's call is checked against."""
 _SCOPE_WORDS: dict[str, str] = {"run": "the rest of this run", "thread": "this thread"}
 
 
@@ -383,6 +386,18 @@ async def allow_by_grant(
     found = await tx.active_grants(
         agent=agent.name, tool=tool.name, run_id=run.run_id, thread_id=run.thread_id, now=now
     )
+    if is_external(agent):
+        # An external approval's run is one call: a grant "for the rest of the run"
+        # covers the rest of its session (the thread) instead.
+        session = await tx.list_grants(
+            thread_id=run.thread_id, scope="run", active_at=now, limit=_SESSION_GRANTS
+        )
+        seen = {g.grant_id for g in found}
+        found += [
+            g
+            for g in session
+            if g.agent == agent.name and g.tool == tool.name and g.grant_id not in seen
+        ]
     allowed = agent.grants_for(tool)
     for grant in found:
         if (

@@ -12,6 +12,12 @@ from typing import Any, TypedDict, TypeVar, assert_never
 from pydantic import BaseModel
 
 from runtime.domain.agent import Agent
+from runtime.domain.external import (
+    extra_secret,
+    is_external,
+    overridden_approvers,
+    overridden_deadline,
+)
 from runtime.domain.notifications import (
     ApprovalRequested,
     BatchOffered,
@@ -34,7 +40,7 @@ from runtime.domain.tickets import (
     ResumeTicket,
     ToolPermission,
 )
-from runtime.domain.tools import Tool
+from runtime.domain.tools import MASK, Tool
 from runtime.engine.deps import Deps
 from runtime.store.base import Transaction
 from runtime.store.records import CallRecord, EventRecord, OutboxRecord, RunRecord
@@ -167,7 +173,11 @@ async def open_ticket(
     """
     now = deps.clock.now()
     expires = isinstance(target, ToolPermission | RemoteInput)
+    if deadline is None and expires and is_external(agent):
+        deadline = overridden_deadline(run.origin)
     limit = deadline or (agent.deadline_for(tool) if tool is not None and expires else None)
+    if approvers is None and is_external(agent):
+        approvers = overridden_approvers(run.origin)
     if approvers is None:
         approvers = agent.approvers_for(tool) if tool is not None else ()
     ticket = ResumeTicket(
@@ -214,6 +224,7 @@ _Described = TypeVar("_Described", bound=DescribedTicket)
 
 class _ToolFields(TypedDict, total=False):
     editable: list[str]
+    external: bool
     tool_description: str | None
     tool_server: str | None
 
@@ -224,18 +235,23 @@ def describe_ticket(
     """`ticket` of `run` described as a `note` (and as its flight-recorder event)."""
     target = ticket.target.model_dump(mode="json", by_alias=True)
     if "args" in target:
-        target["args"] = display_args(agent, target.get("tool", ""), target["args"])
+        shown = display_args(agent, target.get("tool", ""), target["args"])
+        extra = extra_secret(run.origin)
+        target["args"] = {k: (MASK if k in extra else v) for k, v in shown.items()}
     about: _ToolFields = {}
     if isinstance(ticket.target, ToolPermission) and agent is not None:
         # The arguments an approver may change (runtime.edits): cards offer an edit form.
         tool = agent.tools.get(ticket.target.tool)
-        about["editable"] = list(tool.editable_arguments()) if tool is not None else []
+        about["editable"] = list(tool.editable_for(ticket.target.args)) if tool is not None else []
     named = getattr(ticket.target, "tool", None)
     called = agent.tools.get(named) if agent is not None and isinstance(named, str) else None
-    if called is not None:
+    if called is not None and not is_external(agent):
         # What the tool says it does, and where an MCP tool comes from: cards show both.
         about["tool_description"] = called.description
         about["tool_server"] = called.server
+    if is_external(agent):
+        # Cards say the call comes from an agent running elsewhere.
+        about["external"] = True
     return note(
         run_id=run.run_id,
         agent=run.agent,

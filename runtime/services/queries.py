@@ -205,7 +205,7 @@ class Queries:
         agent = self._deps.agents.get(ticket.agent)
         masked = display_args(agent, call.tool, call.args)
         tool = agent.tools.get(call.tool) if agent is not None else None
-        editable = tool.editable_arguments() if tool is not None else ()
+        editable = tool.editable_for(call.args) if tool is not None else ()
         return pending_entry(ticket, call, masked, grant_scopes(agent, ticket), editable=editable)
 
     async def list_runs(

@@ -59,11 +59,18 @@ class Starter:
         wait: bool,
         idempotency: IdempotencyKeys,
         joining_as: Actor | None,
+        opening: str | None = None,
     ) -> RunResult:
-        """Start a run (see `Runtime.start`)."""
+        """Start a run (see `Runtime.start`).
+
+        With `opening`, the model is told that instead of `input` (which people see),
+        and nothing of the thread's earlier runs: an external approval's request.
+        """
         deps = self._deps
         now = deps.clock.now()
-        history = await self._history(thread_id, joining_as) if thread_id is not None else []
+        history = []
+        if thread_id is not None and opening is None:
+            history = await self._history(thread_id, joining_as)
         run = RunRecord(
             run_id=deps.ids.new_id("run"),
             thread_id=thread_id or deps.ids.new_id("th"),
@@ -75,7 +82,7 @@ class Starter:
             created_at=now,
             updated_at=now,
             origin=dict(origin or {}),
-            messages=[*history, {"role": "user", "content": input}],
+            messages=[*history, {"role": "user", "content": opening or input}],
         )
         # Not waiting, the run goes to a free place of the local worker if there is one.
         slot = None if wait else deps.reserve_slot()

@@ -55,6 +55,8 @@ SERVICES = (
     "grants",
     "batches",
     "delivery",
+    "outcomes",
+    "approvals",
 )
 # What an adapter may import of runtime: the public package and the edge module.
 EDGE_IMPORTS = ("runtime", "runtime.edges")
@@ -73,7 +75,10 @@ PLATFORM_LIBRARIES = (
 STORE_LIBRARIES = ("sqlalchemy", "alembic", "aiosqlite", "asyncpg")
 MAX_LINES = 800
 # Modules allowed over MAX_LINES, each with why.
-LONG_MODULES: dict[str, str] = {}
+LONG_MODULES: dict[str, str] = {
+    "runtime.runtime": "the facade: one documented method per public operation, each handing "
+    "it to its service",
+}
 
 
 @dataclass(frozen=True)
