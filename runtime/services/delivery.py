@@ -431,15 +431,10 @@ async def delivery_of(tx: Transaction, item: OutboxRecord, note: Notification) -
     first = None
     channel = channel_key(item.destination)
     if channel is not None:
-        for other in await tx.outbox_for_run(item.run_id):
-            if (
-                other.outbox_id != item.outbox_id
-                and other.state == "delivered"
-                and other.platform_ref
-                and channel_key(other.destination) == channel
-            ):
-                first = dict(other.platform_ref)
-                break
+        # An item being delivered is pending: it is never the one found.
+        earliest = await tx.first_posted(item.run_id, channel)
+        if earliest is not None and earliest.platform_ref:
+            first = dict(earliest.platform_ref)
     return Delivery(
         outbox_id=item.outbox_id,
         destination=dict(item.destination),

@@ -435,6 +435,12 @@ class MemoryTransaction:
         found.sort(key=lambda o: o.created_at)
         return _copy(found[0]) if found else None
 
+    async def first_posted(self, run_id: str, channel: str) -> OutboxRecord | None:
+        found = [
+            o for o in self._t.outbox.values() if o.run_id == run_id and o.posted_in == channel
+        ]
+        return _copy(min(found, key=lambda o: (o.created_at, o.outbox_id))) if found else None
+
     # idempotency keys and revoked sessions (KeyPort) --------------------------------------
     async def get_idempotency(self, scope: str, key: str) -> IdempotencyRecord | None:
         found = self._t.keys.get((scope, key))

@@ -173,6 +173,14 @@ class OutboxRecord:
         """The unit of pacing of this notification; see `pacing_key`."""
         return pacing_key(self.kind, self.destination)
 
+    @property
+    def posted_in(self) -> str | None:
+        """The channel (``platform:channel``, see `channel_key`) of the message this
+        notification left, once delivered with a platform reference; else None."""
+        if self.state != "delivered" or not self.platform_ref:
+            return None
+        return channel_key(self.destination)
+
 
 PACED_KINDS = frozenset(kinds_of(PostingNotification))
 """Notifications that post a new message in a channel. Only those are paced: editing a

@@ -227,6 +227,9 @@ outbox = Table(
     Column("delivered_at", BigInteger, nullable=True),
     # ``platform:channel`` of the destination, for per-channel pacing (None: not paced).
     Column("channel_key", String(_NAME), nullable=True),
+    # ``platform:channel`` of the message it left, once delivered with a platform
+    # reference (None before): where a run's first message in a channel is found.
+    Column("posted_in", String(_NAME), nullable=True),
     # A delivery's claim: who delivers it until when; the fence grows with every claim,
     # so only the latest claimer can record the outcome.
     Column("lease_owner", String(_NAME), nullable=True),
@@ -235,6 +238,7 @@ outbox = Table(
     Index(None, "state", "next_attempt_at"),
     Index(None, "ticket_id", "kind"),
     Index(None, "run_id", "created_at"),
+    Index(None, "run_id", "posted_in", "created_at"),
 )
 
 idempotency_keys = Table(

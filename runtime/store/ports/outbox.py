@@ -74,3 +74,10 @@ class OutboxPort(Protocol):
     async def find_outbox(self, *, ticket_id: str, kind: str) -> OutboxRecord | None:
         """The first notification of `kind` about a ticket (to find its platform message)."""
         ...
+
+    async def first_posted(self, run_id: str, channel: str) -> OutboxRecord | None:
+        """The run's first notification that left a message in `channel` (a ``platform:
+        channel`` key, see `runtime.store.records.channel_key`): the oldest delivered one
+        with a platform reference there (`OutboxRecord.posted_in`), or None. An indexed
+        single-row read."""
+        ...

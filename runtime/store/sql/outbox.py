@@ -27,6 +27,12 @@ _OUTBOX_FOR_RUN = (
     .where(outbox.c.run_id == bindparam("run_id"))
     .order_by(outbox.c.created_at, outbox.c.outbox_id)
 )
+_FIRST_POSTED = (
+    select(outbox)
+    .where(outbox.c.run_id == bindparam("run_id"), outbox.c.posted_in == bindparam("channel"))
+    .order_by(outbox.c.created_at, outbox.c.outbox_id)
+    .limit(1)
+)
 _FIND_OUTBOX = (
     select(outbox)
     .where(outbox.c.ticket_id == bindparam("ticket_id"), outbox.c.kind == bindparam("kind"))
@@ -151,4 +157,10 @@ class OutboxStatements(TransactionCore):
         """The first notification of `kind` about a ticket."""
         params = {"ticket_id": ticket_id, "kind": kind}
         row = (await self._execute(_FIND_OUTBOX, params)).first()
+        return None if row is None else OUTBOX.record(row)
+
+    async def first_posted(self, run_id: str, channel: str) -> OutboxRecord | None:
+        """The run's first notification that left a message in `channel`; see the protocol."""
+        params = {"run_id": run_id, "channel": channel}
+        row = (await self._execute(_FIRST_POSTED, params)).first()
         return None if row is None else OUTBOX.record(row)

@@ -270,6 +270,7 @@ OUTBOX = RowMap(
     Col("platform_ref"),
     _opt_time("delivered_at"),
     Derived("channel_key", lambda item: pacing_key(item.kind, item.destination)),
+    Derived("posted_in", lambda item: item.posted_in),
     Col("lease_owner"),
     _opt_time("lease_expires_at"),
     Col("fence"),
