@@ -17,6 +17,9 @@ from runtime.domain.forms import (
 from runtime.domain.jsontext import NonFiniteNumber, loads_strict
 from runtime.domain.model import parse_chat_completion
 from runtime.domain.notifications import (
+    APPROVAL_CALLBACK,
+    APPROVAL_CALLBACK_URL,
+    ApprovalCallback,
     ApprovalRequested,
     BatchOffered,
     Decided,
@@ -44,9 +47,12 @@ from runtime.services.delivery import DeliveryError, batch_open_ids
 from runtime.services.queries import InvalidCursor
 
 __all__ = [
+    "APPROVAL_CALLBACK",
+    "APPROVAL_CALLBACK_URL",
     "MAX_BATCH",
     "NUMERIC",
     "OPERATORS",
+    "ApprovalCallback",
     "ApprovalRequested",
     "ArgumentError",
     "BatchOffered",

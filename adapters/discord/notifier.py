@@ -36,6 +36,7 @@ import aiohttp
 from adapters.discord import cards, refusals
 from adapters.discord.config import DiscordConfig
 from runtime.edges import (
+    ApprovalCallback,
     ApprovalRequested,
     BatchOffered,
     Decided,
@@ -112,8 +113,8 @@ class DiscordNotifier:
         """
         if isinstance(note, DecisionRefused):
             return await self._tell_refused(note, delivery)
-        if isinstance(note, RunCallback):
-            return None  # for the webhook's callback, not for Discord
+        if isinstance(note, RunCallback | ApprovalCallback):
+            return None  # for a callback, not for Discord
         channel = _channel_of(delivery.destination)
         match note:
             case ApprovalRequested() | InputRequested() | UncertainCall():

@@ -44,6 +44,7 @@ from adapters.slack.blocks import Block, TicketRef
 from adapters.slack.refusals import applied_refusal_text
 from runtime import ResumeTicket, TicketStatus
 from runtime.edges import (
+    ApprovalCallback,
     ApprovalRequested,
     BatchOffered,
     Decided,
@@ -241,8 +242,8 @@ class SlackNotifier:
         """
         if isinstance(note, DecisionRefused):
             return await self._tell_refused(note, delivery)
-        if isinstance(note, RunCallback):
-            return None  # for the webhook's callback, not for Slack
+        if isinstance(note, RunCallback | ApprovalCallback):
+            return None  # for a callback, not for Slack
         channel = delivery.destination.get("channel")
         if not isinstance(channel, str) or not channel:
             raise DeliveryError(

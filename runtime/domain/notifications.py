@@ -268,6 +268,21 @@ class RunCallback(_Note):
     thread_id: str | None = None
 
 
+APPROVAL_CALLBACK = "approval_callback"
+"""The platform that delivers the callbacks of external approvals."""
+APPROVAL_CALLBACK_URL = "approval_callback_url"
+"""The origin key of an external approval's callback URL."""
+
+
+class ApprovalCallback(_Note):
+    """An external approval's run ended: the signed callback its request asked for
+    (`run_id` is the approval id; the callback's body is the approval as it then stands)."""
+
+    kind: Literal["approval_callback"] = "approval_callback"
+    status: str
+    """How the run ended: ``done``, ``failed`` or ``cancelled``."""
+
+
 Notification = Annotated[
     ApprovalRequested
     | InputRequested
@@ -279,7 +294,8 @@ Notification = Annotated[
     | RunPaused
     | DecisionRefused
     | BatchOffered
-    | RunCallback,
+    | RunCallback
+    | ApprovalCallback,
     Discriminator("kind"),
 ]
 """Every notification a platform can receive."""
@@ -408,10 +424,13 @@ class Delivery:
 
 
 __all__ = [
+    "APPROVAL_CALLBACK",
+    "APPROVAL_CALLBACK_URL",
     "CARD_KINDS",
     "KINDS",
     "NOTIFICATION",
     "OUTCOME_KINDS",
+    "ApprovalCallback",
     "ApprovalRequested",
     "BatchCall",
     "BatchMember",

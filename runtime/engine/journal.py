@@ -19,6 +19,9 @@ from runtime.domain.external import (
     overridden_deadline,
 )
 from runtime.domain.notifications import (
+    APPROVAL_CALLBACK,
+    APPROVAL_CALLBACK_URL,
+    ApprovalCallback,
     ApprovalRequested,
     BatchOffered,
     Decided,
@@ -99,8 +102,10 @@ async def notify(
 
     A finished run whose origin asks for a completion callback gets a second item,
     `RunCallback`, addressed to platform ``callback``: each item is delivered and retried
-    on its own, so a retry never repeats the other delivery. A sub-agent's run ending is
-    not announced: its answer goes to its parent, whose end is.
+    on its own, so a retry never repeats the other delivery. An external approval's run
+    whose request gave a callback URL (origin key `APPROVAL_CALLBACK_URL`) gets an
+    `ApprovalCallback` to platform ``approval_callback`` the same way. A sub-agent's run
+    ending is not announced: its answer goes to its parent, whose end is.
     """
     if isinstance(note, RunFinished) and run.parent_run_id is not None:
         return
@@ -109,6 +114,9 @@ async def notify(
     if isinstance(note, RunFinished) and run.origin.get("callback_url"):
         callback = RunCallback.model_validate(note.payload())
         targets.append((callback, {**run.origin, "platform": "callback"}))
+    if isinstance(note, RunFinished) and run.origin.get(APPROVAL_CALLBACK_URL):
+        decided = ApprovalCallback(run_id=run.run_id, agent=run.agent, status=note.status)
+        targets.append((decided, {**run.origin, "platform": APPROVAL_CALLBACK}))
     for item, destination in targets:
         await tx.add_outbox(
             OutboxRecord(
@@ -129,7 +137,7 @@ def ticket_of(note: Notification) -> str | None:
     match note:
         case BatchOffered():
             return note.ticket_ids[0] if note.ticket_ids else None
-        case RunFinished() | RunCallback():
+        case RunFinished() | RunCallback() | ApprovalCallback():
             return None
         case (
             ApprovalRequested()

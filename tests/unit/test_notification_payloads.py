@@ -15,6 +15,7 @@ import pytest
 
 from runtime.domain.notifications import (
     KINDS,
+    ApprovalCallback,
     ApprovalRequested,
     BatchCall,
     BatchOffered,
@@ -224,6 +225,10 @@ EXAMPLES: list[tuple[Notification, str]] = [
         ),
         '{"run_id": "run_1", "agent": "billing", "status": "cancelled", "reason": "stop", '
         '"thread_id": null}',
+    ),
+    (
+        ApprovalCallback(run_id="run_1", agent="billing", status="done"),
+        '{"run_id": "run_1", "agent": "billing", "status": "done"}',
     ),
 ]
 

@@ -143,6 +143,9 @@ ADAPTERS_MODELS = (
 
 # What the edges may use beyond the public package (`runtime.edges`).
 EDGES = (
+    "APPROVAL_CALLBACK",
+    "APPROVAL_CALLBACK_URL",
+    "ApprovalCallback",
     "ApprovalRequested",
     "ArgumentError",
     "BatchOffered",
