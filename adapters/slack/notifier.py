@@ -233,6 +233,12 @@ class SlackNotifier:
         self._client = client
         self._limiter = limiter or ChannelLimiter()
 
+    @staticmethod
+    def needs_ticket(note: Notification) -> bool:
+        """Whether delivering `note` reads `Delivery.ticket`: an outcome's edit does not
+        (its card and the outcome say all it shows), so the outbox does not read it."""
+        return not isinstance(note, Decided | TicketExpired | TicketVoided)
+
     async def deliver(self, note: Notification, delivery: Delivery) -> dict[str, Any] | None:
         """Post or update the Slack message of one notification.
 

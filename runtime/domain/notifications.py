@@ -397,7 +397,8 @@ class Delivery:
         attempt: 1 for the first try.
         ticket: The notification's ticket as it stands now, if it has one (a card posted
             late shows a decided ticket without buttons; a card's buttons carry its
-            correlation token).
+            correlation token). None also when the notifier says it does not read it for
+            this notification (``needs_ticket``, see `runtime.services.delivery`).
         card: For outcomes: the card they edit, if one was queued.
         first_message: The platform reference of the run's first message delivered to
             this destination's channel (to keep a run's messages in one thread).

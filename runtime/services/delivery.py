@@ -34,7 +34,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from runtime.domain.clock import Clock
 from runtime.domain.errors import SignoffError
@@ -90,6 +90,19 @@ class Notifier(Protocol):
         Raises:
             DeliveryError: When it could not be posted.
         """
+        ...
+
+
+@runtime_checkable
+class SaysWhatItReads(Protocol):
+    """A notifier that says which notifications it reads `Delivery.ticket` for.
+
+    The outbox reads a notification's ticket only for those. A notifier without
+    `needs_ticket` is given the ticket of every notification that has one.
+    """
+
+    def needs_ticket(self, note: Notification) -> bool:
+        """Whether delivering `note` reads `Delivery.ticket`."""
         ...
 
 
@@ -232,7 +245,7 @@ async def deliver_round(
                 lanes.setdefault(channel_key(item.destination) or item.outbox_id, []).append(item)
         # What the first item of each lane needs is read here, in the claim's transaction;
         # the items after it read theirs once those before them are delivered.
-        known = [await _known(tx, lane[0]) for lane in lanes.values()]
+        known = [await _known(tx, notifier, lane[0]) for lane in lanes.values()]
     intervals = [_interval(how, item) for item in due]
     paced = [interval for interval in intervals if interval is not None]
     look_again = min(paced) if paced else None
@@ -339,14 +352,25 @@ def _mark_delivered(item: OutboxRecord, now: datetime, reference: dict[str, Any]
     _release(item)
 
 
-async def _known(tx: Transaction, item: OutboxRecord) -> tuple[Notification, Delivery] | None:
+async def _known(
+    tx: Transaction, notifier: Notifier, item: OutboxRecord
+) -> tuple[Notification, Delivery] | None:
     """`item`'s notification and `Delivery`, read in the claim's transaction; None when
     either cannot be read (its delivery reads again and fails it as unreadable)."""
     try:
         note = read_notification(item.kind, item.payload)
-        return note, await delivery_of(tx, item, note)
+        ticket = _needs_ticket(notifier, item, note)
+        return note, await delivery_of(tx, item, note, ticket=ticket)
     except UnreadableNotification:
         return None
+
+
+def _needs_ticket(notifier: Notifier, item: OutboxRecord, note: Notification) -> bool:
+    """Whether the notifier of `item` reads `Delivery.ticket` to deliver `note`."""
+    target: object = notifier
+    if isinstance(notifier, RoutingNotifier):
+        target = notifier.route(item.destination)
+    return not isinstance(target, SaysWhatItReads) or target.needs_ticket(note)
 
 
 async def _deliver_lane(
@@ -381,8 +405,9 @@ async def _deliver_one(
             note, delivery = known
         else:
             note = read_notification(item.kind, item.payload)
+            ticket = _needs_ticket(notifier, item, note)
             async with store.transaction() as tx:
-                delivery = await delivery_of(tx, item, note)
+                delivery = await delivery_of(tx, item, note, ticket=ticket)
         interval = _interval(how, item)
         if interval is not None:
             key = pacing_key(item.kind, item.destination)
@@ -409,10 +434,13 @@ async def _deliver_one(
     return recorded
 
 
-async def delivery_of(tx: Transaction, item: OutboxRecord, note: Notification) -> Delivery:
-    """What the notifier of `item` needs to know: the ticket now, the card an outcome
-    edits, the run's first message in the destination's channel."""
-    ticket = await tx.get_ticket(item.ticket_id) if item.ticket_id is not None else None
+async def delivery_of(
+    tx: Transaction, item: OutboxRecord, note: Notification, *, ticket: bool = True
+) -> Delivery:
+    """What the notifier of `item` needs to know: the ticket now (unless `ticket` is
+    False: its notifier does not read it), the card an outcome edits, the run's first
+    message in the destination's channel."""
+    now = await tx.get_ticket(item.ticket_id) if item.ticket_id is not None and ticket else None
     card = None
     if isinstance(note, Decided | TicketExpired | TicketVoided) and item.ticket_id is not None:
         for kind in CARD_KINDS:
@@ -439,7 +467,7 @@ async def delivery_of(tx: Transaction, item: OutboxRecord, note: Notification) -
         outbox_id=item.outbox_id,
         destination=dict(item.destination),
         attempt=item.attempts + 1,
-        ticket=ticket,
+        ticket=now,
         card=card,
         first_message=first,
         members=members,

@@ -22,7 +22,7 @@ from runtime.domain.notifications import (
     RunFinished,
     TicketVoided,
 )
-from runtime.services.delivery import deliver_due
+from runtime.services.delivery import RoutingNotifier, deliver_due
 from runtime.store.sql import SQLStore
 
 CHANNEL = {"platform": "slack", "channel": "C1"}  # no thread: a run's first message is it
@@ -90,3 +90,32 @@ async def test_items_of_one_channel_in_one_round_see_those_delivered_before_them
     )
     assert isinstance(finished, RunFinished)
     assert finished_at.first_message == {"channel": "C1", "ts": "1.0"}
+
+
+class EditsWithoutTicket(Posts):
+    """Says it reads `Delivery.ticket` for everything but an outcome."""
+
+    def needs_ticket(self, note: Notification) -> bool:
+        return not isinstance(note, TicketVoided)
+
+
+@pytest.mark.parametrize("says", [False, True])
+async def test_the_ticket_is_read_only_for_a_notifier_that_reads_it(
+    store: Store, says: bool
+) -> None:
+    runtime = Runtime(store, [payments()])
+    try:
+        parked = await runtime.start("payments", "pay 5", requester="U1", origin=CHANNEL)
+        await runtime.cancel(parked.run_id, actor="U1")
+        slack = EditsWithoutTicket() if says else Posts()
+        assert await deliver_due(store, runtime.clock, RoutingNotifier({"slack": slack})) == 3
+    finally:
+        await runtime.aclose()
+    (_, card_at), (_, voided_at), _ = slack.seen
+    ticket_id = parked.pending[0].ticket.ticket_id
+    assert card_at.ticket is not None and card_at.ticket.ticket_id == ticket_id
+    if says:
+        assert voided_at.ticket is None
+    else:
+        assert voided_at.ticket is not None and voided_at.ticket.ticket_id == ticket_id
+    assert voided_at.card is not None and voided_at.card.state == "delivered"

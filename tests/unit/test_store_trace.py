@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 from store_trace import TracingStore
 
+from adapters.slack import SlackNotifier
 from runtime import (
     Accepted,
     Actor,
@@ -65,8 +66,11 @@ class PostingNotifier:
     """A chat notifier that posts every notification and edits cards in place.
 
     Each post answers with a message reference, as a platform does; an outcome that
-    finds its card (`Delivery.card`) edits that message instead.
+    finds its card (`Delivery.card`) edits that message instead. It reads the ticket
+    when Slack's notifier does (`SlackNotifier.needs_ticket`).
     """
+
+    needs_ticket = staticmethod(SlackNotifier.needs_ticket)
 
     def __init__(self) -> None:
         self.sent: list[str] = []
