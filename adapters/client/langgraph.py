@@ -102,7 +102,7 @@ def approval_tool_node(
     describe: Describe | None = None,
     messages_key: str = "messages",
     name: str = "tools",
-) -> RunnableLambda[dict[str, Any], dict[str, list[ToolMessage]]]:
+) -> RunnableLambda[Any, dict[str, list[ToolMessage]]]:
     """A tool node whose calls wait for approval where asked.
 
     The node reads the tool calls of the last AI message in ``state[messages_key]``.
