@@ -16,12 +16,10 @@ Framework adapters live next to it and import their framework only themselves:
 """
 
 from adapters.client.async_client import AsyncSignoffClient
-from adapters.client.decision import Decision, Outcome
+from adapters.client.decision import ApprovalDenied, ApprovalTimeout, Decision, Outcome
 from adapters.client.errors import (
-    ApprovalDenied,
     ApprovalError,
     ApprovalRequestError,
-    ApprovalTimeout,
     DecisionTokenError,
     SignoffUnavailable,
 )

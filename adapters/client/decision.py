@@ -157,3 +157,28 @@ def _outcome(raw: Any) -> Outcome | None:
         resolution=raw.get("resolution"),
         resolved_by=raw.get("resolved_by"),
     )
+
+
+class ApprovalDenied(ApprovalError):
+    """The call was denied (by a person, a rule, an expiry or a cancellation).
+
+    Attributes:
+        decision: The denied decision; ``decision.reason`` says why.
+    """
+
+    def __init__(self, decision: Decision) -> None:
+        reason = f": {decision.reason}" if decision.reason else ""
+        super().__init__(f"{decision.tool} was denied{reason}")
+        self.decision = decision
+
+
+class ApprovalTimeout(ApprovalError):
+    """The approval was still pending when the caller's time to wait ran out.
+
+    Attributes:
+        decision: The pending decision (its ``ticket_id`` is the open ticket).
+    """
+
+    def __init__(self, decision: Decision) -> None:
+        super().__init__(f"approval {decision.approval_id} is still pending")
+        self.decision = decision

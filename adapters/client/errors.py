@@ -9,15 +9,13 @@
     ├── ApprovalTimeout             still pending when the caller stopped waiting
     └── DecisionTokenError          a decision token failed verification: do not run it
 
-`ApprovalDenied` and `ApprovalTimeout` carry the `Decision` as signoff last answered it.
+`ApprovalDenied` and `ApprovalTimeout` carry the `Decision` as signoff last answered it,
+and live next to it in `adapters.client.decision`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from adapters.client.decision import Decision
+from typing import Any
 
 
 class ApprovalError(Exception):
@@ -46,31 +44,6 @@ class ApprovalRequestError(ApprovalError):
 
 class SignoffUnavailable(ApprovalError):
     """signoff could not be reached, or kept answering 5xx/429, for longer than allowed."""
-
-
-class ApprovalDenied(ApprovalError):
-    """The call was denied (by a person, a rule, an expiry or a cancellation).
-
-    Attributes:
-        decision: The denied decision; ``decision.reason`` says why.
-    """
-
-    def __init__(self, decision: Decision) -> None:
-        reason = f": {decision.reason}" if decision.reason else ""
-        super().__init__(f"{decision.tool} was denied{reason}")
-        self.decision = decision
-
-
-class ApprovalTimeout(ApprovalError):
-    """The approval was still pending when the caller's time to wait ran out.
-
-    Attributes:
-        decision: The pending decision (its ``ticket_id`` is the open ticket).
-    """
-
-    def __init__(self, decision: Decision) -> None:
-        super().__init__(f"approval {decision.approval_id} is still pending")
-        self.decision = decision
 
 
 class DecisionTokenError(ApprovalError):

@@ -10,8 +10,8 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 from adapters.client.async_client import AsyncSignoffClient
-from adapters.client.decision import Decision, OutcomeStatus
-from adapters.client.errors import ApprovalDenied, ApprovalError, ApprovalTimeout
+from adapters.client.decision import ApprovalDenied, ApprovalTimeout, Decision, OutcomeStatus
+from adapters.client.errors import ApprovalError
 from adapters.client.sync_client import SignoffClient
 
 F = TypeVar("F", bound=Callable[..., Any])

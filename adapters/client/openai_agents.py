@@ -31,8 +31,7 @@ from agents import Agent, RunConfig, Runner, RunResult, RunState, ToolApprovalIt
 from agents.items import TResponseInputItem
 
 from adapters.client.async_client import AsyncSignoffClient
-from adapters.client.decision import Decision
-from adapters.client.errors import ApprovalTimeout
+from adapters.client.decision import ApprovalTimeout, Decision
 from adapters.client.keys import derive_key
 from adapters.client.tokens import args_digest
 
