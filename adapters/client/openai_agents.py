@@ -19,10 +19,11 @@ earlier approval covers that call once, without a second card.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -122,6 +123,8 @@ class SignoffRunner:
             runs out, `ApprovalTimeout` is raised and the saved state stays: calling
             `run` again later with the same ``run_id`` carries on.
         description: Gives the card's "why" for an interruption.
+        on_pending: Called with each approval signoff did not decide at once, before
+            waiting for it (to tell the user who is asked, say).
         run_config: Passed to every ``Runner.run``.
     """
 
@@ -130,6 +133,7 @@ class SignoffRunner:
     store: StateStore | None = None
     timeout: float | None = None
     description: Callable[[ToolApprovalItem], str | None] | None = None
+    on_pending: Callable[[Decision], Awaitable[None] | None] | None = None
     run_config: RunConfig | None = None
 
     async def run(
@@ -208,6 +212,10 @@ class SignoffRunner:
                 wait=False,
             )
             asked.append((item, decision))
+            if decision.pending and self.on_pending is not None:
+                told = self.on_pending(decision)
+                if inspect.isawaitable(told):
+                    await told
         for item, first in asked:
             decision = first
             if decision.pending:
