@@ -15,7 +15,8 @@ decided ticket by id (``get_ticket``) and how many times it validated a decision
   may see it, then ``submit``; then the same card edit.
 * ``webhook start``: ``Runtime.start`` as a hook calls it (not waiting, keyed).
 
-Counting wraps `SQLStore.transaction`, `SQLTransaction.get_ticket` and
+Transactions are counted as `bench/profile_serve.py` counts them (its
+`count_transactions`); reads and validations by wrapping `SQLTransaction.get_ticket` and
 `Decisions.validate` (bench only).
 """
 
@@ -25,14 +26,16 @@ import asyncio
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from profile_serve import count_transactions  # noqa: E402
+
+from adapters.slack import SlackNotifier  # noqa: E402
 from runtime import (  # noqa: E402
     Actor,
     Agent,
@@ -74,25 +77,11 @@ class Meter:
     def __init__(self) -> None:
         self.counts: Counts | None = None
         self.ticket_id: str | None = None
+        self.transactions: Counter[str] = Counter()
 
     def install(self) -> None:
         meter = self
-        transaction = SQLStore.transaction
-
-        @asynccontextmanager
-        async def counted(self: SQLStore) -> AsyncIterator[Any]:
-            frame = sys._getframe(2)
-            while frame.f_back is not None and (
-                "/runtime/store/" in frame.f_code.co_filename
-                or "contextlib" in frame.f_code.co_filename
-            ):
-                frame = frame.f_back
-            where = f"{Path(frame.f_code.co_filename).name}:{frame.f_code.co_name}"
-            async with transaction(self) as tx:
-                yield tx
-                wrote = tx.wrote
-            if meter.counts is not None:
-                meter.counts.transactions[f"{where} {'write' if wrote else 'read'}"] += 1
+        count_transactions(self.transactions)
 
         get_ticket = SQLTransaction.get_ticket
 
@@ -108,22 +97,26 @@ class Meter:
                 meter.counts.validations += 1
             return validate(self, *args)
 
-        SQLStore.transaction = counted  # type: ignore[method-assign]
-        SQLTransaction.get_ticket = counted_get  # type: ignore[method-assign]
+        SQLTransaction.get_ticket = counted_get  # type: ignore[method-assign,assignment]
         Decisions.validate = counted_validate  # type: ignore[method-assign,assignment]
 
     async def step(self, name: str, action: Callable[[], Awaitable[Any]]) -> Counts:
         self.counts = counts = Counts()
+        self.transactions.clear()  # those of the setup before this step
         try:
             await action()
         finally:
             self.counts = None
+            counts.transactions.update(self.transactions)
         print(counts.line(name))
         return counts
 
 
 class PostsCards:
-    """A notifier that posts every card at one place (as Slack answers a post)."""
+    """A notifier that posts every card at one place (as Slack answers a post) and reads
+    the ticket when Slack's notifier does."""
+
+    needs_ticket = staticmethod(SlackNotifier.needs_ticket)
 
     async def deliver(self, note: Notification, delivery: Delivery) -> dict[str, Any] | None:
         return {"channel": "C1", "ts": "1700000000.000002"}
