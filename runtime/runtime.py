@@ -25,10 +25,10 @@ from typing import Any
 
 from runtime.domain.accepting import AcceptOutcome, ActorSource, FormOutcome, Refused
 from runtime.domain.agent import Agent
-from runtime.domain.approvals import Approval, ApprovalRequest, ApprovalStatus
+from runtime.domain.approvals import Approval, ApprovalRequest, ApprovalStatus, OutcomeStatus
 from runtime.domain.clock import Clock, IdSource, RandomIds, SystemClock
 from runtime.domain.edits import EditForm, ticket_edit_form
-from runtime.domain.errors import ConfigurationError
+from runtime.domain.errors import ConfigurationError, OutcomeConflict, RunNotFound
 from runtime.domain.external import AgentRegistry, UndeclaredAgents
 from runtime.domain.model import Model
 from runtime.domain.states import RunStatus
@@ -56,6 +56,7 @@ from runtime.services.driving import Driving
 from runtime.services.expiry import Expiry
 from runtime.services.grants import Grants
 from runtime.services.inbox import Inbox, ReceivedOutcome
+from runtime.services.outcomes import Outcomes
 from runtime.services.queries import CARD_KINDS, CardRef, Page, Queries
 from runtime.services.sessions import Sessions
 from runtime.services.starting import IdempotencyKeys, Starter
@@ -140,6 +141,7 @@ class Runtime:
         self._grants = Grants(deps)
         self._batches = Batches(deps, self._queries, self._decisions, self._inbox)
         self._approvals = Approvals(deps, self._starter)
+        self._outcomes = Outcomes(deps)
         # The listed agents first, then the sub-agents they list but which are not
         # listed themselves: a listed agent wins over a sub-agent of the same name.
         for agent in agents:
@@ -366,6 +368,48 @@ class Runtime:
             InvalidCursor: `cursor` is not one this listing gave `viewer`.
         """
         return await self._approvals.page(viewer, status, agent, session_id, limit, cursor)
+
+    async def report_outcome(
+        self,
+        approval_id: str,
+        status: OutcomeStatus,
+        summary: str | None = None,
+        *,
+        actor: Actor,
+    ) -> Approval:
+        """Record what became of an allowed external call, once.
+
+        It goes into the approval's flight recorder and `Approval.outcome`. An
+        ``unknown`` outcome opens a reconciliation run in the approval's session, parked
+        on an uncertain ticket a person answers from chat or the console (record the
+        verified result, retry, or abort); the answer becomes the outcome's
+        ``resolution`` (`runtime.services.outcomes`).
+
+        Args:
+            approval_id: The approval.
+            status: ``succeeded``, ``failed`` or ``unknown``.
+            summary: What happened, in the caller's words.
+            actor: Who reports: the approval's requester or its sender.
+
+        Returns:
+            The approval, with its outcome.
+
+        Raises:
+            RunNotFound: No such approval, or `actor` is neither its requester nor its
+                sender.
+            OutcomeConflict: The approval is not allowed, or another outcome was reported
+                for it already (the same one again changes nothing).
+        """
+        approval = await self._approvals.get(approval_id, actor)
+        if actor.id not in (approval.requester, approval.requested_by):
+            raise RunNotFound(f"no approval {approval_id!r}")
+        if approval.status != "allowed":
+            raise OutcomeConflict(
+                f"approval {approval_id} is {approval.status}: only an allowed call has an "
+                "outcome"
+            )
+        await self._outcomes.report(approval_id, status, summary, actor)
+        return await self._approvals.get(approval_id, actor)
 
     # -- console sessions --------------------------------------------------------------
     async def revoke_session(self, session_id: str, expires_at: datetime) -> None:

@@ -25,6 +25,8 @@ One root, split by who must act::
     ├── AccessDenied                the caller: may not do this (e.g. join another's thread)
     │   └── ApprovalRefused         configuration refuses this external agent, tool or override
     ├── InvalidApproval             the caller: an approval request that cannot be taken as sent
+    ├── OutcomeConflict             the caller: an outcome of a call not allowed, or another
+    │                               than the one already reported
     ├── ToolOutcomeUnknown          raised by a tool: its effect may or may not have happened
     ├── RunError                    the run itself
     │   ├── RunNotFound
@@ -197,6 +199,13 @@ class InvalidApproval(SignoffError):
         super().__init__(message)
         self.problems = list(problems or [])
         """One ``{"path", "message"}`` per problem with the arguments."""
+
+
+class OutcomeConflict(SignoffError):
+    """An external approval's outcome cannot be recorded: the approval is not allowed
+    (pending or denied), or a different outcome was reported for it already."""
+
+    code = "outcome_conflict"
 
 
 class ToolOutcomeUnknown(SignoffError):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import importlib
 import json
 from collections.abc import Sequence
 from dataclasses import replace
@@ -43,6 +42,7 @@ from runtime.domain.tickets import Actor, Deny, ResumeTicket
 from runtime.domain.tools import Tool
 from runtime.domain.visibility import sees_ticket
 from runtime.engine.deps import Deps
+from runtime.services.outcomes import RECONCILES, outcome_of, reported_event
 from runtime.services.queries import Page, decode_cursor, encode_cursor
 from runtime.services.starting import Starter
 from runtime.store.base import Transaction
@@ -178,14 +178,15 @@ class Approvals:
         """
         async with self._deps.store.transaction() as tx:
             run = await tx.get_run(approval_id)
-            if run is None or ORIGIN_KEY not in run.origin:
+            if run is None or not _is_approval(run):
                 raise RunNotFound(f"no approval {approval_id!r}")
             tickets = await tx.tickets_for_run(run.run_id)
             if not _sees(viewer, run, tickets):
                 raise RunNotFound(f"no approval {approval_id!r}")
             calls = await tx.calls_for_run(run.run_id)
             events = await tx.events(run.run_id)
-            outcome = await _outcome(tx, run.run_id)
+            reported = reported_event(events)
+            outcome = await outcome_of(tx, reported) if reported is not None else None
         return replace(self._view(run, calls, tickets, events), outcome=outcome)
 
     async def wait(self, approval_id: str, viewer: Actor, seconds: float) -> Approval:
@@ -227,7 +228,7 @@ class Approvals:
             for run in found:
                 scanned += 1
                 last = Position(run.created_at, run.run_id)
-                if ORIGIN_KEY not in run.origin or (agent is not None and run.agent != agent):
+                if not _is_approval(run) or (agent is not None and run.agent != agent):
                     continue
                 if session_id is not None and request_of(run.origin).get("session_id") != (
                     session_id
@@ -436,14 +437,10 @@ async def _visible_runs(
     )
 
 
-async def _outcome(tx: Transaction, run_id: str) -> Any:
-    """What the caller reported about the call, once it did."""
-    try:
-        outcomes = importlib.import_module("runtime.services.outcomes")
-    except ImportError:
-        return None
-    reader = getattr(outcomes, "read_outcome", None)
-    return await reader(tx, run_id) if reader is not None else None
+def _is_approval(run: RunRecord) -> bool:
+    """Whether `run` holds an external approval (a reconciliation run of one does not:
+    `runtime.services.outcomes`)."""
+    return ORIGIN_KEY in run.origin and RECONCILES not in run.origin
 
 
 def _checked(agent: ExternalAgent, request: ApprovalRequest) -> Tool:

@@ -72,6 +72,7 @@ RUNTIME = (
     "ModelResponse",
     "NotAwaiting",
     "NotEditable",
+    "OutcomeConflict",
     "Pause",
     "PendingEntry",
     "Permission",
