@@ -5,6 +5,7 @@ See `runtime.domain.accepting` for the outcomes an edge gets back.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Awaitable
 from dataclasses import dataclass
@@ -270,21 +271,34 @@ class Inbox:
             The oldest, why it was refused (None: applied) and the others, which stay
             claimed by this process only when the oldest was applied; None: none is pending.
         """
-        deps = self._deps
         claimed: list[ReceivedRecord] = []
 
         async def claim(tx: Transaction) -> ReceivedRecord | None:
-            # Claimed, so that of several processes only one applies (or refuses) each.
-            now = deps.clock.now()
-            claimed[:] = await tx.claim_received(
-                now, limit, owner=deps.worker_id, until=now + timedelta(seconds=deps.lease_seconds)
-            )
+            claimed[:] = await self._claim(tx, limit)
             return claimed[0] if claimed else None
 
-        error = await self._applied(self._decisions.claim_and_apply(claim))
+        try:
+            error = await self._applied(self._decisions.claim_and_apply(claim))
+        except Exception:
+            if claimed:
+                # Not a refusal: something failed, and the click's claim rolled back with
+                # it. Claimed on its own, it waits for its lease to run out (as when its
+                # process dies) while the clicks after it are applied.
+                with contextlib.suppress(Exception):
+                    async with self._deps.store.transaction() as tx:
+                        await self._claim(tx, 1)
+            raise
         if not claimed:
             return None
         return claimed[0], error, claimed[1:]
+
+    async def _claim(self, tx: Transaction, limit: int) -> list[ReceivedRecord]:
+        """Claim up to `limit` stored clicks, oldest first, so that of several processes
+        only one applies (or refuses) each."""
+        deps = self._deps
+        now = deps.clock.now()
+        until = now + timedelta(seconds=deps.lease_seconds)
+        return await tx.claim_received(now, limit, owner=deps.worker_id, until=until)
 
     @staticmethod
     async def _applied(applying: Awaitable[None]) -> SignoffError | None:

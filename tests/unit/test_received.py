@@ -5,7 +5,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
+from pathlib import Path
 from typing import Any
+
+import pytest
+from pydantic import ValidationError
 
 from runtime import (
     Accepted,
@@ -20,11 +25,28 @@ from runtime import (
     RunStatus,
     Runtime,
     ScriptedModel,
+    Store,
     final_reply,
     tool_call_reply,
 )
 from runtime.domain.tickets import ResumeTicket
 from runtime.store.memory import MemoryStore, MemoryTransaction
+from runtime.store.records import ReceivedRecord
+from runtime.store.sql import SQLStore
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Store]:
+    """The tests taking `runtime_factory` run on the memory store and on a SQLite file."""
+    if request.param == "memory":
+        yield MemoryStore()
+        return
+    sql = SQLStore.sqlite(tmp_path / "received.db")
+    await sql.migrate()
+    try:
+        yield sql
+    finally:
+        await sql.close()
 
 
 def agent(ran: list[int]) -> Agent:
@@ -275,3 +297,41 @@ async def test_a_refused_oldest_click_leaves_the_next_one_to_be_applied_in_the_s
     async with rt.store.transaction() as tx:
         told = [o for o in await tx.outbox_for_run(first.run_id) if o.kind == "decision_refused"]
     assert [o.destination["response_url"] for o in told] == ["http://127.0.0.1/r0"]
+
+
+async def test_a_click_that_fails_to_apply_waits_for_its_lease_and_the_next_is_applied(
+    runtime_factory: Any,
+) -> None:
+    ran: list[int] = []
+    rt, ticket = await parked(runtime_factory, ran)
+    broken = ReceivedRecord(
+        command_id="rc_broken",
+        source="slack",
+        delivery_id="broken",
+        ticket_id=ticket.ticket_id,
+        correlation=ticket.correlation,
+        answer={"kind": "no such answer"},
+        actor={"id": "U1"},
+        received_at=rt.clock.now() - timedelta(seconds=1),  # the oldest
+    )
+    async with rt.store.transaction() as tx:
+        assert await tx.insert_received(broken)
+    stored = await rt.accept(
+        ticket.ticket_id,
+        Allow(),
+        Actor(id="U1", platform="slack"),
+        correlation=ticket.correlation,
+        source="slack",
+        delivery_id="click-1",
+    )
+    assert stored == Accepted(ticket, stored=True)
+    # Not a refusal: the failure goes to the caller, and the click that failed stays
+    # claimed (not applied, not refused) until its lease runs out ...
+    with pytest.raises(ValidationError):
+        await rt.apply_received()
+    async with rt.store.transaction() as tx:
+        [waiting, _] = await tx.pending_received(10)
+    assert (waiting.command_id, waiting.lease_owner) == ("rc_broken", rt.worker_id)
+    # ... while the clicks after it are applied.
+    [outcome] = await rt.apply_received()
+    assert outcome.applied and outcome.command.delivery_id == "click-1"
