@@ -36,9 +36,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from adapters.mcp import (
     Binding,
@@ -68,6 +77,7 @@ from runtime import (
     Tool,
     tool,
 )
+from runtime.domain.external import ExternalAgent, authorising_tool, check_agent_name
 from runtime.domain.tools import OnExpiry
 
 PROVIDERS = frozenset(SPEC_PROVIDERS)
@@ -181,6 +191,7 @@ class RuleSpec(_Strict):
 class AgentSpec(_Strict):
     """``[agents.<name>]``: one agent."""
 
+    external: Literal[False] = False
     instructions: str
     model: str = Field(min_length=1)
     description: str = ""
@@ -199,11 +210,62 @@ class AgentSpec(_Strict):
     _on_expiry = field_validator("on_expiry")(_expiry)
 
 
+_NOT_EXTERNAL = ("instructions", "model", "tools", "servers", "subagents", "max_turns")
+
+
+class ExternalSpec(_Strict):
+    """``[agents.<name>]`` with ``external = true``: an agent that runs elsewhere and asks
+    for approvals over the API (`runtime.ExternalAgent`)."""
+
+    external: Literal[True]
+    description: str = ""
+    version: str = Field(default="1", min_length=1)
+    rules: dict[str, RuleSpec] = Field(default_factory=dict)
+    approvers: list[str] = Field(default_factory=list)
+    four_eyes: bool = False
+    deadline: timedelta | None = None
+    on_expiry: Any = "deny"
+    approvals: dict[str, Any] = Field(default_factory=lambda: {"platform": "console"})
+    overrides: list[Literal["approvers", "deadline"]] = Field(default_factory=list)
+
+    _deadline = field_validator("deadline")(_positive)
+    _on_expiry = field_validator("on_expiry")(_expiry)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _runs_elsewhere(cls, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            given = [key for key in _NOT_EXTERNAL if key in data]
+            if given:
+                raise ValueError(
+                    f"an external agent runs elsewhere: it has no {', '.join(given)} "
+                    "(only rules, approvers, four_eyes, deadline, on_expiry, approvals, "
+                    "overrides, description and version)"
+                )
+        return data
+
+
+def _agent_kind(value: Any) -> str:
+    return (
+        _EXTERNAL_TAG if isinstance(value, Mapping) and value.get("external") is True else _OWN_TAG
+    )
+
+
+_OWN_TAG = "<agent>"
+_EXTERNAL_TAG = "<external agent>"
+
+
 class FileSpec(_Strict):
     """The whole file."""
 
     servers: dict[str, ServerSpec] = Field(default_factory=dict)
-    agents: dict[str, AgentSpec] = Field(min_length=1)
+    agents: dict[
+        str,
+        Annotated[
+            Annotated[AgentSpec, Tag(_OWN_TAG)] | Annotated[ExternalSpec, Tag(_EXTERNAL_TAG)],
+            Discriminator(_agent_kind),
+        ],
+    ] = Field(min_length=1)
 
 
 # -- loading -------------------------------------------------------------------------------
@@ -279,9 +341,13 @@ class _Builder:
                 f"{', '.join(sorted(unknown))}"
             )
         servers = {name: self.server(name, server) for name, server in spec.servers.items()}
-        agents, bindings = [], []
+        agents: list[Agent] = []
+        bindings: list[Binding] = []
         used: set[str] = set()
         for name, agent_spec in spec.agents.items():
+            if isinstance(agent_spec, ExternalSpec):
+                agents.append(self.external(name, agent_spec))
+                continue
             agent, binding = self.agent(name, agent_spec, servers)
             agents.append(agent)
             if binding is not None:
@@ -298,12 +364,19 @@ class _Builder:
     def link_subagents(self, spec: FileSpec, agents: Mapping[str, Agent]) -> None:
         """Give each agent the sub-agents it lists, by name, refusing cycles."""
         for name, agent_spec in spec.agents.items():
+            if isinstance(agent_spec, ExternalSpec):
+                continue
             for index, sub in enumerate(agent_spec.subagents):
                 where = self.at("agents", name, "subagents", index)
                 if sub not in agents:
                     known = ", ".join(sorted(agents))
                     raise ConfigurationError(
                         f"{where}: no agent named {sub!r} in this file (defined: {known})"
+                    )
+                if isinstance(agents[sub], ExternalAgent):
+                    raise ConfigurationError(
+                        f"{where}: {sub!r} is an external agent: it runs elsewhere, so no "
+                        "agent can hand it a task"
                     )
                 if _reaches(spec, sub, name):
                     raise ConfigurationError(
@@ -438,6 +511,49 @@ class _Builder:
             return agent, None
         return agent, Binding(agent, tuple(spec.servers), tuple(mcp_knobs))
 
+    def external(self, name: str, spec: ExternalSpec) -> ExternalAgent:
+        """An external agent: its tools are built by name, its rules applied by pattern."""
+        where = self.at("agents", name)
+        if not check_agent_name(name):
+            raise ConfigurationError(
+                f"{where}: an external agent's name is 1-64 letters, digits, '_', '.' or '-', "
+                "starting with a letter or digit"
+            )
+        knobs = []
+        for pattern, rule in spec.rules.items():
+            if rule.replay_policy is not None or rule.hide is not None:
+                raise ConfigurationError(
+                    f"{self.at('agents', name, 'rules', pattern)}: replay_policy and hide do not "
+                    "apply to an external agent's tools (signoff authorises them; the agent "
+                    "runs them)"
+                )
+            knobs.append(self.knobs(name, pattern, rule))
+        rules = tuple(knobs)
+
+        def build(tool_name: str) -> Tool:
+            return apply_to_tool(authorising_tool(tool_name), settle(tool_name, rules))
+
+        for entry in rules:
+            # A rule that cannot be applied is reported now, not at the first request.
+            build(entry.pattern)
+        approvals = _approvals(self.at("agents", name, "approvals"), spec.approvals)
+        try:
+            return ExternalAgent(
+                name,
+                build,
+                fingerprint=spec.model_dump_json(),
+                version=spec.version,
+                approvers=spec.approvers,
+                four_eyes=spec.four_eyes,
+                deadline=spec.deadline,
+                on_expiry=_on_expiry(spec.on_expiry) or ExpiryAction.DENY,
+                overrides=spec.overrides,
+                approvals=approvals,
+                description=spec.description,
+            )
+        except SignoffError as exc:
+            raise ConfigurationError(f"{where}: {exc}") from None
+
     def knobs(self, agent: str, pattern: str, rule: RuleSpec) -> ToolKnobs:
         here = self.at("agents", agent, "rules", pattern)
         check_pattern(pattern, here)
@@ -527,7 +643,9 @@ def _reaches(spec: FileSpec, start: str, target: str) -> bool:
         if name in seen or name not in spec.agents:
             continue
         seen.add(name)
-        todo.extend(spec.agents[name].subagents)
+        found = spec.agents[name]
+        if isinstance(found, AgentSpec):
+            todo.extend(found.subagents)
     return False
 
 
@@ -539,6 +657,31 @@ def _on_expiry(value: Any) -> OnExpiry | None:
         limit = timedelta(seconds=deadline) if isinstance(deadline, int | float) else None
         return Escalate(approvers=tuple(value["escalate"]), deadline=limit)
     return ExpiryAction(value)
+
+
+_CARD_PLATFORMS = ("console", "slack", "discord")
+# Keys an external run's origin holds besides where its cards go.
+_RESERVED_ORIGIN = frozenset({"approval", "approval_callback_url", "callback_url", "hook"})
+
+
+def _approvals(where: str, approvals: Mapping[str, Any]) -> dict[str, Any]:
+    """Where an external agent's cards go: ``{"platform": "console"}`` or a Slack or
+    Discord channel."""
+    copied = dict(approvals)
+    platform = copied.get("platform", "console")
+    if platform not in _CARD_PLATFORMS:
+        raise ConfigurationError(
+            f"{where}: platform {platform!r} is not one of {', '.join(_CARD_PLATFORMS)}"
+        )
+    copied["platform"] = platform
+    if platform != "console":
+        channel = copied.get("channel")
+        if not isinstance(channel, str) or not channel:
+            raise ConfigurationError(f"{where}: {platform} approvals need a 'channel' id")
+    reserved = _RESERVED_ORIGIN & copied.keys()
+    if reserved:
+        raise ConfigurationError(f"{where}: approvals may not set {', '.join(sorted(reserved))}")
+    return copied
 
 
 # -- messages ------------------------------------------------------------------------------
@@ -566,7 +709,8 @@ def _line(lines: Mapping[tuple[str, ...], int], loc: Sequence[str | int]) -> str
 def _describe(exc: ValidationError, lines: Mapping[tuple[str, ...], int]) -> str:
     problems = []
     for error in exc.errors():
-        loc = [p for p in error["loc"] if isinstance(p, str | int)]
+        # The tag saying which kind of agent a table was read as is no key of the file.
+        loc = [p for p in error["loc"] if isinstance(p, str | int) and p not in _TAGS]
         message = str(error["msg"]).removeprefix("Value error, ")
         match error["type"]:
             case "extra_forbidden":
@@ -577,6 +721,7 @@ def _describe(exc: ValidationError, lines: Mapping[tuple[str, ...], int]) -> str
     return "; ".join(problems)
 
 
+_TAGS = frozenset({_OWN_TAG, _EXTERNAL_TAG})
 _KEY = r'(?:[A-Za-z0-9_-]+|"(?:[^"\\]|\\.)*"|\'[^\']*\')'
 _DOTTED = rf"{_KEY}(?:\s*\.\s*{_KEY})*"
 _HEADER = re.compile(rf"^\s*\[\[?\s*({_DOTTED})\s*\]\]?\s*(?:#.*)?$")

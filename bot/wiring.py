@@ -391,6 +391,7 @@ async def build_runtime(
             lease_seconds=settings.lease_seconds,
             checkpoint=checkpoint,
             model_resolver=resolve,
+            undeclared_agents=settings.external_agents,
         )
     except BaseException:
         if store is None:

@@ -29,7 +29,7 @@ from runtime.domain.approvals import Approval, ApprovalRequest, ApprovalStatus, 
 from runtime.domain.clock import Clock, IdSource, RandomIds, SystemClock
 from runtime.domain.edits import EditForm, ticket_edit_form
 from runtime.domain.errors import ConfigurationError, OutcomeConflict, RunNotFound
-from runtime.domain.external import AgentRegistry, UndeclaredAgents
+from runtime.domain.external import AgentRegistry, ExternalAgent, UndeclaredAgents
 from runtime.domain.model import Model
 from runtime.domain.states import RunStatus
 from runtime.domain.subagents import check_no_cycle
@@ -192,7 +192,8 @@ class Runtime:
                 self.register(sub)
 
     def _register_one(self, agent: Agent) -> None:
-        existing = self._deps.agents.get(agent.name)
+        # The plain dict's `get`: the registry's answers for undeclared external agents too.
+        existing = dict.get(self._deps.agents, agent.name)
         if existing is agent:
             return
         if existing is not None:
@@ -225,10 +226,16 @@ class Runtime:
         if isinstance(name, Agent):
             return self.register(name)
         try:
-            return self._deps.agents[name]
+            found = self._deps.agents[name]
         except KeyError:
             known = ", ".join(sorted(self._deps.agents)) or "none"
             raise ConfigurationError(f"no agent named {name!r} (loaded: {known})") from None
+        if isinstance(found, ExternalAgent):
+            raise ConfigurationError(
+                f"agent {name!r} is external: it runs elsewhere and asks for approvals "
+                "(Runtime.request_approval, POST /api/approvals)"
+            )
+        return found
 
     # -- starting ------------------------------------------------------------------
     async def start(
@@ -405,8 +412,7 @@ class Runtime:
             raise RunNotFound(f"no approval {approval_id!r}")
         if approval.status != "allowed":
             raise OutcomeConflict(
-                f"approval {approval_id} is {approval.status}: only an allowed call has an "
-                "outcome"
+                f"approval {approval_id} is {approval.status}: only an allowed call has an outcome"
             )
         await self._outcomes.report(approval_id, status, summary, actor)
         return await self._approvals.get(approval_id, actor)

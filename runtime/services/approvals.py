@@ -200,6 +200,8 @@ class Approvals:
             left = until - loop.time()
             if found.decided or left <= 0:
                 return found
+            if pause == _FIRST_POLL:
+                self._deps.reach("approval_waiting", approval_id=approval_id)
             await asyncio.sleep(min(pause, left))
             pause = min(pause * 2, _LONGEST_POLL)
 

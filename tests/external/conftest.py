@@ -3,17 +3,16 @@ runtimes over them (a second runtime on the same store is a restarted process)."
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from approvals_kit import RuntimeFactory
 from pgtest import close_databases, module_database, truncate
 
 from runtime import Agent, ManualClock, MemoryStore, Runtime, SequentialIds, Store
 from runtime.store.sql import SQLStore
-
-RuntimeFactory = Callable[..., Runtime]
 
 
 def pytest_sessionfinish() -> None:

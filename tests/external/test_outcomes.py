@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from conftest import RuntimeFactory
+from approvals_kit import RuntimeFactory
 from runtime import (
     Abort,
     Actor,
