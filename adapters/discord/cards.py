@@ -117,7 +117,10 @@ def approver(entry: str, role_groups: Mapping[str, Sequence[str]]) -> str:
 
 
 def agent_label(note: DescribedTicket) -> str:
-    """The asking agent; for a sub-agent's request, with the agents that delegated to it."""
+    """The asking agent; for a sub-agent's request, with the agents that delegated to it;
+    for an agent running elsewhere, ``External agent · <name>``."""
+    if note.external:
+        return f"External agent · {escape(note.agent)}"
     above = describe_chain(note.chain, escape)
     return f"{escape(note.agent)}, sub-agent of {above}" if above else escape(note.agent)
 

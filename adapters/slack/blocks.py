@@ -281,8 +281,11 @@ def _details(note: DescribedTicket, groups: Groups | None) -> Block:
 
 
 def agent_label(note: DescribedTicket) -> str:
-    """The asking agent; for a sub-agent's request, with the agents that delegated to it."""
+    """The asking agent; for a sub-agent's request, with the agents that delegated to it;
+    for an agent running elsewhere, ``External agent · <name>``."""
     agent = f"`{escape(note.agent or '?')}`"
+    if note.external:
+        return f"External agent · {agent}"
     above = describe_chain(note.chain, lambda a: f"`{escape(a)}`")
     return f"{agent}, sub-agent of {above}" if above else agent
 
@@ -329,7 +332,8 @@ def approval_card(
     blocks: list[Block] = [
         _header(f"Approval needed: {tool}"),
         _section(
-            f"*{escape(note.agent or '?')}* wants to run `{escape(tool)}` with these arguments:"
+            f"*{escape(note.agent or '?')}*{' (external agent)' if note.external else ''} "
+            f"wants to run `{escape(tool)}` with these arguments:"
         ),
         _section(code_block(note.args)),
         _details(note, groups),

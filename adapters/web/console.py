@@ -65,6 +65,7 @@ from runtime import (
     ConfigurationError,
     Deny,
     EditRefused,
+    ExternalAgent,
     Grant,
     GrantError,
     GrantRequest,
@@ -130,6 +131,8 @@ class TicketCard:
     """What the tool says it does, cut to `TOOL_DESCRIPTION_SHOWN` characters."""
     tool_server: str | None = None
     """The MCP server the tool comes from (None: not an MCP tool)."""
+    external: bool = False
+    """The call of an agent running elsewhere (`runtime.ExternalAgent`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -529,7 +532,8 @@ class _Console:
         editable = may_decide and entry.status == "approval" and bool(entry.editable)
         agent = self.runtime.agents.get(ticket.agent)
         tool = agent.tools.get(entry.call.name) if agent is not None else None
-        described = " ".join(tool.description.split()) if tool is not None else ""
+        external = isinstance(agent, ExternalAgent)
+        described = " ".join(tool.description.split()) if tool is not None and not external else ""
         return TicketCard(
             entry=entry,
             arguments=pretty(entry.call.arguments),
@@ -541,6 +545,7 @@ class _Console:
             edit_fields=edit_form_fields(self.runtime.edit_form(ticket)) if editable else [],
             tool_description=_shorten(described, TOOL_DESCRIPTION_SHOWN),
             tool_server=tool.server if tool is not None else None,
+            external=external,
         )
 
     async def grants(
