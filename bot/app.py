@@ -4,16 +4,25 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from aiohttp import web
 from pydantic import SecretStr
 
 from adapters.web import ApiToken, TokenAuth, add_api_routes, add_console_routes, body_deadline
+from adapters.web.approval_models import approval_body
+from adapters.web.approvals import add_approval_routes
 from adapters.web.decision_tokens import DEFAULT_ISSUER, DecisionSigner, add_jwks_route
+from adapters.web.openapi import add_openapi_route
 from adapters.webhook import CallbackNotifier, HookConfig, add_hook_routes
+from adapters.webhook.approval_callback import (
+    ApprovalCallbackNotifier,
+    ApprovalCallbacks,
+    RenderApproval,
+)
 from bot.settings import Settings
 from runtime import ConfigurationError, Runtime
+from runtime.edges import APPROVAL_CALLBACK
 from runtime.services.delivery import Notifier
 from runtime.worker import Worker
 
@@ -22,6 +31,27 @@ if TYPE_CHECKING:  # the Slack libraries are an optional extra, imported when Sl
     from slack_sdk.web.async_client import AsyncWebClient
 
     from adapters.slack import ChannelLimiter, SlackConfig
+
+
+def approval_callbacks(settings: Settings) -> ApprovalCallbacks:
+    """Whether and where external approvals may ask for a callback
+    (``SIGNOFF_APPROVAL_CALLBACK_SECRET``, ``SIGNOFF_APPROVAL_CALLBACK_HOSTS``)."""
+    secret = settings.approval_callback_secret
+    return ApprovalCallbacks(
+        secret=secret.get_secret_value() if secret is not None else None,
+        hosts=tuple(settings.approval_callback_hosts),
+    )
+
+
+def approval_renderer(runtime: Runtime, signer: DecisionSigner) -> RenderApproval:
+    """The body of an approval's callback: the approval as the API answers it, decision
+    token included, secret arguments masked (a callback may be logged or forwarded)."""
+
+    async def render(approval_id: str) -> dict[str, Any]:
+        approval = await runtime.approval(approval_id, viewer=None)
+        return approval_body(approval, reveal_secrets=False, signer=signer)
+
+    return render
 
 
 def hook_configs(settings: Settings) -> dict[str, HookConfig]:
@@ -151,6 +181,11 @@ def build_web(
     add_jwks_route(app, signer)
     # These edges start runs and apply decisions themselves: they receive nothing.
     add_api_routes(app, runtime, auth, worker.wake_runs)
+    callbacks = approval_callbacks(settings)
+    add_approval_routes(
+        app, runtime, auth, worker.wake_runs, signer=signer, check_callback=callbacks.check
+    )
+    add_openapi_route(app)
     add_console_routes(
         app,
         runtime,
@@ -167,7 +202,12 @@ def build_web(
         max_queued=settings.max_queued_runs or None,
         body_timeout=settings.http_body_timeout_seconds,
     )
-    notifiers: dict[str, Notifier] = {"callback": CallbackNotifier(hooks, clock=runtime.clock)}
+    notifiers: dict[str, Notifier] = {
+        "callback": CallbackNotifier(hooks, clock=runtime.clock),
+        APPROVAL_CALLBACK: ApprovalCallbackNotifier(
+            callbacks, approval_renderer(runtime, signer), clock=runtime.clock
+        ),
+    }
     slack = None
     if slack_config is not None or settings.slack_mode != "off":
         slack = add_slack(

@@ -14,6 +14,8 @@ the setting, e.g. ``SIGNOFF_PORT: Input should be a valid integer``.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import os
 import re
@@ -57,6 +59,7 @@ _SENSITIVE = frozenset(
         "operator_token",
         "api_tokens",
         "hooks",
+        "approval_callback_secret",
         "cookie_secret",
         "signing_key",
         "slack_bot_token",
@@ -128,6 +131,9 @@ class Settings(BaseSettings):
             bundled examples) is loaded only when no agents file is set.
         agents: A TOML agents file (agents, their models, Python tools, MCP servers and
             per-tool rules), loaded besides ``app``.
+        external_agents: Whether an external approval (``POST /api/approvals``) may name
+            an agent the agents file does not declare: ``any`` (every tool asks, the
+            requester decides, cards in the console) or ``declared`` (refused, 403).
         mcp_headers: HTTP headers by MCP server name (``{"<server>": {"Authorization":
             "Bearer ..."}}``), sent to the Streamable HTTP servers of the agents file.
         sqlite_busy_timeout_ms: How long a SQLite connection waits for another
@@ -158,6 +164,11 @@ class Settings(BaseSettings):
         hooks: Signed webhooks by name (JSON object of ``{"secret", "agent",
             "input_template", "approvals", "requester", "callback_url",
             "callback_hosts", "max_body_bytes"}``).
+        approval_callback_secret: The Standard Webhooks secret (``whsec_`` and base64)
+            that signs the callbacks of external approvals. Unset: an approval request
+            that asks for a callback is refused.
+        approval_callback_hosts: The hosts the callbacks of external approvals may go
+            to (JSON list); a request naming another host is refused.
         cookie_secret: Key signing console session cookies (at least 32 characters).
             Unset: made up once and kept with the operator token (in memory: random per
             process, so sessions end with a restart).
@@ -227,6 +238,7 @@ class Settings(BaseSettings):
     database_url: str = DEFAULT_DATABASE_URL
     app: str = DEFAULT_APP
     agents: Path | None = None
+    external_agents: Literal["any", "declared"] = "any"
     mcp_headers: dict[str, dict[str, SecretStr]] = Field(default_factory=dict)
     sqlite_busy_timeout_ms: int = Field(default=750, ge=0, le=600_000)
     sqlite_synchronous: Literal["full", "normal"] = "full"
@@ -243,6 +255,8 @@ class Settings(BaseSettings):
     operator_token: SecretStr | None = Field(default=None, min_length=16)
     api_tokens: list[ApiTokenSetting] = Field(default_factory=list)
     hooks: dict[str, HookSetting] = Field(default_factory=dict)
+    approval_callback_secret: SecretStr | None = Field(default=None, min_length=1)
+    approval_callback_hosts: list[str] = Field(default_factory=list)
     cookie_secret: SecretStr | None = Field(default=None, min_length=32)
     secure_cookies: bool = False
     signing_key: SecretStr | None = Field(default=None, min_length=1)
@@ -318,6 +332,29 @@ class Settings(BaseSettings):
                 "sqlite+aiosqlite:////absolute/path.db)"
             )
         return value
+
+    @field_validator("approval_callback_secret")
+    @classmethod
+    def _whsec(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return None
+        text = value.get_secret_value().strip()
+        encoded = text.removeprefix("whsec_")
+        try:
+            key = base64.b64decode(encoded + "==", validate=False)
+        except (binascii.Error, ValueError):
+            key = b""
+        if not text.startswith("whsec_") or len(key) < 16:
+            raise ValueError(
+                "expected whsec_ followed by at least 16 base64-encoded bytes, e.g. "
+                "whsec_$(openssl rand -base64 32)"
+            )
+        return SecretStr(text)
+
+    @field_validator("approval_callback_hosts")
+    @classmethod
+    def _callback_hosts(cls, value: list[str]) -> list[str]:
+        return [host.strip().lower().rstrip(".") for host in value if host.strip()]
 
     @field_validator("app")
     @classmethod
