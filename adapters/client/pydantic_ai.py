@@ -3,8 +3,9 @@
 A Pydantic AI agent whose tools need approval (``requires_approval=True``, or a tool
 raising `ApprovalRequired`) ends its run with `DeferredToolRequests` when the model
 calls them. `run_with_approvals` (and `run_with_approvals_sync`) turns each of
-``requests.approvals`` into a signoff approval, keyed by the conversation and the tool
-call id, waits for the decisions and continues the run with `DeferredToolResults`:
+``requests.approvals`` into a signoff approval, keyed by the conversation and the call
+(its place in the history and its id), waits for the decisions and continues the run
+with `DeferredToolResults`:
 `ToolApproved()` as asked, `ToolApproved(override_args=...)` with a person's edits,
 `ToolDenied(message)` with ``Permission denied`` and the reason, which the model reads.
 
@@ -53,13 +54,19 @@ Save = Callable[[bytes], None]
 """Keeps the serialised message history (see `dump_history`)."""
 
 
-def idempotency_key(conversation_id: str, tool_call_id: str) -> str:
+def idempotency_key(conversation_id: str, position: int, tool_call_id: str) -> str:
     """The idempotency key of the approval for one tool call of one conversation.
 
     The same on every attempt, in every process: a restarted agent asking again gets the
-    approval it asked for before.
+    approval it asked for before. The position of the model response holding the call in
+    the history tells apart two calls with the same id (models that number their calls).
+
+    Args:
+        conversation_id: The conversation.
+        position: The index of the model response holding the call in the history.
+        tool_call_id: The call's id.
     """
-    return derive_key("pydantic-ai", conversation_id, tool_call_id)
+    return derive_key("pydantic-ai", conversation_id, position, tool_call_id)
 
 
 def approval_result(decision: Decision) -> ToolApproved | ToolDenied:
@@ -108,32 +115,34 @@ def pending_approvals(messages: Sequence[ModelMessage]) -> list[ToolCallPart]:
     return []
 
 
-def _describe(messages: Sequence[ModelMessage], call: ToolCallPart) -> str | None:
-    """What the model said next to the call, shown on the card as the reason it asks."""
-    for message in reversed(messages):
-        if isinstance(message, ModelResponse) and call in message.tool_calls:
-            text = " ".join(p.content for p in message.parts if isinstance(p, TextPart)).strip()
-            return text or None
-    return None
-
-
 def _fields(
     call: ToolCallPart,
+    messages: Sequence[ModelMessage],
     *,
     agent: str,
     conversation_id: str,
     on_behalf_of: str | None,
-    description: str | None,
 ) -> dict[str, Any]:
-    return {
-        "agent": agent,
-        "tool": call.tool_name,
-        "arguments": call.args_as_dict(raise_if_invalid=True),
-        "description": description,
-        "session_id": conversation_id,
-        "on_behalf_of": on_behalf_of,
-        "idempotency_key": idempotency_key(conversation_id, call.tool_call_id),
-    }
+    """What to ask signoff about `call`, found in the history `messages`.
+
+    Raises:
+        ValueError: No model response of `messages` holds the call.
+    """
+    for position in range(len(messages) - 1, -1, -1):
+        message = messages[position]
+        if isinstance(message, ModelResponse) and call in message.tool_calls:
+            # What the model said next to the call: the card shows it as the reason.
+            said = " ".join(p.content for p in message.parts if isinstance(p, TextPart))
+            return {
+                "agent": agent,
+                "tool": call.tool_name,
+                "arguments": call.args_as_dict(raise_if_invalid=True),
+                "description": said.strip() or None,
+                "session_id": conversation_id,
+                "on_behalf_of": on_behalf_of,
+                "idempotency_key": idempotency_key(conversation_id, position, call.tool_call_id),
+            }
+    raise ValueError(f"no model response of the history holds call {call.tool_call_id!r}")
 
 
 async def approval_results(
@@ -142,8 +151,8 @@ async def approval_results(
     client: AsyncSignoffClient,
     agent: str,
     conversation_id: str,
+    messages: Sequence[ModelMessage],
     on_behalf_of: str | None = None,
-    messages: Sequence[ModelMessage] = (),
 ) -> DeferredToolResults:
     """Ask signoff about each call, wait for every decision, and answer them all.
 
@@ -155,8 +164,12 @@ async def approval_results(
         agent: The agent name signoff knows these calls by.
         conversation_id: The conversation: the approvals' session (grants of scope
             ``run`` cover it) and part of their idempotency keys.
+        messages: The run's history (``all_messages()``), which holds the calls; the
+            model's text next to a call is shown on its card as the reason.
         on_behalf_of: The user the approvals are asked for, where the token may.
-        messages: The run's history; the model's text next to a call is its description.
+
+    Raises:
+        ValueError: A call is not in `messages`.
 
     Returns:
         One result per call, keyed by tool call id.
@@ -165,10 +178,10 @@ async def approval_results(
         await client.request_approval(
             **_fields(
                 call,
+                messages,
                 agent=agent,
                 conversation_id=conversation_id,
                 on_behalf_of=on_behalf_of,
-                description=_describe(messages, call),
             ),
             wait=False,
         )
@@ -184,18 +197,18 @@ def approval_results_sync(
     client: SignoffClient,
     agent: str,
     conversation_id: str,
+    messages: Sequence[ModelMessage],
     on_behalf_of: str | None = None,
-    messages: Sequence[ModelMessage] = (),
 ) -> DeferredToolResults:
     """`approval_results` with the sync client (same arguments)."""
     decisions = [
         client.request_approval(
             **_fields(
                 call,
+                messages,
                 agent=agent,
                 conversation_id=conversation_id,
                 on_behalf_of=on_behalf_of,
-                description=_describe(messages, call),
             ),
             wait=False,
         )

@@ -224,6 +224,42 @@ async def test_two_calls_of_one_turn_get_their_cards_at_once_and_are_decided_eac
     assert [m.content for m in tool_messages(state)] == ["refunded 10 on B-1", "Permission denied"]
 
 
+async def test_a_grant_of_scope_run_allows_the_later_calls_of_the_session_without_a_card(
+    signoff: Signoff,
+) -> None:
+    ledger: list[tuple[str, dict[str, Any]]] = []
+    async with AsyncSignoffClient(signoff.url, token=AGENT_TOKEN) as client:
+
+        async def refund(thread_id: str, order: str) -> Any:
+            graph = refund_graph(
+                [("refund", {"order": order, "amount": 5})], ledger, InMemorySaver()
+            )
+            config: Any = {"configurable": {"thread_id": thread_id}}
+            question = {"messages": [HumanMessage(f"Refund {order}")]}
+            return await arun_with_approvals(
+                graph, question, config, client=client, agent="support", session_id="customer-7"
+            )
+
+        first = asyncio.create_task(refund("thread-a", "E-1"))
+        [card] = await signoff.cards.wait_for(1)
+        await signoff.decide(card.ticket_id, decision="allow", grant={"scope": "run"})
+        await first
+        state = await refund("thread-b", "E-2")
+
+    assert ledger == [
+        ("refund", {"order": "E-1", "amount": 5}),
+        ("refund", {"order": "E-2", "amount": 5}),
+    ]
+    assert [m.content for m in tool_messages(state)] == ["refunded 5 on E-2"]
+    by_order = {
+        a["arguments"]["order"]: a for a in await signoff.approvals(session_id="customer-7")
+    }
+    assert (by_order["E-1"]["status"], by_order["E-1"]["basis"]) == ("allowed", "decision")
+    assert (by_order["E-2"]["status"], by_order["E-2"]["basis"]) == ("allowed", "grant")
+    assert by_order["E-2"]["grant_id"] is not None
+    assert len(signoff.cards.sent) == 1
+
+
 async def test_an_approval_nobody_decides_expires_and_the_call_is_denied(
     signoff: Signoff,
 ) -> None:

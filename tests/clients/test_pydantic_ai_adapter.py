@@ -14,7 +14,8 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from pydantic_ai.messages import (
     TextPart,
     ToolCallPart,
     ToolReturnPart,
+    UserPromptPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
@@ -91,6 +93,19 @@ async def signoff(tmp_path: Path) -> AsyncIterator[Signoff]:
         yield served
 
 
+@contextmanager
+def closing_its_loop() -> Iterator[None]:
+    """Closes the event loop ``run_sync`` leaves set in the thread it ran in (Pydantic AI
+    keeps one per thread for the next call), so that no loop outlives the test."""
+    try:
+        yield
+    finally:
+        policy = asyncio.get_event_loop_policy()
+        with suppress(RuntimeError):
+            policy.get_event_loop().close()
+        policy.set_event_loop(None)
+
+
 async def test_an_allowed_call_runs_as_asked_next_to_a_call_that_needs_no_approval(
     signoff: Signoff,
 ) -> None:
@@ -103,7 +118,7 @@ async def test_an_allowed_call_runs_as_asked_next_to_a_call_that_needs_no_approv
     saved: list[bytes] = []
 
     def conversation() -> Any:
-        with SignoffClient(signoff.url, token=AGENT_TOKEN) as client:
+        with SignoffClient(signoff.url, token=AGENT_TOKEN) as client, closing_its_loop():
             return run_with_approvals_sync(
                 agent,
                 "Refund A-1",
@@ -188,6 +203,55 @@ async def test_an_edited_call_runs_with_the_edited_arguments(signoff: Signoff) -
         if isinstance(part, ToolReturnPart)
     ]
     assert [part.content for part in calls] == ["refunded 120 on A-3"]
+
+
+async def test_a_follow_up_in_the_conversation_is_allowed_by_the_grant_of_the_first_call(
+    signoff: Signoff,
+) -> None:
+    ledger: list[tuple[str, dict[str, Any]]] = []
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        last = messages[-1]
+        returns = [p for p in last.parts if isinstance(p, ToolReturnPart)]
+        if returns:
+            return ModelResponse(parts=[TextPart(str(returns[0].content))])
+        [prompt] = [p for p in last.parts if isinstance(p, UserPromptPart)]
+        order = str(prompt.content).removeprefix("Refund ")
+        # Numbered the same every turn, as some models do: the history tells them apart.
+        call = ToolCallPart("refund", {"order": order, "amount": 5}, tool_call_id="call-0")
+        return ModelResponse(parts=[call])
+
+    agent = refund_agent([], ledger)
+    async with AsyncSignoffClient(signoff.url, token=AGENT_TOKEN) as client:
+
+        async def ask(prompt: str, history: list[ModelMessage] | None) -> Any:
+            return await run_with_approvals(
+                agent,
+                prompt,
+                client=client,
+                agent="support",
+                conversation_id="customer-8",
+                message_history=history,
+                model=FunctionModel(respond),
+            )
+
+        first = asyncio.create_task(ask("Refund E-1", None))
+        [card] = await signoff.cards.wait_for(1)
+        await signoff.decide(card.ticket_id, decision="allow", grant={"scope": "run"})
+        earlier = await first
+        later = await ask("Refund E-2", earlier.all_messages())
+
+    assert (earlier.output, later.output) == ("refunded 5 on E-1", "refunded 5 on E-2")
+    assert ledger == [
+        ("refund", {"order": "E-1", "amount": 5}),
+        ("refund", {"order": "E-2", "amount": 5}),
+    ]
+    by_order = {
+        a["arguments"]["order"]: a for a in await signoff.approvals(session_id="customer-8")
+    }
+    assert (by_order["E-1"]["status"], by_order["E-1"]["basis"]) == ("allowed", "decision")
+    assert (by_order["E-2"]["status"], by_order["E-2"]["basis"]) == ("allowed", "grant")
+    assert len(signoff.cards.sent) == 1
 
 
 async def test_an_approval_nobody_decides_expires_and_the_call_is_denied(
