@@ -12,7 +12,9 @@ shares one `Deps` (store, clock, ids, agents):
 - `runtime.services.expiry` — decision deadlines;
 - `runtime.engine.grants` — standing grants: listing and revoking them.
 - `runtime.domain.edits` — an approver's change of a call's arguments before allowing it;
-- `runtime.services.batches` — several tickets decided in one action, each on its own.
+- `runtime.services.batches` — several tickets decided in one action, each on its own;
+- `runtime.services.approvals` and `runtime.services.outcomes` — external approvals, whose
+  methods `Runtime` takes from `runtime.external_approvals`.
 """
 
 from __future__ import annotations
@@ -25,10 +27,9 @@ from typing import Any
 
 from runtime.domain.accepting import AcceptOutcome, ActorSource, FormOutcome, Refused
 from runtime.domain.agent import Agent
-from runtime.domain.approvals import Approval, ApprovalRequest, ApprovalStatus, OutcomeStatus
 from runtime.domain.clock import Clock, IdSource, RandomIds, SystemClock
 from runtime.domain.edits import EditForm, ticket_edit_form
-from runtime.domain.errors import ConfigurationError, OutcomeConflict, RunNotFound
+from runtime.domain.errors import ConfigurationError
 from runtime.domain.external import AgentRegistry, ExternalAgent, UndeclaredAgents
 from runtime.domain.model import Model
 from runtime.domain.states import RunStatus
@@ -48,6 +49,7 @@ from runtime.engine.deps import Checkpoint, Deps, ResultMiddlewareInput
 from runtime.engine.grants import Grant
 from runtime.engine.handoff import Slots
 from runtime.engine.results import PendingEntry, RunResult
+from runtime.external_approvals import ExternalApprovals
 from runtime.services.approvals import Approvals
 from runtime.services.batches import BatchAccepted, Batches, BatchItem, BatchOutcome
 from runtime.services.control import RunControl
@@ -76,7 +78,7 @@ __all__ = [
 ]
 
 
-class Runtime:
+class Runtime(ExternalApprovals):
     """Starts runs and applies decisions; every state change is committed to the store.
 
     Args:
@@ -308,114 +310,6 @@ class Runtime:
             How many were forgotten.
         """
         return await self._starter.forget_idempotency(scope, before)
-
-    # -- external approvals ------------------------------------------------------------
-    async def request_approval(
-        self, request: ApprovalRequest, *, actor: Actor, idempotency_key: str | None = None
-    ) -> Approval:
-        """Ask whether an external agent's tool call may run.
-
-        The request becomes one run of the external agent: its rules decide at once
-        (``allowed`` by an allow rule or a standing grant, ``denied`` by a deny rule), or
-        the call waits on an ordinary ticket (``pending``), with its cards.
-
-        Args:
-            request: The call, and what the caller asks of it.
-            actor: Who sends it (the token's identity, recorded as ``requested_by``). The
-                requester is ``request.on_behalf_of`` when given (the edge checked the
-                sender may act for them), else the sender.
-            idempotency_key: The same key from the same sender returns the approval it
-                created first (``replayed`` set), never a second ticket.
-
-        Raises:
-            ApprovalRefused: The agent is undeclared where only declared ones may ask, runs
-                inside signoff, or the request overrides what the agent does not allow.
-            InvalidApproval: The arguments fail the request's schema, or a field is bad.
-            IdempotencyConflict: The key was used with a different request.
-        """
-        return await self._approvals.request(request, actor, idempotency_key)
-
-    async def approval(self, approval_id: str, *, viewer: Actor | None) -> Approval:
-        """An external approval as it stands.
-
-        Raises:
-            RunNotFound: No such approval, or `viewer` may not see it (only the requester,
-                the sender, whoever may decide or decided its ticket, and operators may).
-        """
-        return await self._approvals.get(approval_id, viewer)
-
-    async def wait_approval(
-        self,
-        approval_id: str,
-        *,
-        viewer: Actor,
-        timeout: float,  # noqa: ASYNC109 (a long poll's bound, as the API's ?wait=N)
-    ) -> Approval:
-        """An external approval once it is decided, or as it stands after `timeout` seconds
-        (at once when it is decided already).
-
-        Raises:
-            RunNotFound: As for `approval`.
-        """
-        return await self._approvals.wait(approval_id, viewer, timeout)
-
-    async def approval_page(
-        self,
-        *,
-        viewer: Actor,
-        status: ApprovalStatus | None = None,
-        agent: str | None = None,
-        session_id: str | None = None,
-        limit: int = 50,
-        cursor: str | None = None,
-    ) -> Page[Approval]:
-        """A page of the external approvals `viewer` may see, newest first.
-
-        Raises:
-            InvalidCursor: `cursor` is not one this listing gave `viewer`.
-        """
-        return await self._approvals.page(viewer, status, agent, session_id, limit, cursor)
-
-    async def report_outcome(
-        self,
-        approval_id: str,
-        status: OutcomeStatus,
-        summary: str | None = None,
-        *,
-        actor: Actor,
-    ) -> Approval:
-        """Record what became of an allowed external call, once.
-
-        It goes into the approval's flight recorder and `Approval.outcome`. An
-        ``unknown`` outcome opens a reconciliation run in the approval's session, parked
-        on an uncertain ticket a person answers from chat or the console (record the
-        verified result, retry, or abort); the answer becomes the outcome's
-        ``resolution`` (`runtime.services.outcomes`).
-
-        Args:
-            approval_id: The approval.
-            status: ``succeeded``, ``failed`` or ``unknown``.
-            summary: What happened, in the caller's words.
-            actor: Who reports: the approval's requester or its sender.
-
-        Returns:
-            The approval, with its outcome.
-
-        Raises:
-            RunNotFound: No such approval, or `actor` is neither its requester nor its
-                sender.
-            OutcomeConflict: The approval is not allowed, or another outcome was reported
-                for it already (the same one again changes nothing).
-        """
-        approval = await self._approvals.get(approval_id, actor)
-        if actor.id not in (approval.requester, approval.requested_by):
-            raise RunNotFound(f"no approval {approval_id!r}")
-        if approval.status != "allowed":
-            raise OutcomeConflict(
-                f"approval {approval_id} is {approval.status}: only an allowed call has an outcome"
-            )
-        await self._outcomes.report(approval_id, status, summary, actor)
-        return await self._approvals.get(approval_id, actor)
 
     # -- console sessions --------------------------------------------------------------
     async def revoke_session(self, session_id: str, expires_at: datetime) -> None:
