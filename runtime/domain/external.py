@@ -24,6 +24,7 @@ from runtime.domain.agent import Agent
 from runtime.domain.approvals import OVERRIDES
 from runtime.domain.errors import ConfigurationError
 from runtime.domain.model import ModelRequest, ModelResponse, ToolCallRequest
+from runtime.domain.tickets import STAND_IN_VERSION
 from runtime.domain.tools import (
     ExpiryAction,
     OnExpiry,
@@ -289,6 +290,18 @@ class ExternalAgent(Agent):
         raise ConfigurationError(f"agent {self.name!r} is external: it has no sub-agents")
 
 
+def agent_for_run(
+    agents: Mapping[str, Agent], name: str, origin: Mapping[str, Any]
+) -> Agent | None:
+    """The agent that drives a run of agent `name` with origin `origin`: the one loaded under
+    the name, but never the stand-in synthesised for an undeclared external agent when the
+    run is not an external approval (its agent is gone: the run is not driven by another)."""
+    agent = agents.get(name)
+    if isinstance(agent, ExternalAgent) and not agent.declared and ORIGIN_KEY not in origin:
+        return None
+    return agent
+
+
 def is_external(agent: Agent | None) -> bool:
     """Whether `agent` is an external agent."""
     return isinstance(agent, ExternalAgent)
@@ -355,6 +368,6 @@ class AgentRegistry(dict[str, Agent]):
         if made is None:
             if len(self._synthesised) >= _CATALOG_LIMIT:
                 self._synthesised.clear()
-            made = ExternalAgent(name, declared=False)
+            made = ExternalAgent(name, declared=False, version=STAND_IN_VERSION)
             self._synthesised[name] = made
         return made

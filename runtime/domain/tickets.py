@@ -43,6 +43,11 @@ REQUESTER = "requester"
 GROUP_PREFIX = "group:"
 """Approver entries ``group:<name>`` match groups the edge verified the actor is in."""
 
+# The version of the agent synthesised for a name no agent is loaded under, where undeclared
+# external agents may ask (`runtime.domain.external.AgentRegistry`): a ticket parked under
+# an agent of that name that is gone now finds it, and must not take it for its own.
+STAND_IN_VERSION = "undeclared-external"
+
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -635,7 +640,7 @@ def check_decidable(
         raise Expired(
             f"ticket {ticket.ticket_id} passed its deadline {ticket.deadline.isoformat()}"
         )
-    if agent_version is None:
+    if agent_version is None or agent_version == STAND_IN_VERSION != ticket.agent_version:
         raise StaleTicket(f"agent {ticket.agent!r} is not loaded any more")
     if agent_version != ticket.agent_version or catalog_fingerprint != ticket.catalog_fingerprint:
         raise StaleTicket(

@@ -16,6 +16,7 @@ from runtime.domain.agent import Agent
 from runtime.domain.context import ToolContext, _enter, _leave
 from runtime.domain.edits import model_note
 from runtime.domain.errors import LeaseLost, ModelError, ToolOutcomeUnknown
+from runtime.domain.external import agent_for_run
 from runtime.domain.model import ModelRequest, ModelResponse, StopReason
 from runtime.domain.notifications import (
     ApprovalRequested,
@@ -83,7 +84,7 @@ class Driver:
         self.deps = deps
         self.run = run
         self.fence = run.fence
-        self.agent: Agent | None = deps.agents.get(run.agent)
+        self.agent: Agent | None = agent_for_run(deps.agents, run.agent, run.origin)
         # The current batch's calls when already read (by the claim, or just proposed).
         self._calls: tuple[int, list[CallRecord]] | None = (
             (run.batch, calls) if calls is not None else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from runtime.domain.errors import NotAwaiting, RunNotFound
+from runtime.domain.external import agent_for_run
 from runtime.domain.notifications import RunPaused
 from runtime.domain.states import RunStatus
 from runtime.domain.tickets import Actor, Pause, actor_id
@@ -67,7 +68,7 @@ class RunControl:
         run.lease_expires_at = None
         run.fence += 1
         run.updated_at = now
-        agent = deps.agents.get(run.agent)
+        agent = agent_for_run(deps.agents, run.agent, run.origin)
         if agent is not None:
             await open_ticket(deps, tx, run, agent, Pause(), None, RunPaused)
         await record(tx, run.run_id, now, "run_paused", by=who)
