@@ -1,7 +1,7 @@
 """A Python client of signoff's approvals API, for agents that run elsewhere.
 
-Install it alone with ``pip install signoff[client]``: it needs httpx, PyJWT and
-rfc8785, and nothing of the server. See ``docs/client.md``.
+It needs httpx, PyJWT and rfc8785 (the ``client`` extra: ``pip install signoff[client]``)
+and imports nothing of the server. See ``docs/client.md``.
 
 - `SignoffClient` / `AsyncSignoffClient`: ask whether a tool call may run
   (``request_approval``), read and wait for the decision, report the outcome.
