@@ -38,7 +38,7 @@ from typing import Any
 import aiohttp
 from standardwebhooks import Webhook
 
-from adapters.webhook.callback import SessionFactory, retry_after_seconds
+from adapters.webhook.callback import SessionFactory, post_callback
 from adapters.webhook.config import callback_host_allowed
 from runtime import Clock, InvalidApproval, SignoffError, SystemClock
 from runtime.edges import (
@@ -53,7 +53,6 @@ log = logging.getLogger("signoff.webhook.approval_callback")
 
 USER_AGENT = "signoff-approvals/1"
 DEFAULT_TIMEOUT_SECONDS = 10.0
-_TRANSIENT_STATUSES = frozenset({408, 425, 429})
 
 RenderApproval = Callable[[str], Awaitable[Mapping[str, Any]]]
 """The body of an approval's callback, by approval id: the approval as the API answers it."""
@@ -174,30 +173,14 @@ class ApprovalCallbackNotifier:
             "webhook-timestamp": str(int(now.timestamp())),
             "webhook-signature": Webhook(self._callbacks.secret).sign(message_id, now, body),
         }
-        timeout = aiohttp.ClientTimeout(total=self._callbacks.timeout_seconds)
-        try:
-            async with (
-                self._session_factory() as session,
-                session.post(
-                    url, data=body, headers=headers, timeout=timeout, allow_redirects=False
-                ) as response,
-            ):
-                status = response.status
-                retry_after = response.headers.get("Retry-After")
-                # Read (and drop) a little of the answer so the connection can be reused.
-                await response.content.read(4096)
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise DeliveryError(
-                f"approval callback to {url} failed: {type(exc).__name__}: {exc}".rstrip(": ")
-            ) from exc
-        if 200 <= status < 300:
-            log.info("callback of approval %s delivered to %s", callback.run_id, url)
-            return {"callback_url": url, "status": status}
-        message = f"approval callback to {url} answered HTTP {status}"
-        if status >= 500 or status in _TRANSIENT_STATUSES:
-            raise DeliveryError(
-                message, retry_after=retry_after_seconds(retry_after, self._clock.now())
-            )
-        if 300 <= status < 400:
-            message += " (redirects are not followed)"
-        raise DeliveryError(message, permanent=True)
+        status = await post_callback(
+            self._session_factory,
+            url,
+            body,
+            headers,
+            timeout_seconds=self._callbacks.timeout_seconds,
+            clock=self._clock,
+            what="approval callback",
+        )
+        log.info("callback of approval %s delivered to %s", callback.run_id, url)
+        return {"callback_url": url, "status": status}

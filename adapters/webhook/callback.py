@@ -154,30 +154,68 @@ class CallbackNotifier:
             "Idempotency-Key": delivery.outbox_id,
             **signed_headers(hook.secret, body, self._clock.now().timestamp(), purpose=CALLBACK),
         }
-        timeout = aiohttp.ClientTimeout(total=hook.callback_timeout_seconds)
-        try:
-            async with (
-                self._session_factory() as session,
-                session.post(
-                    url, data=body, headers=headers, timeout=timeout, allow_redirects=False
-                ) as response,
-            ):
-                status = response.status
-                retry_after = response.headers.get("Retry-After")
-                # Read (and drop) a little of the answer so the connection can be reused.
-                await response.content.read(4096)
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise DeliveryError(
-                f"callback to {url} failed: {type(exc).__name__}: {exc}".rstrip(": ")
-            ) from exc
-        if 200 <= status < 300:
-            log.info("callback for run %s delivered to %s", note.run_id, url)
-            return {"callback_url": url, "status": status}
-        message = f"callback to {url} answered HTTP {status}"
-        if status >= 500 or status in _TRANSIENT_STATUSES:
-            raise DeliveryError(
-                message, retry_after=retry_after_seconds(retry_after, self._clock.now())
-            )
-        if 300 <= status < 400:
-            message += " (redirects are not followed)"
-        raise DeliveryError(message, permanent=True)
+        status = await post_callback(
+            self._session_factory,
+            url,
+            body,
+            headers,
+            timeout_seconds=hook.callback_timeout_seconds,
+            clock=self._clock,
+            what="callback",
+        )
+        log.info("callback for run %s delivered to %s", note.run_id, url)
+        return {"callback_url": url, "status": status}
+
+
+async def post_callback(
+    session_factory: SessionFactory,
+    url: str,
+    body: bytes,
+    headers: Mapping[str, str],
+    *,
+    timeout_seconds: float,
+    clock: Clock,
+    what: str,
+) -> int:
+    """POST a signed callback once, without following redirects.
+
+    Args:
+        session_factory: Makes the HTTP session.
+        url: Where to.
+        body: The signed body.
+        headers: Its headers, signature included.
+        timeout_seconds: The whole request's bound.
+        clock: Reads the time a ``Retry-After`` date is counted from.
+        what: Names the callback in errors (``callback``, ``approval callback``).
+
+    Returns:
+        The receiver's 2xx status.
+
+    Raises:
+        DeliveryError: Permanent for a redirect or a 4xx answer; transient (with
+            ``retry_after`` when given) for 408/425/429/5xx and network failures.
+    """
+    timeout = aiohttp.ClientTimeout(total=timeout_seconds)
+    try:
+        async with (
+            session_factory() as session,
+            session.post(
+                url, data=body, headers=dict(headers), timeout=timeout, allow_redirects=False
+            ) as response,
+        ):
+            status = response.status
+            retry_after = response.headers.get("Retry-After")
+            # Read (and drop) a little of the answer so the connection can be reused.
+            await response.content.read(4096)
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise DeliveryError(
+            f"{what} to {url} failed: {type(exc).__name__}: {exc}".rstrip(": ")
+        ) from exc
+    if 200 <= status < 300:
+        return status
+    message = f"{what} to {url} answered HTTP {status}"
+    if status >= 500 or status in _TRANSIENT_STATUSES:
+        raise DeliveryError(message, retry_after=retry_after_seconds(retry_after, clock.now()))
+    if 300 <= status < 400:
+        message += " (redirects are not followed)"
+    raise DeliveryError(message, permanent=True)
