@@ -28,7 +28,7 @@ from typing import Any, Literal, assert_never
 from runtime.domain import constraints
 from runtime.domain.agent import Agent
 from runtime.domain.errors import GrantNotAllowed
-from runtime.domain.external import is_external
+from runtime.domain.external import ORIGIN_KEY, is_external
 from runtime.domain.notifications import Decided
 from runtime.domain.states import CallState, TicketStatus
 from runtime.domain.tickets import (
@@ -124,6 +124,13 @@ def state_of(grant: GrantRecord, now: datetime, *, run_finished: bool = False) -
     if run_finished and grant.scope == "run":
         return "ended"
     return "active"
+
+
+def ends_run_grants(run: RunRecord | None) -> bool:
+    """Whether `run` has ended the ``run`` grants given in it: it finished, and it is not an
+    external approval's run, whose run grants cover the rest of its session (see
+    `allow_by_grant`) until they expire or are revoked."""
+    return run is not None and run.status.finished and ORIGIN_KEY not in run.origin
 
 
 def _scope(value: str) -> GrantScope:

@@ -8,9 +8,10 @@ from datetime import datetime
 from typing import assert_never
 
 from runtime.domain.errors import GrantNotActive, UnknownGrant
+from runtime.domain.external import ORIGIN_KEY
 from runtime.domain.tickets import Actor
 from runtime.engine.deps import Deps
-from runtime.engine.grants import Grant, sees_grant, state_of, view
+from runtime.engine.grants import Grant, ends_run_grants, sees_grant, state_of, view
 from runtime.engine.journal import record
 from runtime.store.base import Transaction
 from runtime.store.records import GrantRecord, RunRecord
@@ -23,12 +24,11 @@ class Grants:
         self._deps = deps
 
     async def _views(self, tx: Transaction, found: list[GrantRecord], now: datetime) -> list[Grant]:
-        """`found` as people see them; a ``run`` grant whose run finished reads ``ended``."""
+        """`found` as people see them; a ``run`` grant whose run ended it reads ``ended``."""
         finished: dict[str, bool] = {}
         for grant in found:
             if grant.scope == "run" and grant.run_id not in finished:
-                run = await tx.get_run(grant.run_id)
-                finished[grant.run_id] = run is not None and run.status.finished
+                finished[grant.run_id] = ends_run_grants(await tx.get_run(grant.run_id))
         return [
             view(
                 g,
@@ -85,6 +85,20 @@ class Grants:
                 thread_id=run.thread_id, scope="thread", active_at=now if active else None
             )
             found = own + [g for g in threads if g.requester == run.requester]
+            if ORIGIN_KEY in run.origin:
+                # An external approval's run is one call: the run grants of its session
+                # cover it too (see `allow_by_grant`).
+                session = await tx.list_grants(
+                    thread_id=run.thread_id, scope="run", active_at=now if active else None
+                )
+                mine = {g.grant_id for g in own}
+                found += [
+                    g
+                    for g in session
+                    if g.grant_id not in mine
+                    and g.requester == run.requester
+                    and g.agent == run.agent
+                ]
             found = [g for g in found if sees_grant(viewer, g)]
             found.sort(key=lambda g: (g.created_at, g.grant_id), reverse=True)
             shown = await self._views(tx, found, now)
@@ -112,7 +126,7 @@ class Grants:
             if found is None or not sees_grant(actor, found):
                 raise UnknownGrant(f"no grant {grant_id!r}")
             run = await tx.get_run(found.run_id) if found.scope == "run" else None
-            ended = run is not None and run.status.finished
+            ended = ends_run_grants(run)
             match state_of(found, now, run_finished=ended):
                 case "revoked":
                     raise GrantNotActive(

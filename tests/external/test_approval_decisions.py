@@ -152,6 +152,25 @@ async def test_run_grant_covers_the_session(rt: Runtime) -> None:
     assert fresh.status == "pending"
 
 
+async def test_a_session_grant_stays_active_listed_and_revocable_after_its_run(
+    rt: Runtime,
+) -> None:
+    first = await ask(rt, session="conv-1")
+    await rt.decide(
+        first.ticket_id or "", Allow(grant=GrantRequest(scope="run")), ALICE, resume=True
+    )
+    assert (await rt.get(first.approval_id)).status is RunStatus.DONE  # its one call ran
+    [given] = await rt.grants(active=False)
+
+    assert given.state == "active"
+    assert [g.grant_id for g in await rt.grants()] == [given.grant_id]
+    covered = await ask(rt, args={"amount": 70}, session="conv-1")
+    assert [g.grant_id for g in await rt.grants_of_run(covered.approval_id)] == [given.grant_id]
+    revoked = await rt.revoke_grant(given.grant_id, actor=ALICE)
+    assert revoked.state == "revoked"
+    assert (await ask(rt, args={"amount": 71}, session="conv-1")).status == "pending"
+
+
 async def test_thread_grant_covers_the_session(rt: Runtime) -> None:
     first = await ask(rt, session="conv-1")
     await rt.decide(first.ticket_id or "", Allow(grant=GrantRequest(scope="thread")), ALICE)

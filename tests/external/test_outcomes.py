@@ -7,8 +7,8 @@ import asyncio
 from typing import Any
 
 import pytest
-
 from approvals_kit import RuntimeFactory
+
 from runtime import (
     Abort,
     Actor,

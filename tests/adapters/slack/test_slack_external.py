@@ -361,11 +361,6 @@ async def test_a_grant_from_slack_allows_the_sessions_next_call_at_once_without_
     assert second.decided_via == "grant" and second.decision_token is not None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a run grant of an external session keeps covering the session's calls, but it "
-    "reads as ended once its one-call run finished: not listed as active, not revocable",
-)
 async def test_a_session_grant_given_in_slack_is_listed_as_active_and_can_be_revoked(
     signoff: External,
 ) -> None:
