@@ -286,7 +286,8 @@ def assert_cut_off_and_asked_again(script: Script) -> None:
 def assert_one_approval(
     server: Server, setup: Setup, session: str, approval_id: str, ticket_id: str
 ) -> dict[str, Any]:
-    """The session holds this one approval, with this one ticket; it is returned."""
+    """The session holds this one approval, whose run opened this one ticket, now
+    decided; the approval is returned."""
     status, page = server.call(
         "GET", f"/api/approvals?session_id={session}", token=setup.agent_token
     )
@@ -297,6 +298,12 @@ def assert_one_approval(
     assert page["next_cursor"] is None
     status, tickets = server.call("GET", "/api/tickets", token=setup.approver_token)
     assert status == 200 and tickets["tickets"] == [], tickets
+    status, recorded = server.call(
+        "GET", f"/api/runs/{approval_id}/events", token=setup.approver_token
+    )
+    assert status == 200, recorded
+    opened = [e for e in recorded["events"] if e["kind"] == "ticket_opened"]
+    assert len(opened) == 1 and ticket_id in json.dumps(opened[0]), opened
     return dict(page["approvals"][0])
 
 
