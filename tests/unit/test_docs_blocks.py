@@ -106,7 +106,7 @@ def test_every_toml_block_parses() -> None:
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 def test_every_shell_block_is_valid_bash() -> None:
     for block in blocks():
-        if block.language == "sh":
+        if block.language in ("sh", "bash", "shell"):
             checked = subprocess.run(
                 ["bash", "-n"], input=block.code, capture_output=True, text=True, check=False
             )
