@@ -1,7 +1,8 @@
 """A Python client of signoff's approvals API, for agents that run elsewhere.
 
-It needs httpx, PyJWT and rfc8785 (the ``client`` extra: ``pip install signoff[client]``)
-and imports nothing of the server. See ``docs/client.md``.
+It needs httpx, PyJWT and rfc8785 and imports nothing of the server; an agent process
+installs it alone as ``signoff-client`` (``pip install ./deploy/client``). See
+``docs/client.md``.
 
 - `SignoffClient` / `AsyncSignoffClient`: ask whether a tool call may run
   (``request_approval``), read and wait for the decision, report the outcome.

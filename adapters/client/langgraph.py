@@ -13,7 +13,7 @@ Two halves, joined by LangGraph's own interrupts and checkpoints:
   interrupt (so an agent process that restarts and asks again gets the same approvals,
   never second cards), waits for the decisions and resumes with `Command(resume=...)`.
 
-LangGraph is imported here only (the ``signoff[langgraph]`` extra).
+LangGraph is imported here only (the client's ``langgraph`` extra).
 """
 
 from __future__ import annotations

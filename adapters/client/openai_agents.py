@@ -1,4 +1,4 @@
-"""signoff approvals for the OpenAI Agents SDK (``pip install signoff[openai-agents]``).
+"""signoff approvals for the OpenAI Agents SDK (the client's ``openai-agents`` extra).
 
 Tools declared with ``needs_approval`` interrupt the SDK's run; `SignoffRunner` turns each
 interruption into a signoff approval (a card in Slack, Discord or the console), waits for

@@ -14,7 +14,7 @@ The message history, serialised with `dump_history` (Pydantic AI's
 process needs to survive a restart: run again with the saved history and no prompt, and
 the same approvals are asked for again (the same ones, never second cards).
 
-Pydantic AI is imported here only (the ``signoff[pydantic-ai]`` extra).
+Pydantic AI is imported here only (the client's ``pydantic-ai`` extra).
 """
 
 from __future__ import annotations
