@@ -59,6 +59,7 @@ MAX_SESSION = 200
 _MAX_TOOL = 200
 _THREAD_LIMIT = 128
 _FIRST_POLL = 0.05
+_PARKING = 10.0
 _LONGEST_POLL = 1.0
 _SCAN = 200
 
@@ -166,8 +167,23 @@ class Approvals:
             joining_as=None,
             opening=request_message(request.tool, request.arguments, request.description),
         )
-        found = await self.get(result.run_id, None)
+        found = await self._parked(await self.get(result.run_id, None))
         return replace(found, replayed=result.replayed)
+
+    async def _parked(self, found: Approval) -> Approval:
+        """`found` once its call reached a ticket or was settled: a request answered while
+        the approval's run is still being driven (the same key sent again meanwhile, to
+        this process or another) waits for it, so that a pending answer names its ticket.
+        After `_PARKING` seconds (a run left queued by a process that died, until a worker
+        recovers it) it is answered as it stands."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + _PARKING
+        pause = _FIRST_POLL
+        while found.status == "pending" and found.ticket_id is None and loop.time() < until:
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, _LONGEST_POLL)
+            found = await self.get(found.approval_id, None)
+        return found
 
     # -- reading -----------------------------------------------------------------------
     async def get(self, approval_id: str, viewer: Actor | None) -> Approval:
