@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from runtime.domain.agent import Agent
 from runtime.domain.external import (
+    ORIGIN_KEY,
     extra_secret,
     is_external,
     overridden_approvers,
@@ -105,12 +106,16 @@ async def notify(
     on its own, so a retry never repeats the other delivery. An external approval's run
     whose request gave a callback URL (origin key `APPROVAL_CALLBACK_URL`) gets an
     `ApprovalCallback` to platform ``approval_callback`` the same way. A sub-agent's run
-    ending is not announced: its answer goes to its parent, whose end is.
+    ending is not announced: its answer goes to its parent, whose end is. Nor is an
+    external approval's: its card shows the decision, and a call a rule allowed at once
+    has no card to follow up (the caller has the answer, and its callback if it asked).
     """
     if isinstance(note, RunFinished) and run.parent_run_id is not None:
         return
     now = at or deps.clock.now()
-    targets: list[tuple[Notification, dict[str, Any]]] = [(note, dict(to or run.origin))]
+    targets: list[tuple[Notification, dict[str, Any]]] = []
+    if not (isinstance(note, RunFinished) and ORIGIN_KEY in run.origin):
+        targets.append((note, dict(to or run.origin)))
     if isinstance(note, RunFinished) and run.origin.get("callback_url"):
         callback = RunCallback.model_validate(note.payload())
         targets.append((callback, {**run.origin, "platform": "callback"}))

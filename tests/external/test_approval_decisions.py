@@ -259,3 +259,16 @@ async def test_concurrent_requests_with_one_key(rt: Runtime) -> None:
     async with rt.store.transaction() as tx:
         runs = await tx.list_runs(limit=10)
     assert len(runs) == 1
+
+
+async def test_an_approval_ending_is_not_announced_in_chat(rt: Runtime) -> None:
+    at_once = await ask(rt, "lookup_order", {"order": "A-1"})
+    asked = await ask(rt, key="k-chat")
+    await rt.decide(asked.ticket_id or "", Allow(), ALICE, resume=True)
+
+    for approval in (at_once, asked):
+        assert (await rt.get(approval.approval_id)).status is RunStatus.DONE
+        async with rt.store.transaction() as tx:
+            kinds = [item.kind for item in await tx.outbox_for_run(approval.approval_id)]
+        assert "run_finished" not in kinds
+    assert "approval_requested" in kinds  # the card of the one that asked
