@@ -6,11 +6,14 @@ API listening on 127.0.0.1, and an agents file declaring the external agent ``he
 run or plain client code in the test); its refunds ask Alice, whose cards go to the fake
 server's channel; look-ups are allowed by rule. The agent asks with `AGENT_TOKEN`. Time
 is a `ManualClock` started at the present (decision tokens are checked against the real
-time), which a test moves to make a deadline pass.
+time), which a test moves to make a deadline pass. `serve_env` is the same `signoff serve`
+as a subprocess's environment, for a test that kills it.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -23,6 +26,7 @@ import httpx
 from discord_harness import ALICE, ROLE_FINANCE
 from fake_discord import CHANNEL_ID, GUILD_ID, TOKEN, FakeDiscord, InteractionRecord, User
 from pydantic import SecretStr
+from testkit import ROOT
 
 from adapters.client import AsyncSignoffClient, RetryPolicy
 from adapters.discord import configure_endpoints
@@ -84,6 +88,33 @@ def approval_id_of(card: dict[str, Any]) -> str:
     return footer.removeprefix("run ").split(" ", 1)[0]
 
 
+def serve_env(fake: FakeDiscord, directory: Path, port: int) -> dict[str, str]:
+    """The environment of a `signoff serve` subprocess like `ExternalSignoff.settings`
+    (on the system clock), whose gateway lease a successor takes a second after a kill."""
+    agents = directory / "agents.toml"
+    agents.write_text(AGENTS_FILE, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("SIGNOFF_")}
+    env.update(
+        {
+            "PYTHONPATH": str(ROOT),
+            "SIGNOFF_DATABASE_URL": f"sqlite+aiosqlite:///{directory / 'signoff.db'}",
+            "SIGNOFF_AGENTS": str(agents),
+            "SIGNOFF_BIND_HOST": "127.0.0.1",
+            "SIGNOFF_PORT": str(port),
+            "SIGNOFF_LEASE_SECONDS": "1",
+            "SIGNOFF_POLL_SECONDS": "0.05",
+            "SIGNOFF_OPERATOR_TOKEN": OPERATOR_TOKEN,
+            "SIGNOFF_API_TOKENS": json.dumps([{"token": AGENT_TOKEN, "actor": f"svc:{AGENT}"}]),
+            "SIGNOFF_DISCORD_BOT_TOKEN": TOKEN,
+            "SIGNOFF_DISCORD_API_BASE_URL": fake.api_base_url,
+            "SIGNOFF_DISCORD_GATEWAY_URL": fake.gateway_url,
+            "SIGNOFF_DISCORD_GUILD_READY_TIMEOUT": "0.1",
+            "SIGNOFF_DISCORD_GATEWAY_LEASE_SECONDS": "1",
+        }
+    )
+    return env
+
+
 @dataclass
 class ExternalSignoff:
     """The served signoff, the fake Discord, and what a test does with them."""
@@ -103,6 +134,11 @@ class ExternalSignoff:
         return f"http://127.0.0.1:{self.port}"
 
     @property
+    def database(self) -> Path:
+        """The SQLite file every process serves."""
+        return self.directory / "signoff.db"
+
+    @property
     def runtime(self) -> Runtime:
         """The runtime of the process serving now."""
         return self.services[-1].runtime
@@ -112,7 +148,7 @@ class ExternalSignoff:
         agents = self.directory / "agents.toml"
         agents.write_text(AGENTS_FILE, encoding="utf-8")
         return Settings(
-            database_url=f"sqlite+aiosqlite:///{self.directory / 'signoff.db'}",
+            database_url=f"sqlite+aiosqlite:///{self.database}",
             agents=agents,
             bind_host="127.0.0.1",
             port=self.port,

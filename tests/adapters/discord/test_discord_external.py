@@ -5,7 +5,9 @@ answer reaches the agent that asked.
 
 The agents use no LLM: LangGraph's model node, Pydantic AI's `FunctionModel` and the
 Agents SDK's `ScriptedModel` propose scripted tool calls, then report what the tools
-answered. Every real tool execution is appended to a ledger.
+answered. Every real tool execution is appended to a ledger. The last two tests restart
+signoff between the request and the decision: stopped in this process, and a real
+`signoff serve` SIGKILLed.
 """
 
 from __future__ import annotations
@@ -24,10 +26,14 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 from discord_harness import ALICE, BOB
 from external_harness import (
     AGENT,
+    AGENT_TOKEN,
+    QUICK_RETRY,
     ExternalSignoff,
     approval_id_of,
     field_of,
+    free_port,
     labels,
+    serve_env,
     serving,
 )
 from fake_discord import FakeDiscord
@@ -40,9 +46,9 @@ from pydantic_ai import Agent as PydanticAgent
 from pydantic_ai import DeferredToolRequests
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-from testkit import settled
+from testkit import Served, query, settled, until
 
-from adapters.client import derive_key, verify_decision_token
+from adapters.client import AsyncSignoffClient, derive_key, verify_decision_token
 from adapters.client.langgraph import approval_tool_node, arun_with_approvals
 from adapters.client.openai_agents import SignoffRunner
 from adapters.client.pydantic_ai import run_with_approvals
@@ -59,6 +65,18 @@ SECONDS = 30.0
 async def signoff(fake: FakeDiscord, tmp_path: Path) -> AsyncIterator[ExternalSignoff]:
     async with serving(fake, tmp_path) as served:
         yield served
+
+
+def card_delivered(database: Path, approval_id: str) -> bool:
+    """Whether the approval's card is recorded as delivered: a process stopped after
+    that leaves nothing to post again (stopped between the post and the record, the next
+    process would post it again, as deliveries are at least once)."""
+    found = query(
+        database,
+        "SELECT count(*) FROM outbox WHERE kind = 'approval_requested' "
+        f"AND state = 'delivered' AND run_id = '{approval_id}'",
+    )
+    return found == [(1,)]
 
 
 def refusal(who: str) -> str:
@@ -408,6 +426,7 @@ async def test_a_decision_in_discord_after_a_restart_reaches_the_client_waiting_
 
         asked = await ask(wait=False)
         card = await signoff.card()
+        await until(lambda: card_delivered(signoff.database, asked.approval_id), "the record")
         waiting = asyncio.create_task(client.wait(asked.approval_id))
         await asyncio.wait_for(polling.wait(), SECONDS)
 
@@ -428,3 +447,57 @@ async def test_a_decision_in_discord_after_a_restart_reaches_the_client_waiting_
         assert (again.approval_id, again.status) == (asked.approval_id, "allowed")
     assert (await signoff.outcome(card)).startswith(f"✅ Allowed by <@{ALICE.id}>")
     assert len(signoff.cards()) == 1
+
+
+@pytest.mark.crash
+@pytest.mark.timeout(150)
+async def test_a_client_waiting_through_a_killed_signoff_serve_gets_the_discord_decision(
+    fake: FakeDiscord, tmp_path: Path
+) -> None:
+    env = serve_env(fake, tmp_path, free_port())
+    database = tmp_path / "signoff.db"
+    first = await Served.start(env)
+    try:
+        await fake.wait_for(lambda: fake.connected == 1, seconds=30, what="the first bot")
+        async with httpx.AsyncClient(trust_env=False) as http:
+            client = AsyncSignoffClient(
+                first.url, token=AGENT_TOKEN, retry=QUICK_RETRY, http_client=http
+            )
+            asked = await client.request_approval(
+                agent=AGENT,
+                tool="refund",
+                arguments={"order": "K-1", "amount": 15},
+                session_id="conversation-8",
+                wait=False,
+            )
+            [card] = await fake.wait_for(lambda: fake.cards(), seconds=30, what="the card")
+            await until(lambda: card_delivered(database, asked.approval_id), "the record")
+            waiting = asyncio.create_task(client.wait(asked.approval_id))
+            first.kill()
+            await fake.wait_for(lambda: fake.connected == 0, what="the killed bot gone")
+            second = await Served.start(env)
+            try:
+                assert second.url == first.url
+                await fake.wait_for(lambda: fake.connected == 1, seconds=30, what="the new bot")
+                assert not waiting.done()
+                answer = await fake.interact(fake.click(ALICE, card, "Allow"))
+                await fake.answered(answer)
+                assert "Allow recorded" in answer.text
+                decided = await asyncio.wait_for(waiting, 60)
+                assert (decided.approval_id, decided.status) == (asked.approval_id, "allowed")
+                assert decided.decided_by == str(ALICE.id)
+
+                def outcome() -> str | None:
+                    fields = fake.messages[card["id"]]["embeds"][0].get("fields", [])
+                    found = [str(f["value"]) for f in fields if f["name"] == "Outcome"]
+                    return found[0] if found else None
+
+                shown = await fake.wait_for(outcome, seconds=30, what="the card's outcome")
+                assert shown.startswith(f"✅ Allowed by <@{ALICE.id}>")
+            finally:
+                waiting.cancel()
+                await second.stop()
+    finally:
+        if first.process.poll() is None:
+            first.kill()
+    assert len(fake.cards()) == 1
