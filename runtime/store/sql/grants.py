@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from datetime import datetime
+from functools import cache
 from typing import Any
 
-from sqlalchemy import and_, bindparam, insert, or_, select, update
+from sqlalchemy import Select, and_, bindparam, insert, or_, select, update
 
 from runtime.store.records import GrantRecord
 from runtime.store.schema import grants
@@ -37,6 +38,34 @@ _REVOKE_GRANT = (
     .where(grants.c.grant_id == bindparam("b_grant_id"), grants.c.revoked_at.is_(None))
     .values(revoked_at=bindparam("at"), revoked_by=bindparam("by"))
 )
+
+
+@cache
+def _listing(
+    by_run: bool, by_thread: bool, by_scope: bool, involving: bool, live: bool
+) -> Select[Any]:
+    """The listing statement for one combination of filters, built once: its values are
+    bound parameters, so the compiled statement is reused (the SQLite writer caches plans
+    by statement)."""
+    statement = select(grants)
+    if by_run:
+        statement = statement.where(grants.c.run_id == bindparam("run_id"))
+    if by_thread:
+        statement = statement.where(grants.c.thread_id == bindparam("thread_id"))
+    if by_scope:
+        statement = statement.where(grants.c.scope == bindparam("scope"))
+    if involving:
+        statement = statement.where(
+            or_(
+                grants.c.granted_by == bindparam("involving"),
+                grants.c.requester == bindparam("involving"),
+            )
+        )
+    if live:
+        statement = statement.where(_GRANT_LIVE)
+    return statement.order_by(grants.c.created_at.desc(), grants.c.grant_id.desc()).limit(
+        bindparam("limit")
+    )
 
 
 class GrantStatements(TransactionCore):
@@ -76,24 +105,18 @@ class GrantStatements(TransactionCore):
         limit: int = 100,
     ) -> list[GrantRecord]:
         """Grants, newest first, filtered by every argument given."""
-        statement = select(grants)
-        if run_id is not None:
-            statement = statement.where(grants.c.run_id == run_id)
-        if thread_id is not None:
-            statement = statement.where(grants.c.thread_id == thread_id)
-        if scope is not None:
-            statement = statement.where(grants.c.scope == scope)
-        if involving is not None:
-            statement = statement.where(
-                or_(grants.c.granted_by == involving, grants.c.requester == involving)
-            )
-        params: dict[str, Any] = {}
-        if active_at is not None:
-            statement = statement.where(_GRANT_LIVE)
-            params["now"] = to_micros(active_at)
-        statement = statement.order_by(grants.c.created_at.desc(), grants.c.grant_id.desc()).limit(
-            limit
+        statement = _listing(
+            run_id is not None,
+            thread_id is not None,
+            scope is not None,
+            involving is not None,
+            active_at is not None,
         )
+        given = {"run_id": run_id, "thread_id": thread_id, "scope": scope, "involving": involving}
+        params: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
+        params["limit"] = limit
+        if active_at is not None:
+            params["now"] = to_micros(active_at)
         return [GRANTS.record(row) for row in await self._execute(statement, params)]
 
     async def revoke_grant(self, grant_id: str, *, by: str, at: datetime) -> bool:
