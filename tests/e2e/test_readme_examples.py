@@ -58,7 +58,7 @@ MYCOMPANY = {
 
 
 def test_the_agents_file_example_loads_with_the_bundled_infra_server(tmp_path: Path) -> None:
-    [example] = _blocks(_page("agents-file.md"), "toml")
+    [example] = [b for b in _blocks(_page("agents-file.md"), "toml") if "[servers.infra]" in b]
     (tmp_path / "agents.toml").write_text(example)
     shutil.copy(REPO / "examples" / "mcp" / "infra_server.py", tmp_path)
     (tmp_path / "mycompany").mkdir()
