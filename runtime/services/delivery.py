@@ -169,12 +169,19 @@ class Claim:
             (the process died) another one may claim it again. Longer than a delivery
             can take.
         pacing: Seconds between two messages to one channel, by platform
-            (``{"slack": 1.0}``), shared by every process on the database.
+            (``{"slack": 1.0}``), shared by every process on the database; 0 (or less)
+            leaves the platform unpaced.
     """
 
     owner: str = "outbox"
     lease_seconds: float = 60.0
     pacing: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # The store claims one item per channel for every platform in the map: an
+        # unpaced platform must not be in it.
+        paced = {platform: s for platform, s in self.pacing.items() if s > 0}
+        object.__setattr__(self, "pacing", paced)
 
 
 _PACE_STEPS = 20

@@ -22,7 +22,7 @@ from runtime.domain.notifications import (
     RunFinished,
     TicketVoided,
 )
-from runtime.services.delivery import RoutingNotifier, deliver_due
+from runtime.services.delivery import Claim, RoutingNotifier, deliver_due
 from runtime.store.sql import SQLStore
 
 CHANNEL = {"platform": "slack", "channel": "C1"}  # no thread: a run's first message is it
@@ -119,3 +119,17 @@ async def test_the_ticket_is_read_only_for_a_notifier_that_reads_it(
     else:
         assert voided_at.ticket is not None and voided_at.ticket.ticket_id == ticket_id
     assert voided_at.card is not None and voided_at.card.state == "delivered"
+
+
+@pytest.mark.parametrize("pacing", [{"slack": 0.0}, {"slack": -1.0}, {}])
+async def test_a_platform_paced_at_zero_is_unpaced(store: Store, pacing: dict[str, float]) -> None:
+    runtime = Runtime(store, [payments()])
+    try:
+        parked = await runtime.start("payments", "pay 5", requester="U1", origin=CHANNEL)
+        await runtime.cancel(parked.run_id, actor="U1")
+        notifier = Posts()
+        # One round takes the channel's three items, as without pacing.
+        assert await deliver_due(store, runtime.clock, notifier, claim=Claim(pacing=pacing)) == 3
+    finally:
+        await runtime.aclose()
+    assert Claim(pacing={"slack": 0.0, "discord": 1.0}).pacing == {"discord": 1.0}
