@@ -220,8 +220,15 @@ def _field(name: str, value: str, inline: bool = True) -> dict[str, Any]:
     return {"name": name, "value": value, "inline": inline}
 
 
-def _button(click: TicketClick, *, disabled: bool = False) -> dict[str, Any]:
-    style, label = BUTTONS[click.action]
+# An external agent's run is one call: its run grant covers the rest of its session.
+SESSION_GRANT_LABEL = "Allow for the rest of this session"
+
+
+def _button(
+    click: TicketClick, *, disabled: bool = False, label: str | None = None
+) -> dict[str, Any]:
+    style, default = BUTTONS[click.action]
+    label = label or default
     return {
         "type": 2,
         "style": style,
@@ -308,7 +315,14 @@ def card(
                 _button(click(Action.DENY), disabled=disabled),
                 _button(click(Action.REASON), disabled=disabled),
             ]
-            granting = [_button(click(a), disabled=disabled) for a in grant_actions(note)]
+            granting = [
+                _button(
+                    click(a),
+                    disabled=disabled,
+                    label=SESSION_GRANT_LABEL if note.external and a is Action.GRANT_RUN else None,
+                )
+                for a in grant_actions(note)
+            ]
             if note.editable:
                 buttons.append(_button(click(Action.EDIT), disabled=disabled))
             color = COLOR_PENDING

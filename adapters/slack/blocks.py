@@ -365,7 +365,9 @@ def grant_buttons(note: DescribedTicket, value: str) -> list[dict[str, Any]]:
     offered = note.grants
     found = []
     if "run" in offered:
-        found.append(button("Allow for the rest of this run", ACTION_ALLOW_RUN, value))
+        # An external agent's run is one call: its run grant covers the rest of its session.
+        where = "session" if note.external else "run"
+        found.append(button(f"Allow for the rest of this {where}", ACTION_ALLOW_RUN, value))
     if "thread" in offered:
         found.append(button("Allow in this thread…", ACTION_ALLOW_THREAD, value))
     return found

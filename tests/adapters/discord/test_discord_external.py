@@ -56,7 +56,7 @@ from adapters.client.pydantic_ai import run_with_approvals
 pytestmark = pytest.mark.timeout(90)
 
 Ledger = list[tuple[str, dict[str, Any]]]
-RUN_GRANT = "Allow for the rest of this run"
+RUN_GRANT = "Allow for the rest of this session"
 SECONDS = 30.0
 """The longest a test waits for the agent to finish once its answer is given."""
 

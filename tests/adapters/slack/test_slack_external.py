@@ -318,6 +318,9 @@ async def test_a_grant_from_slack_allows_the_sessions_next_call_at_once_without_
         card = await signoff.card("refund")
         offered = buttons(card)
         assert blocks.ACTION_ALLOW_RUN in offered and blocks.ACTION_ALLOW_THREAD in offered
+        # The approval's run is one call: its run grant covers the rest of the session.
+        assert "Allow for the rest of this session" in text_of(card)
+        assert "Allow for the rest of this run" not in text_of(card)
 
         assert await signoff.click(blocks.ACTION_ALLOW_RUN, card) == 200
         decided = await client.wait(first.approval_id, timeout=60)
