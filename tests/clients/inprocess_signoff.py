@@ -11,6 +11,10 @@ which tells a test when a card went out (the positive signal to decide on). Time
 from __future__ import annotations
 
 import asyncio
+import os
+import re
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -171,3 +175,29 @@ async def serve_approvals(tmp_path: Path) -> AsyncIterator[Signoff]:
     finally:
         await http.aclose()
         await service.stop(grace_seconds=5)
+
+
+# -- the docs' examples, run as agent processes ---------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def example_source(page: Path, test_module: str) -> str:
+    """The Python example of `page` marked as run by `test_module` (its path in the repo)."""
+    marker = re.escape(f"<!-- run: {test_module} -->")
+    [source] = re.findall(marker + r"\n```python\n(.*?)```", page.read_text("utf-8"), re.S)
+    return str(source)
+
+
+def start_example(script: Path, url: str) -> subprocess.Popen[str]:
+    """`script` run as an agent process asking the signoff at `url` with the agent token."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIGNOFF_")}
+    env.update(SIGNOFF_URL=url, SIGNOFF_TOKEN=AGENT_TOKEN, PYTHONPATH=str(REPO))
+    return subprocess.Popen(
+        [sys.executable, script.name],
+        cwd=script.parent,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )

@@ -10,11 +10,7 @@ request and the decision, and run again.
 from __future__ import annotations
 
 import asyncio
-import os
-import re
 import sqlite3
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -38,7 +34,13 @@ from adapters.client.langgraph import (
     human_response,
     run_with_approvals,
 )
-from tests.clients.inprocess_signoff import AGENT_TOKEN, Signoff, serve_approvals
+from tests.clients.inprocess_signoff import (
+    AGENT_TOKEN,
+    Signoff,
+    example_source,
+    serve_approvals,
+    start_example,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -289,29 +291,6 @@ async def test_an_approval_nobody_decides_expires_and_the_call_is_denied(
 # -- the docs' example, across a restart of the agent process ---------------------------------
 
 
-def example_source() -> str:
-    """The Python example of docs/langgraph.md."""
-    [source] = re.findall(
-        r"<!-- run: tests/clients/test_langgraph_adapter.py -->\n```python\n(.*?)```",
-        PAGE.read_text(encoding="utf-8"),
-        re.S,
-    )
-    return str(source)
-
-
-def start_example(script: Path, url: str) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SIGNOFF_")}
-    env.update(SIGNOFF_URL=url, SIGNOFF_TOKEN=AGENT_TOKEN, PYTHONPATH=str(REPO))
-    return subprocess.Popen(
-        [sys.executable, script.name],
-        cwd=script.parent,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
 @pytest.mark.crash
 async def test_the_docs_example_finishes_the_same_thread_after_the_agent_process_restarts(
     signoff: Signoff, tmp_path: Path
@@ -319,7 +298,9 @@ async def test_the_docs_example_finishes_the_same_thread_after_the_agent_process
     workdir = tmp_path / "agent"
     workdir.mkdir()
     script = workdir / "refund_graph.py"
-    script.write_text(example_source(), encoding="utf-8")
+    script.write_text(
+        example_source(PAGE, "tests/clients/test_langgraph_adapter.py"), encoding="utf-8"
+    )
 
     first = start_example(script, signoff.url)
     try:

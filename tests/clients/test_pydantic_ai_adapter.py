@@ -10,10 +10,6 @@ is killed between the request and the decision, and run again on its saved histo
 from __future__ import annotations
 
 import asyncio
-import os
-import re
-import subprocess
-import sys
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -39,7 +35,13 @@ from adapters.client.pydantic_ai import (
     run_with_approvals,
     run_with_approvals_sync,
 )
-from tests.clients.inprocess_signoff import AGENT_TOKEN, Signoff, serve_approvals
+from tests.clients.inprocess_signoff import (
+    AGENT_TOKEN,
+    Signoff,
+    example_source,
+    serve_approvals,
+    start_example,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -284,29 +286,6 @@ async def test_an_approval_nobody_decides_expires_and_the_call_is_denied(
 # -- the docs' example, across a restart of the agent process ---------------------------------
 
 
-def example_source() -> str:
-    """The Python example of docs/pydantic-ai.md."""
-    [source] = re.findall(
-        r"<!-- run: tests/clients/test_pydantic_ai_adapter.py -->\n```python\n(.*?)```",
-        PAGE.read_text(encoding="utf-8"),
-        re.S,
-    )
-    return str(source)
-
-
-def start_example(script: Path, url: str) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SIGNOFF_")}
-    env.update(SIGNOFF_URL=url, SIGNOFF_TOKEN=AGENT_TOKEN, PYTHONPATH=str(REPO))
-    return subprocess.Popen(
-        [sys.executable, script.name],
-        cwd=script.parent,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
 @pytest.mark.crash
 async def test_the_docs_example_finishes_the_same_conversation_after_the_agent_restarts(
     signoff: Signoff, tmp_path: Path
@@ -314,7 +293,9 @@ async def test_the_docs_example_finishes_the_same_conversation_after_the_agent_r
     workdir = tmp_path / "agent"
     workdir.mkdir()
     script = workdir / "refund_agent.py"
-    script.write_text(example_source(), encoding="utf-8")
+    script.write_text(
+        example_source(PAGE, "tests/clients/test_pydantic_ai_adapter.py"), encoding="utf-8"
+    )
 
     first = start_example(script, signoff.url)
     try:
