@@ -1,0 +1,366 @@
+"""The MCP gateway: signoff serves the tools of an agent's MCP servers to any MCP client,
+behind the same per-tool rules.
+
+A gateway call is an external approval (`runtime.Runtime.request_approval`) of a
+*gateway agent*: an `ExternalAgent` whose tools are the real MCP tools of a *source*
+agent (the agents-file agent whose servers the `McpHub` connected, with their prefixes
+and rules), not authorising ones. So a call a rule, a grant or a person allows (with
+edits, maybe) is dispatched by the runtime itself as for its own MCP tools: dispatch
+recorded first, the execution key in ``_meta``, the tool's replay policy, the result
+recorded, an uncertain ticket if the server dies mid-call. The gateway answers the MCP
+``tools/call`` with the recorded result, or with a tool error result (``isError``)
+carrying why the call did not run.
+
+Calls are matched by the approval's idempotency key: a digest of the session key, the
+tool's name and the arguments as canonical JSON, scoped to the calling identity. The
+session key is the ``Signoff-Session`` header when the client sends one, else the MCP
+session id. The same call again in the same session gets the first call's approval and
+outcome: no second card, no second execution.
+
+Over Streamable HTTP (`add_gateway_routes`), every request is authenticated with a
+bearer token before the SDK sees it; the token's identity is the requester.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import mcp_types
+from aiohttp import web
+from mcp.server.lowlevel import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+from runtime import (
+    Actor,
+    Agent,
+    Approval,
+    ApprovalRequest,
+    ExternalAgent,
+    Permission,
+    Runtime,
+    SignoffError,
+    Tool,
+)
+
+SESSION_HEADER = "Signoff-Session"
+"""The header naming a client's session key (at most 200 characters); without it, calls
+are matched within the MCP session."""
+
+PROGRESS_SECONDS = 10.0
+"""How often a waiting call sends a progress notification (when the client gave a
+``progressToken``)."""
+
+_ACTOR_KEY = "signoff.actor"
+_FIRST_POLL = 0.05
+_LONGEST_POLL = 1.0
+_ENDED = ("tool_completed", "tool_failed", "tool_uncertain")
+
+
+class GatewayCatalog(dict[str, Tool]):
+    """A gateway agent's tools: the source agent's tools, looked up at each call (the hub
+    replaces them when a server lists its tools again)."""
+
+    def __init__(self, source: Agent) -> None:
+        super().__init__()
+        self._source = source
+
+    def get(self, name: str, default: Any = None) -> Any:
+        found = self._source.tools.get(name) if isinstance(name, str) else None
+        return found if isinstance(found, Tool) else default
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.get(name) is not None
+
+    def __getitem__(self, name: str) -> Tool:
+        found = self.get(name)
+        if not isinstance(found, Tool):
+            raise KeyError(name)
+        return found
+
+
+def gateway_agent(source: Agent, name: str | None = None, **options: Any) -> ExternalAgent:
+    """The external agent whose approvals run `source`'s MCP tools.
+
+    Args:
+        source: The agent whose catalog the hub fills with MCP tools.
+        name: The gateway agent's name (default: ``<source>.mcp``); register it with the
+            runtime like any agent, in every process that may resume its calls.
+        options: More `ExternalAgent` options (approvers, deadline, approvals ...).
+    """
+    agent = ExternalAgent(
+        name or f"{source.name}.mcp",
+        description=options.pop("description", f"MCP gateway to the tools of {source.name}"),
+        **options,
+    )
+    agent.tools = GatewayCatalog(source)
+    return agent
+
+
+def call_key(session: str, tool: str, arguments: Mapping[str, Any]) -> str:
+    """The idempotency key of a gateway call: session, tool and canonical arguments."""
+    canonical = json.dumps(
+        [session, tool, arguments], sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
+    return "mcp:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _denies(tool: Tool) -> bool:
+    return tool.permission is Permission.DENY
+
+
+class McpGateway:
+    """Serves the gateway agent's tools over MCP.
+
+    Args:
+        runtime: The runtime that asks and dispatches.
+        agent: The gateway agent (`gateway_agent`).
+        source: Its source agent.
+        on_change: Called after a call opened an approval (wakes the worker).
+        progress_seconds: How often a waiting call reports progress.
+    """
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        agent: ExternalAgent,
+        source: Agent,
+        on_change: Callable[[], None] = lambda: None,
+        *,
+        progress_seconds: float = PROGRESS_SECONDS,
+    ) -> None:
+        self.runtime = runtime
+        self.agent = agent
+        self.source = source
+        self._on_change = on_change
+        self._progress_seconds = progress_seconds
+        self.server: Server[Any] = Server(
+            "signoff",
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+        )
+
+    # -- MCP handlers ----------------------------------------------------------------------
+    def listed(self) -> list[mcp_types.Tool]:
+        """The tools a client is offered: the source's, except those a rule denies."""
+        shown = []
+        for name, tool in sorted(self.source.tools.items()):
+            if name in self.source.hidden or _denies(tool):
+                continue
+            shown.append(
+                mcp_types.Tool(
+                    name=name, description=tool.description or None, input_schema=tool.parameters
+                )
+            )
+        return shown
+
+    async def _list_tools(
+        self, ctx: Any, params: mcp_types.PaginatedRequestParams | None
+    ) -> mcp_types.ListToolsResult:
+        return mcp_types.ListToolsResult(tools=self.listed())
+
+    async def _call_tool(
+        self, ctx: Any, params: mcp_types.CallToolRequestParams
+    ) -> mcp_types.CallToolResult:
+        actor, session = _caller(ctx)
+        if actor is None:
+            return _error("not authenticated")
+        return await self.call(
+            actor,
+            session,
+            params.name,
+            dict(params.arguments or {}),
+            progress=ctx.session.report_progress,
+        )
+
+    # -- one call --------------------------------------------------------------------------
+    async def call(
+        self,
+        actor: Actor,
+        session: str,
+        tool: str,
+        arguments: dict[str, Any],
+        progress: Callable[..., Awaitable[None]] | None = None,
+    ) -> mcp_types.CallToolResult:
+        """Ask for one call and answer with its result once it ran or was refused."""
+        request = ApprovalRequest(
+            agent=self.agent.name, tool=tool, arguments=arguments, session_id=session or None
+        )
+        try:
+            approval = await self.runtime.request_approval(
+                request, actor=actor, idempotency_key=call_key(session, tool, arguments)
+            )
+        except SignoffError as exc:
+            return _error(str(exc))
+        if not approval.replayed:
+            self._on_change()
+        waited = 0.0
+        while approval.status == "pending":
+            approval = await self.runtime.wait_approval(
+                approval.approval_id, viewer=actor, timeout=self._progress_seconds
+            )
+            waited += self._progress_seconds
+            if approval.status == "pending" and progress is not None:
+                await progress(waited, None, "waiting for sign-off")
+        if approval.status == "denied":
+            return _error(f"Not allowed: {approval.reason or 'denied'}")
+        return await self._outcome(approval, actor)
+
+    async def _outcome(self, approval: Approval, actor: Actor) -> mcp_types.CallToolResult:
+        """The allowed call's recorded result, once the runtime dispatched it."""
+        pause = _FIRST_POLL
+        while True:
+            events = await self.runtime.events(approval.approval_id, viewer=actor)
+            ended = [e for e in events if e["kind"] in _ENDED]
+            if ended:
+                return _result(ended[-1])
+            run = await self.runtime.get(approval.approval_id, viewer=actor)
+            if run.status.finished:
+                return _error(f"The call did not run: {run.error or 'ended'}")
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, _LONGEST_POLL)
+
+
+def _result(event: Mapping[str, Any]) -> mcp_types.CallToolResult:
+    data = event.get("data") or {}
+    if event["kind"] == "tool_completed":
+        value = data.get("result")
+        text = value if isinstance(value, str) else json.dumps(value, default=str)
+        return mcp_types.CallToolResult(content=[mcp_types.TextContent(text=text)])
+    if event["kind"] == "tool_failed":
+        return _error(str(data.get("error") or "the tool failed"))
+    return _error(
+        "The call's outcome is uncertain: it may or may not have run; a person resolves it"
+        f" ({data.get('reason') or 'the server did not answer'})"
+    )
+
+
+def _error(text: str) -> mcp_types.CallToolResult:
+    return mcp_types.CallToolResult(content=[mcp_types.TextContent(text=text)], is_error=True)
+
+
+def _caller(ctx: Any) -> tuple[Actor | None, str]:
+    """Who calls (as the HTTP edge authenticated them) and their session key."""
+    request = getattr(ctx, "request", None)
+    scope: Mapping[str, Any] = getattr(request, "scope", None) or {}
+    actor = scope.get(_ACTOR_KEY)
+    headers = getattr(request, "headers", None) or {}
+    session = headers.get(SESSION_HEADER.lower()) or headers.get("mcp-session-id") or ""
+    return (actor if isinstance(actor, Actor) else None), str(session)[:200]
+
+
+# -- Streamable HTTP on aiohttp ---------------------------------------------------------------
+def add_gateway_routes(
+    app: web.Application,
+    gateway: McpGateway,
+    authenticate: Callable[[web.Request], Actor | None],
+    path: str = "/mcp",
+) -> None:
+    """Serve `gateway` over Streamable HTTP at `path` of `app` (GET, POST, DELETE).
+
+    Every request needs a valid bearer token (401 otherwise, before the SDK sees it).
+    """
+    manager = StreamableHTTPSessionManager(app=gateway.server)
+    ready = asyncio.Event()
+    stop = asyncio.Event()
+
+    async def run_manager() -> None:
+        async with manager.run():
+            ready.set()
+            await stop.wait()
+
+    async def lifetime(_app: web.Application) -> Any:
+        task = asyncio.ensure_future(run_manager())
+        await ready.wait()
+        yield
+        stop.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    app.cleanup_ctx.append(lifetime)
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        actor = authenticate(request)
+        if actor is None:
+            return web.json_response(
+                {"error": "unauthenticated", "message": "a valid bearer token is required"},
+                status=401,
+                headers={"WWW-Authenticate": 'Bearer realm="signoff"'},
+            )
+        return await _asgi(request, manager, actor)
+
+    for method in ("GET", "POST", "DELETE"):
+        app.router.add_route(method, path, handle)
+
+
+async def _asgi(
+    request: web.Request, manager: StreamableHTTPSessionManager, actor: Actor
+) -> web.StreamResponse:
+    """Hand one aiohttp request to the SDK's ASGI handler and stream its answer back."""
+    body = await request.read()
+    scope: dict[str, Any] = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": request.method,
+        "scheme": request.scheme,
+        "path": request.path,
+        "raw_path": request.raw_path.encode(),
+        "root_path": "",
+        "query_string": request.query_string.encode(),
+        "headers": [(k.lower().encode(), v.encode()) for k, v in request.headers.items()],
+        "client": (request.remote or "", 0),
+        "server": ("signoff", 0),
+        _ACTOR_KEY: actor,
+    }
+    sent_body = False
+    finished = asyncio.Event()
+    response: web.StreamResponse | None = None
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent_body
+        if not sent_body:
+            sent_body = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await finished.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: Mapping[str, Any]) -> None:
+        nonlocal response
+        if message["type"] == "http.response.start":
+            response = web.StreamResponse(status=int(message["status"]))
+            for key, value in message.get("headers") or ():
+                name = key.decode("latin-1")
+                if name.lower() in ("content-length", "transfer-encoding"):
+                    continue
+                response.headers.add(name, value.decode("latin-1"))
+            await response.prepare(request)
+        elif message["type"] == "http.response.body" and response is not None:
+            data = message.get("body") or b""
+            if data:
+                await response.write(data)
+            if not message.get("more_body"):
+                await response.write_eof()
+
+    try:
+        await manager.handle_request(scope, receive, send)
+    finally:
+        finished.set()
+    if response is None:
+        return web.Response(status=500)
+    return response
+
+
+__all__ = [
+    "PROGRESS_SECONDS",
+    "SESSION_HEADER",
+    "GatewayCatalog",
+    "McpGateway",
+    "add_gateway_routes",
+    "call_key",
+    "gateway_agent",
+]
