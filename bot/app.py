@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from aiohttp import web
 from pydantic import SecretStr
 
+from adapters.claude_code.route import add_claude_code_route
 from adapters.web import ApiToken, TokenAuth, add_api_routes, add_console_routes, body_deadline
 from adapters.web.approval_models import approval_body
 from adapters.web.approvals import add_approval_routes
@@ -108,6 +110,16 @@ def decision_signer(settings: Settings, cookie_secret: bytes) -> DecisionSigner:
     return DecisionSigner.derived(cookie_secret, issuer=issuer, ttl_seconds=ttl)
 
 
+def _may_act_for(auth: TokenAuth) -> Callable[[web.Request, str], bool]:
+    """Whether a request's bearer token may name a user as its requester."""
+
+    def check(request: web.Request, user_id: str) -> bool:
+        token = auth.bearer_token(request)
+        return token is not None and token.may_act_for(user_id)
+
+    return check
+
+
 @dataclass
 class SlackEdge:
     """The mounted Slack edge: its bolt app and the notifier of ``slack`` outbox items."""
@@ -184,6 +196,13 @@ def build_web(
     callbacks = approval_callbacks(settings)
     add_approval_routes(
         app, runtime, auth, worker.wake_runs, signer=signer, check_callback=callbacks.check
+    )
+    add_claude_code_route(
+        app,
+        runtime,
+        authenticate=auth.bearer,
+        may_act_for=_may_act_for(auth),
+        on_change=worker.wake_runs,
     )
     add_openapi_route(app)
     add_console_routes(

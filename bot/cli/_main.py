@@ -24,6 +24,7 @@ from bot.cli._exits import (
     HINTS,
 )
 from bot.cli._grants import grants
+from bot.cli._hook import hook
 from bot.cli._options import State
 from bot.cli._output import fail
 from bot.cli._runs import runs
@@ -82,6 +83,7 @@ for _command in (
     agents,
     grants,
     batch,
+    hook,
 ):
     cli.add_command(_command)
 
