@@ -137,12 +137,14 @@ class Web:
         notifiers: Notifier per platform name (``callback``, ``slack`` when on).
         slack: The Slack edge, when it is on.
         signer: The signer of decision tokens (see `decision_signer`).
+        auth: Who the API lets in.
     """
 
     app: web.Application
     notifiers: dict[str, Notifier]
     slack: SlackEdge | None = None
     signer: DecisionSigner | None = None
+    auth: TokenAuth | None = None
 
 
 def build_web(
@@ -241,7 +243,7 @@ def build_web(
         notifiers["slack"] = slack.notifier
     # Innermost, after the API's own error middleware; webhooks time their own reads.
     app.middlewares.append(body_deadline(settings.http_body_timeout_seconds, skip=("/hooks/",)))
-    return Web(app, notifiers, slack, signer)
+    return Web(app, notifiers, slack, signer, auth)
 
 
 def build_app(

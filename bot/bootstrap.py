@@ -267,6 +267,7 @@ async def build_service(
             missing (a database other than SQLite).
     """
     from bot.app import build_web
+    from bot.mcp_gateway import Gateways, gateway_agents, mount_gateways
     from bot.wiring import build_runtime, load_agent_set
 
     require_shared_settings(settings)
@@ -281,10 +282,12 @@ async def build_service(
 
     owns_store = store is None
     loaded = None
+    gateways: Gateways = []
     if agents is None:
         loaded = load_agent_set(settings)
         await loaded.start()  # MCP servers: connected and listed, or reported unavailable
-        agents = loaded.agents
+        gateways = gateway_agents(loaded)
+        agents = [*loaded.agents, *(agent for agent, _ in gateways)]
     try:
         runtime, store = await build_runtime(
             settings,
@@ -316,6 +319,8 @@ async def build_service(
             await loaded.close()
         raise
     add_health_routes(built.app, runtime, metrics)
+    if built.auth is not None:
+        mount_gateways(built.app, runtime, built.auth, worker.wake_runs, gateways)
     return Service(
         settings=settings,
         runtime=runtime,
