@@ -359,12 +359,13 @@ async def open_runtime(
         ConfigurationError: The agents, models or database URL are invalid.
         StorageError: The database cannot be reached or migrated.
     """
+    from bot.mcp_gateway import gateway_agents
     from bot.wiring import build_runtime, connected_agents
 
     async with contextlib.AsyncExitStack() as stack:
         if agents is None:
             loaded = await stack.enter_async_context(connected_agents(settings))
-            agents = loaded.agents
+            agents = [*loaded.agents, *(agent for agent, _ in gateway_agents(loaded))]
         runtime, store = await build_runtime(settings, agents, checkpoint=checkpoint)
         try:
             yield runtime

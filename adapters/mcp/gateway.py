@@ -122,6 +122,10 @@ class McpGateway:
         source: Its source agent.
         on_change: Called after a call opened an approval (wakes the worker).
         progress_seconds: How often a waiting call reports progress.
+        actor: Who calls when the transport names nobody (stdio: the command's user).
+        session: The session key when the client's request gives none (stdio).
+        drive: Drive an allowed call's run in this process when no worker took it (a
+            process without a worker, as ``signoff mcp``).
     """
 
     def __init__(
@@ -132,8 +136,14 @@ class McpGateway:
         on_change: Callable[[], None] = lambda: None,
         *,
         progress_seconds: float = PROGRESS_SECONDS,
+        actor: Actor | None = None,
+        session: str | None = None,
+        drive: bool = False,
     ) -> None:
         self.runtime = runtime
+        self._actor = actor
+        self._session = session
+        self._drive = drive
         self.agent = agent
         self.source = source
         self._on_change = on_change
@@ -167,6 +177,8 @@ class McpGateway:
         self, ctx: Any, params: mcp_types.CallToolRequestParams
     ) -> mcp_types.CallToolResult:
         actor, session = _caller(ctx)
+        actor = actor or self._actor
+        session = session or self._session or ""
         if actor is None:
             return _error("not authenticated")
         return await self.call(
@@ -221,6 +233,8 @@ class McpGateway:
             run = await self.runtime.get(approval.approval_id, viewer=actor)
             if run.status.finished:
                 return _error(f"The call did not run: {run.error or 'ended'}")
+            if self._drive and await self.runtime.drive(approval.approval_id):
+                continue
             await asyncio.sleep(pause)
             pause = min(pause * 2, _LONGEST_POLL)
 
@@ -251,6 +265,14 @@ def _caller(ctx: Any) -> tuple[Actor | None, str]:
     headers = getattr(request, "headers", None) or {}
     session = headers.get(SESSION_HEADER.lower()) or headers.get("mcp-session-id") or ""
     return (actor if isinstance(actor, Actor) else None), str(session)[:200]
+
+
+async def serve_stdio(gateway: McpGateway) -> None:
+    """Serve `gateway` over this process's stdin and stdout until the client closes them."""
+    from mcp.server.stdio import stdio_server
+
+    async with stdio_server() as (read, write):
+        await gateway.server.run(read, write, gateway.server.create_initialization_options())
 
 
 # -- Streamable HTTP on aiohttp ---------------------------------------------------------------
@@ -363,4 +385,5 @@ __all__ = [
     "add_gateway_routes",
     "call_key",
     "gateway_agent",
+    "serve_stdio",
 ]

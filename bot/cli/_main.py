@@ -25,6 +25,7 @@ from bot.cli._exits import (
 )
 from bot.cli._grants import grants
 from bot.cli._hook import hook
+from bot.cli._mcp import mcp
 from bot.cli._options import State
 from bot.cli._output import fail
 from bot.cli._runs import runs
@@ -84,6 +85,7 @@ for _command in (
     grants,
     batch,
     hook,
+    mcp,
 ):
     cli.add_command(_command)
 
