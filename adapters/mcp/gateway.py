@@ -41,6 +41,9 @@ from runtime import (
     Approval,
     ApprovalRequest,
     ExternalAgent,
+    Model,
+    ModelRequest,
+    ModelResponse,
     Permission,
     Runtime,
     SignoffError,
@@ -83,6 +86,23 @@ class GatewayCatalog(dict[str, Tool]):
         return found
 
 
+class GatewayModel:
+    """The external agents' built-in model, ending a gateway run with what the tool
+    returned (the built-in one reads any result other than an authorisation as a refusal)."""
+
+    def __init__(self, inner: Model) -> None:
+        self._inner = inner
+        self.name = getattr(inner, "name", "signoff:external")
+
+    async def complete(self, request: ModelRequest) -> ModelResponse:
+        """Propose the requested call, then end the run with its result."""
+        response = await self._inner.complete(request)
+        text = response.text or ""
+        if not response.tool_calls and text.startswith("Not authorised: "):
+            return ModelResponse(text="Ran: " + text.removeprefix("Not authorised: "))
+        return response
+
+
 def gateway_agent(source: Agent, name: str | None = None, **options: Any) -> ExternalAgent:
     """The external agent whose approvals run `source`'s MCP tools.
 
@@ -98,6 +118,8 @@ def gateway_agent(source: Agent, name: str | None = None, **options: Any) -> Ext
         **options,
     )
     agent.tools = GatewayCatalog(source)
+    if not isinstance(agent.model, str):
+        agent.model = GatewayModel(agent.model)
     return agent
 
 
@@ -381,6 +403,7 @@ __all__ = [
     "PROGRESS_SECONDS",
     "SESSION_HEADER",
     "GatewayCatalog",
+    "GatewayModel",
     "McpGateway",
     "add_gateway_routes",
     "call_key",

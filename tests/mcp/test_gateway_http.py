@@ -129,6 +129,9 @@ async def test_an_asking_call_waits_and_runs_once_allowed(gateway: Gateway, stat
     assert not result.is_error, _text(result)
     assert _text(result) == "deployed api to production"
     assert [c["tool"] for c in calls(state)] == ["deploy"]
+    [approval] = (await gateway.bed.runtime.approval_page(viewer=Actor(id="U1"))).items
+    run = await gateway.bed.runtime.get(approval.approval_id)
+    assert run.text == "Ran: deployed api to production"
 
 
 async def test_a_denied_call_is_a_tool_error_with_the_reason(gateway: Gateway, state: Path) -> None:
