@@ -23,7 +23,7 @@ from testkit import echo_model
 from adapters.mcp import Binding, ToolKnobs
 from adapters.mcp.gateway import McpGateway, add_gateway_routes, gateway_agent
 from adapters.web import ApiToken, TokenAuth
-from runtime import Actor, Agent, Permission
+from runtime import Actor, Agent, Permission, Unauthorized
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -67,6 +67,8 @@ async def gateway(make_bed: Any, state: Path) -> AsyncIterator[Gateway]:
     knobs = (
         ToolKnobs("infra.lookup", where="rule infra.lookup", permission=Permission.ALLOW),
         ToolKnobs("infra.merge", where="rule infra.merge", permission=Permission.DENY),
+        ToolKnobs("infra.fail", where="rule infra.fail", permission=Permission.ALLOW),
+        ToolKnobs("infra.deploy", where="rule infra.deploy", four_eyes=True),
     )
     agent = gateway_agent(ops)
     bed: McpBed = await make_bed(
@@ -201,3 +203,27 @@ async def test_the_same_call_after_a_reconnect_gets_the_first_outcome(
     assert [c["tool"] for c in calls(state)] == ["deploy"]
     tickets = await gateway.bed.runtime.open_tickets(viewer=Actor(id="OPS", operator=True))
     assert tickets == []
+
+
+async def test_a_tool_that_fails_is_a_tool_error_with_its_message(gateway: Gateway) -> None:
+    async with gateway.client() as client:
+        result = await client.call_tool("fail", {})
+    assert result.is_error
+    assert "the disk is full" in _text(result)
+
+
+async def test_the_caller_may_not_allow_a_four_eyes_call_of_its_own(
+    gateway: Gateway, state: Path
+) -> None:
+    async with gateway.client() as client:
+        asking = asyncio.ensure_future(
+            client.call_tool("deploy", {"service": "db", "environment": "production"})
+        )
+        ticket = await gateway.pending_ticket()
+        with pytest.raises(Unauthorized):
+            await gateway.bed.runtime.approve(ticket, actor=Actor(id="U1", operator=True))
+        assert calls(state) == []
+        await gateway.bed.runtime.approve(ticket, actor=Actor(id="U2", operator=True))
+        gateway.bed.worker.wake()
+        result = await asyncio.wait_for(asking, 60)
+    assert _text(result) == "deployed db to production"
