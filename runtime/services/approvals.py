@@ -493,6 +493,14 @@ def _checked(agent: ExternalAgent, request: ApprovalRequest) -> Tool:
         raise ApprovalRefused(str(exc)) from None
     if not isinstance(tool, Tool):
         raise ApprovalRefused(f"agent {agent.name!r} has no tool {request.tool!r}")
+    # A tool with parameters of its own (a gateway's upstream tool) refuses arguments that
+    # do not fit them before anything is recorded; an authorising tool takes any object.
+    parsed, problems = tool.check_arguments(request.arguments)
+    if parsed is None:
+        listed = "; ".join(f"{p['path'] or 'arguments'}: {p['message']}" for p in problems)
+        raise InvalidApproval(
+            f"the arguments do not fit {request.tool}'s parameters: {listed}", problems
+        )
     if request.schema is not None:
         _check_schema(request, tool)
     return tool

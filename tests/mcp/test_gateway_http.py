@@ -227,3 +227,56 @@ async def test_the_caller_may_not_allow_a_four_eyes_call_of_its_own(
         gateway.bed.worker.wake()
         result = await asyncio.wait_for(asking, 60)
     assert _text(result) == "deployed db to production"
+
+
+async def test_malformed_mcp_input_gets_a_protocol_error_and_changes_nothing(
+    gateway: Gateway, state: Path
+) -> None:
+    before = await gateway.bed.runtime.run_counts()
+    headers = {
+        "Authorization": f"Bearer {UMA}",
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+    }
+    bodies = [
+        b"{not json",
+        b"[]",
+        b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": "deploy"}',
+        b'{"jsonrpc": "2.0", "id": 1}',
+        b'{"a":' * 200 + b"1" + b"}" * 200,
+    ]
+    async with httpx2.AsyncClient() as http:
+        for body in bodies:
+            response = await http.post(gateway.url, content=body, headers=headers)
+            assert 400 <= response.status_code < 500, (body[:40], response.text)
+    async with gateway.client() as client:
+        unknown = await client.call_tool("no_such_tool", {"x": 1})
+        denied = await client.call_tool("merge", {"branch": "main"})
+        untyped = await client.call_tool("deploy", {"service": ["not", "a", "string"]})
+    assert unknown.is_error and denied.is_error and untyped.is_error
+    assert calls(state) == []
+    tickets = await gateway.bed.runtime.open_tickets(viewer=Actor(id="OPS", operator=True))
+    assert tickets == []
+    assert "no tool 'no_such_tool'" in _text(unknown)
+    assert "do not fit deploy's parameters" in _text(untyped)
+    assert await gateway.bed.runtime.run_counts() == before
+
+
+async def test_another_identity_in_the_same_session_does_not_get_the_first_outcome(
+    gateway: Gateway, state: Path
+) -> None:
+    arguments = {"service": "api", "environment": "production"}
+    async with gateway.client(session="job-8") as client:
+        first = asyncio.ensure_future(client.call_tool("deploy", arguments))
+        ticket = await gateway.pending_ticket()
+        await gateway.bed.runtime.approve(ticket, actor=Actor(id="U2", operator=True))
+        gateway.bed.worker.wake()
+        assert _text(await asyncio.wait_for(first, 60)) == "deployed api to production"
+    async with gateway.client(token=OPS, session="job-8") as other:
+        theirs = asyncio.ensure_future(other.call_tool("deploy", arguments))
+        second = await gateway.pending_ticket()  # a ticket of its own: nothing reused
+        assert second != ticket
+        theirs.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await theirs
+    assert [c["tool"] for c in calls(state)] == ["deploy"]
