@@ -8,6 +8,8 @@ services of `runtime.services.approvals` and `runtime.services.outcomes`, which
 
 from __future__ import annotations
 
+import asyncio
+
 from runtime.domain.approvals import Approval, ApprovalRequest, ApprovalStatus, OutcomeStatus
 from runtime.domain.errors import OutcomeConflict, RunNotFound
 from runtime.domain.tickets import Actor
@@ -62,14 +64,16 @@ class ExternalApprovals:
         *,
         viewer: Actor,
         timeout: float,  # noqa: ASYNC109 (a long poll's bound, as the API's ?wait=N)
+        stop: asyncio.Event | None = None,
     ) -> Approval:
         """An external approval once it is decided, or as it stands after `timeout` seconds
-        (at once when it is decided already).
+        (at once when it is decided already), or as it stands once `stop` is set (the
+        server shutting down ends its long polls).
 
         Raises:
             RunNotFound: As for `approval`.
         """
-        return await self._approvals.wait(approval_id, viewer, timeout)
+        return await self._approvals.wait(approval_id, viewer, timeout, stop)
 
     async def approval_page(
         self,

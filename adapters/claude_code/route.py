@@ -22,7 +22,6 @@ and ``/hooks/`` holds the signed webhooks that start runs.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import re
 from collections.abc import Callable
@@ -131,19 +130,9 @@ def add_claude_code_route(
         """The approval once decided, after `seconds`, or as it stands when signoff stops."""
         if approval.status != "pending" or seconds <= 0 or stopping.is_set():
             return approval
-        waiting = asyncio.ensure_future(
-            runtime.wait_approval(approval.approval_id, viewer=actor, timeout=seconds)
+        return await runtime.wait_approval(
+            approval.approval_id, viewer=actor, timeout=seconds, stop=stopping
         )
-        stop = asyncio.ensure_future(stopping.wait())
-        try:
-            done, _ = await asyncio.wait({waiting, stop}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (waiting, stop):
-                if not task.done():
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
-        return waiting.result() if waiting in done else approval
 
     async def handle(request: web.Request) -> web.StreamResponse:
         actor = authenticate(request)

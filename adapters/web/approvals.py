@@ -17,7 +17,6 @@ refusal changes nothing.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import re
 from collections.abc import Awaitable, Callable
@@ -290,24 +289,10 @@ def add_approval_routes(
         wait = parse_wait(request.query.get("wait"))
         approval = await runtime.approval(approval_id, viewer=actor)
         if wait > 0 and approval.status == "pending" and not stopping.is_set():
-            approval = await _wait(approval_id, actor, wait) or approval
+            approval = await runtime.wait_approval(
+                approval_id, viewer=actor, timeout=wait, stop=stopping
+            )
         return render(approval, actor)
-
-    async def _wait(approval_id: str, actor: Actor, seconds: float) -> Approval | None:
-        """The approval once decided or after `seconds`; None when the server stops first."""
-        waiting = asyncio.ensure_future(
-            runtime.wait_approval(approval_id, viewer=actor, timeout=seconds)
-        )
-        stop = asyncio.ensure_future(stopping.wait())
-        try:
-            done, _ = await asyncio.wait({waiting, stop}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for task in (waiting, stop):
-                if not task.done():
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
-        return waiting.result() if waiting in done else None
 
     async def listing(request: web.Request, actor: Actor) -> web.StreamResponse:
         status = parse_status(request.query.get("status"))

@@ -9,6 +9,7 @@ ordinary ticket. What the approval says is read from the run's one call and its 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 from collections.abc import Sequence
@@ -205,20 +206,26 @@ class Approvals:
             outcome = await outcome_of(tx, reported) if reported is not None else None
         return replace(self._view(run, calls, tickets, events), outcome=outcome)
 
-    async def wait(self, approval_id: str, viewer: Actor, seconds: float) -> Approval:
-        """The approval once it is not pending, or as it stands after `seconds` (see
-        `Runtime.wait_approval`)."""
+    async def wait(
+        self, approval_id: str, viewer: Actor, seconds: float, stop: asyncio.Event | None
+    ) -> Approval:
+        """The approval once it is not pending, or as it stands after `seconds` or once
+        `stop` is set (see `Runtime.wait_approval`)."""
         loop = asyncio.get_running_loop()
         until = loop.time() + max(0.0, seconds)
         pause = _FIRST_POLL
         while True:
             found = await self.get(approval_id, viewer)
             left = until - loop.time()
-            if found.decided or left <= 0:
+            if found.decided or left <= 0 or (stop is not None and stop.is_set()):
                 return found
             if pause == _FIRST_POLL:
                 self._deps.reach("approval_waiting", approval_id=approval_id)
-            await asyncio.sleep(min(pause, left))
+            if stop is None:
+                await asyncio.sleep(min(pause, left))
+            else:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), min(pause, left))
             pause = min(pause * 2, _LONGEST_POLL)
 
     async def page(

@@ -61,7 +61,7 @@ SERVICES = (
 )
 # What an adapter may import of runtime: the public package and the edge module.
 EDGE_IMPORTS = ("runtime", "runtime.edges")
-ADAPTERS = ("slack", "discord", "webhook", "web", "models", "mcp", "client")
+ADAPTERS = ("slack", "discord", "webhook", "web", "models", "mcp", "client", "claude_code")
 PLATFORM_LIBRARIES = (
     "aiohttp",
     "slack_bolt",
