@@ -272,3 +272,16 @@ async def test_an_approval_ending_is_not_announced_in_chat(rt: Runtime) -> None:
             kinds = [item.kind for item in await tx.outbox_for_run(approval.approval_id)]
         assert "run_finished" not in kinds
     assert "approval_requested" in kinds  # the card of the one that asked
+
+
+async def test_a_long_poll_ends_as_it_stands_once_stopped(rt: Runtime) -> None:
+    asked = await ask(rt)
+    stop = asyncio.Event()
+    waiting = asyncio.ensure_future(
+        rt.wait_approval(asked.approval_id, viewer=ALICE, timeout=600, stop=stop)
+    )
+    stop.set()
+
+    stood = await asyncio.wait_for(waiting, timeout=10)  # not the 600 s of its bound
+
+    assert (stood.status, stood.ticket_id) == ("pending", asked.ticket_id)
