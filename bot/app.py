@@ -15,6 +15,7 @@ from adapters.web import ApiToken, TokenAuth, add_api_routes, add_console_routes
 from adapters.web.approval_models import approval_body
 from adapters.web.approvals import add_approval_routes
 from adapters.web.decision_tokens import DEFAULT_ISSUER, DecisionSigner, add_jwks_route
+from adapters.web.oidc import OidcConfig, OidcVerifier, invalid_token_challenge, keep_keys_fresh
 from adapters.web.openapi import add_openapi_route
 from adapters.webhook import CallbackNotifier, HookConfig, add_hook_routes
 from adapters.webhook.approval_callback import (
@@ -95,6 +96,22 @@ def api_tokens(settings: Settings, operator_token: str) -> list[ApiToken]:
     return tokens
 
 
+def oidc_verifier(settings: Settings) -> OidcVerifier | None:
+    """The verifier of JWT access tokens (``SIGNOFF_OIDC_*``), or None without an issuer."""
+    if settings.oidc_issuer is None or settings.oidc_audience is None:
+        return None
+    config = OidcConfig(
+        issuer=settings.oidc_issuer,
+        audience=settings.oidc_audience,
+        jwks_url=settings.oidc_jwks_url,
+        user_claim=settings.oidc_user_claim,
+        groups_claim=settings.oidc_groups_claim,
+        operator_groups=frozenset(settings.oidc_operator_groups),
+        algorithms=tuple(settings.oidc_algorithms),
+    )
+    return OidcVerifier(config)
+
+
 def decision_signer(settings: Settings, cookie_secret: bytes) -> DecisionSigner:
     """The signer of decision tokens: ``SIGNOFF_SIGNING_KEY``, else a key derived from
     the cookie secret (the same on every replica sharing it, and across restarts).
@@ -170,8 +187,8 @@ def build_web(
         operator_token: The built-in operator's sign-in token.
         cookie_secret: The key signing console cookies (None: ``SIGNOFF_COOKIE_SECRET``,
             else a random one for this process; see `bot.console_secrets`).
-        auth: Who the API and console let in (default: the operator token and
-            ``SIGNOFF_API_TOKENS``).
+        auth: Who the API and console let in (default: the operator token,
+            ``SIGNOFF_API_TOKENS`` and the JWTs of ``SIGNOFF_OIDC_ISSUER``).
         slack_config: The Slack edge's configuration (default: from the
             ``SIGNOFF_SLACK_*`` settings, when ``SIGNOFF_SLACK_MODE`` is not ``off``);
             given, the edge is mounted whatever the mode setting says.
@@ -183,7 +200,14 @@ def build_web(
     """
     app = web.Application(client_max_size=1024 * 1024)
     if auth is None:
-        auth = TokenAuth(api_tokens(settings, operator_token))
+        try:
+            auth = TokenAuth(api_tokens(settings, operator_token), jwt=oidc_verifier(settings))
+        except ValueError as exc:
+            raise ConfigurationError(f"SIGNOFF_API_TOKENS: {exc}") from None
+    if auth.jwt is not None:
+        # Keys fetched before the server answers; the invalid_token challenge outermost.
+        app.cleanup_ctx.append(keep_keys_fresh(auth.jwt))
+        app.middlewares.insert(0, invalid_token_challenge)
     if cookie_secret is None:
         cookie_secret = (
             settings.cookie_secret.get_secret_value().encode()

@@ -23,7 +23,7 @@ import tomllib
 from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -37,6 +37,7 @@ from pydantic import (
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     SettingsError,
@@ -75,6 +76,13 @@ DEFAULT_SLACK_API_BASE_URL = "https://slack.com/api/"
 DEFAULT_DISCORD_API_BASE_URL = "https://discord.com/api/v10"
 """Discord's REST API, version 10 (what discord.py 2.x speaks)."""
 DEFAULT_DISCORD_GATEWAY_URL = "wss://gateway.discord.gg/"
+
+# As in adapters.web.oidc, which is not imported here (it loads the whole web edge).
+ACTOR_PREFIX = "oidc:"
+DEFAULT_ALGORITHMS = ("RS256", "ES256", "EdDSA")
+ALLOWED_ALGORITHMS = frozenset(
+    {"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
+)
 
 # The TOML values of the `load_settings` call in progress; read by `_FileSource`.
 _file_values: ContextVar[Mapping[str, Any] | None] = ContextVar("signoff_file_values", default=None)
@@ -226,6 +234,19 @@ class Settings(BaseSettings):
         discord_gateway_lease_seconds: How long the replica holding the Discord gateway
             keeps it without renewing; when it dies another replica takes over within
             about this time.
+        oidc_issuer: The OpenID Connect issuer whose JWT access tokens the API accepts
+            besides the static tokens (its exact ``iss``). Unset: no JWTs.
+        oidc_audience: The ``aud`` such a token must name (required with the issuer).
+        oidc_jwks_url: Where the issuer's signing keys are. Unset: the ``jwks_uri`` of
+            ``<issuer>/.well-known/openid-configuration``.
+        oidc_user_claim: The claim naming the user; a JWT user's id is
+            ``oidc:<value>``.
+        oidc_groups_claim: The claim listing the user's groups (approver groups,
+            matched by ``group:<name>``).
+        oidc_operator_groups: Groups whose members are operators (a comma-separated or
+            JSON list).
+        oidc_algorithms: Signature algorithms accepted (asymmetric only; a
+            comma-separated or JSON list).
     """
 
     model_config = SettingsConfigDict(
@@ -321,6 +342,87 @@ class Settings(BaseSettings):
     poll_seconds: float = Field(default=0.5, gt=0, le=300)
     outbox_lease_seconds: float = Field(default=60.0, gt=0)
     discord_gateway_lease_seconds: float = Field(default=15.0, gt=0)
+
+    # JWT access tokens; the settings after the issuer are checked against it.
+    oidc_issuer: str | None = Field(default=None, min_length=1)
+    oidc_audience: str | None = Field(default=None, min_length=1)
+    oidc_jwks_url: str | None = Field(default=None, min_length=1)
+    oidc_user_claim: str = Field(default="sub", min_length=1)
+    oidc_groups_claim: str = Field(default="groups", min_length=1)
+    oidc_operator_groups: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    oidc_algorithms: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: list(DEFAULT_ALGORITHMS)
+    )
+
+    @field_validator("oidc_issuer", "oidc_jwks_url")
+    @classmethod
+    def _oidc_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        value = value.strip()
+        if not _secure_or_local(value):
+            raise ValueError(
+                "expected an https:// URL such as https://idp.example.com (http:// only "
+                "for localhost)"
+            )
+        return value
+
+    @field_validator("oidc_audience")
+    @classmethod
+    def _oidc_audience(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if "oidc_issuer" not in info.data:
+            return value  # the issuer failed its own check, reported on its own
+        if info.data["oidc_issuer"] is not None and value is None:
+            raise ValueError("required with SIGNOFF_OIDC_ISSUER (the aud the API accepts)")
+        if info.data["oidc_issuer"] is None and value is not None:
+            raise ValueError("needs SIGNOFF_OIDC_ISSUER")
+        return value.strip() if value is not None else None
+
+    @field_validator("oidc_jwks_url", "oidc_operator_groups")
+    @classmethod
+    def _oidc_needs_issuer(cls, value: Any, info: ValidationInfo) -> Any:
+        if value and info.data.get("oidc_issuer") is None and "oidc_issuer" in info.data:
+            raise ValueError("needs SIGNOFF_OIDC_ISSUER")
+        return value
+
+    @field_validator("oidc_operator_groups", "oidc_algorithms", mode="before")
+    @classmethod
+    def _comma_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                try:
+                    return json.loads(text)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"not valid JSON ({exc.msg})") from None
+            return [part.strip() for part in text.split(",") if part.strip()]
+        return value
+
+    @field_validator("oidc_algorithms")
+    @classmethod
+    def _oidc_algorithms(cls, value: list[str]) -> list[str]:
+        wrong = [alg for alg in value if alg not in ALLOWED_ALGORITHMS]
+        if wrong or not value:
+            raise ValueError(
+                f"expected some of {', '.join(sorted(ALLOWED_ALGORITHMS))} (never none or "
+                f"HS*), got {', '.join(wrong) or 'none'}"
+            )
+        return value
+
+    @field_validator("oidc_issuer")
+    @classmethod
+    def _oidc_actor_ids(cls, value: str | None, info: ValidationInfo) -> str | None:
+        clash = [
+            token.actor
+            for token in info.data.get("api_tokens", [])
+            if token.actor.startswith(ACTOR_PREFIX)
+        ]
+        if value is not None and clash:
+            raise ValueError(
+                f"SIGNOFF_API_TOKENS names {', '.join(clash)}: user ids starting with "
+                f"{ACTOR_PREFIX!r} are those of JWT users"
+            )
+        return value
 
     @field_validator("database_url")
     @classmethod
@@ -481,6 +583,13 @@ class Settings(BaseSettings):
             _SecretFileSource(settings_cls),
             _FileSource(settings_cls),
         )
+
+
+def _secure_or_local(url: str) -> bool:
+    if url.startswith("https://"):
+        return len(url) > len("https://")
+    host = re.match(r"http://(\[[^\]]*\]|[^/:?#]*)", url)
+    return host is not None and host.group(1).lower() in ("localhost", "127.0.0.1", "[::1]")
 
 
 def _discord_on(info: ValidationInfo) -> bool:

@@ -9,6 +9,10 @@
   out revokes it in the database, so a copied cookie stops working everywhere), a
   per-session CSRF token and an expiry. Before sign-in the session is anonymous but
   already carries a CSRF token, so the login form is protected too.
+- With an `adapters.web.oidc.OidcVerifier`, `TokenAuth` also accepts JWT access tokens
+  of one OpenID Connect issuer on the API (not for console sign-in): a bearer token that
+  is not a configured one and has a JWT's shape is verified against the issuer's cached
+  keys, and stands for the user ``oidc:<claim>``.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any
 
 from aiohttp import web
 
+from adapters.web.oidc import ACTOR_PREFIX, INVALID_TOKEN, OidcVerifier, looks_like_jwt
 from runtime import Actor
 
 SESSION_COOKIE = "signoff_session"
@@ -81,17 +86,29 @@ class ApiToken:
 
 
 class TokenAuth:
-    """Authenticates bearer tokens (constant-time) against a fixed set.
+    """Authenticates bearer tokens (constant-time) against a fixed set, and JWT access
+    tokens of one OpenID Connect issuer when `jwt` is given.
 
     Args:
         tokens: The configured tokens; an empty or blank token is refused at once.
+        jwt: Verifies JWT access tokens (None: only the configured tokens are accepted).
+
+    Raises:
+        ValueError: A token is blank, or (with `jwt`) a configured token's user id starts
+            with ``oidc:``, which only JWT users have.
     """
 
-    def __init__(self, tokens: Iterable[ApiToken]) -> None:
+    def __init__(self, tokens: Iterable[ApiToken], *, jwt: OidcVerifier | None = None) -> None:
         self._tokens = tuple(tokens)
+        self.jwt = jwt
         for item in self._tokens:
             if not item.token.strip():
                 raise ValueError(f"the token of {item.actor_id!r} is empty")
+            if jwt is not None and item.actor_id.startswith(ACTOR_PREFIX):
+                raise ValueError(
+                    f"the token of {item.actor_id!r}: user ids starting with "
+                    f"{ACTOR_PREFIX!r} are those of JWT users"
+                )
 
     def lookup(self, token: str) -> ApiToken | None:
         """The configured token equal to `token`, or None."""
@@ -112,12 +129,41 @@ class TokenAuth:
         return found.actor("api") if found is not None else None
 
     def bearer_token(self, request: web.BaseRequest) -> ApiToken | None:
-        """The configured token of the request's ``Authorization: Bearer`` header, or None."""
+        """The token of the request's ``Authorization: Bearer`` header, or None.
+
+        A configured token, else (with `jwt`) a valid JWT as a token of its user: no
+        ``on_behalf_of``, operator only through an operator group. Reads cached keys
+        only; an invalid JWT marks the request so its 401 says ``error="invalid_token"``.
+        """
         header = request.headers.get("Authorization", "")
         scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
             return None
-        return self.lookup(token.strip())
+        found = self.lookup(token)
+        if found is not None or self.jwt is None or not looks_like_jwt(token):
+            return found
+        cached: ApiToken | None = request.get(_JWT_TOKEN)
+        if cached is not None:
+            return cached
+        if request.get(INVALID_TOKEN):
+            return None
+        verified = self.jwt.verify(token)
+        if verified is None:
+            request[INVALID_TOKEN] = True
+            return None
+        found = ApiToken(
+            token,
+            verified.actor_id,
+            operator=verified.operator,
+            name=verified.name,
+            groups=verified.groups,
+        )
+        request[_JWT_TOKEN] = found
+        return found
+
+
+_JWT_TOKEN = web.RequestKey("signoff_jwt_token", ApiToken)
 
 
 def _find(
