@@ -207,7 +207,11 @@ class OidcVerifier:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wanted.wait(), timeout=self._next_seconds)
             self._wanted.clear()
-            await self._refresh()
+            try:
+                await self._refresh()
+            except Exception:  # the loop must outlive any one bad answer
+                log.exception("JWT signing keys of %s not refreshed", self.config.issuer)
+                self._next_seconds = MIN_REFRESH_SECONDS
 
     async def _refresh(self) -> None:
         try:
@@ -244,7 +248,7 @@ class OidcVerifier:
         if self._session is None:
             raise JwksError("not started")
         try:
-            async with self._session.get(url, allow_redirects=False) as response:
+            async with self._session.get(url) as response:
                 if response.status != 200:
                     raise JwksError(f"GET {url} answered {response.status}")
                 body = await response.content.read(MAX_DOCUMENT_BYTES + 1)
