@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 import mcp_types
@@ -62,6 +62,9 @@ _ACTOR_KEY = "signoff.actor"
 _FIRST_POLL = 0.05
 _LONGEST_POLL = 1.0
 _ENDED = ("tool_completed", "tool_failed", "tool_uncertain")
+_RAN = "Ran: "
+_STOPPING = "signoff is stopping"
+_AGAIN = "; call again in the same session for its outcome"
 
 
 class GatewayCatalog(dict[str, Tool]):
@@ -99,7 +102,7 @@ class GatewayModel:
         response = await self._inner.complete(request)
         text = response.text or ""
         if not response.tool_calls and text.startswith("Not authorised: "):
-            return ModelResponse(text="Ran: " + text.removeprefix("Not authorised: "))
+            return ModelResponse(text=_RAN + text.removeprefix("Not authorised: "))
         return response
 
 
@@ -170,11 +173,17 @@ class McpGateway:
         self.source = source
         self._on_change = on_change
         self._progress_seconds = progress_seconds
+        self._stopping = asyncio.Event()
         self.server: Server[Any] = Server(
             "signoff",
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
         )
+
+    def stop(self) -> None:
+        """End the calls waiting in this process (the server is stopping): each answers
+        that it goes on waiting and that the same call again finds it."""
+        self._stopping.set()
 
     # -- MCP handlers ----------------------------------------------------------------------
     def listed(self) -> list[mcp_types.Tool]:
@@ -234,14 +243,23 @@ class McpGateway:
             self._on_change()
         waited = 0.0
         while approval.status == "pending":
+            if self._stopping.is_set():
+                return _error(_STOPPING + "; the call still waits for sign-off" + _AGAIN)
             approval = await self.runtime.wait_approval(
-                approval.approval_id, viewer=actor, timeout=self._progress_seconds
+                approval.approval_id,
+                viewer=actor,
+                timeout=self._progress_seconds,
+                stop=self._stopping,
             )
             waited += self._progress_seconds
             if approval.status == "pending" and progress is not None:
                 await progress(waited, None, "waiting for sign-off")
         if approval.status == "denied":
-            return _error(f"Not allowed: {approval.reason or 'denied'}")
+            # An approval reads as denied once its call failed or became uncertain; a
+            # call that was dispatched ran (or may have): its outcome is the answer.
+            events = await self.runtime.events(approval.approval_id, viewer=actor)
+            if not any(e["kind"] == "tool_dispatched" for e in events):
+                return _error(f"Not allowed: {approval.reason or 'denied'}")
         return await self._outcome(approval, actor)
 
     async def _outcome(self, approval: Approval, actor: Actor) -> mcp_types.CallToolResult:
@@ -249,16 +267,54 @@ class McpGateway:
         pause = _FIRST_POLL
         while True:
             events = await self.runtime.events(approval.approval_id, viewer=actor)
-            ended = [e for e in events if e["kind"] in _ENDED]
-            if ended:
-                return _result(ended[-1])
+            settled = _settled(events)
+            if isinstance(settled, mcp_types.CallToolResult):
+                return settled
             run = await self.runtime.get(approval.approval_id, viewer=actor)
             if run.status.finished:
+                if settled == "resolve":
+                    return _resolved(run.text)
                 return _error(f"The call did not run: {run.error or 'ended'}")
+            if self._stopping.is_set():
+                return _error(_STOPPING + "; the call was allowed" + _AGAIN)
             if self._drive and await self.runtime.drive(approval.approval_id):
                 continue
             await asyncio.sleep(pause)
             pause = min(pause * 2, _LONGEST_POLL)
+
+
+def _settled(events: Sequence[Mapping[str, Any]]) -> mcp_types.CallToolResult | str | None:
+    """What became of the call by its run's events: its result; ``resolve`` when a person
+    recorded the result of an uncertain call (the run's end carries it); None while it
+    runs (again, after a person accepted a retry)."""
+    ended: Mapping[str, Any] | None = None
+    resolved: str | None = None
+    for event in events:
+        if event["kind"] in _ENDED:
+            ended, resolved = event, None
+        elif event["kind"] == "ticket_decided" and ended is not None:
+            if ended["kind"] != "tool_uncertain":
+                continue
+            data = event.get("data") or {}
+            match data.get("decision"):
+                case "retry":
+                    ended = None
+                case "resolve":
+                    ended, resolved = None, "resolve"
+                case "abort":
+                    reason = data.get("reason") or "aborted by a person"
+                    return _error(f"Aborted: {reason}")
+                case _:
+                    pass
+    if ended is not None:
+        return _result(ended)
+    return resolved
+
+
+def _resolved(text: str | None) -> mcp_types.CallToolResult:
+    """The result a person recorded for an uncertain call, from its run's final answer."""
+    value = (text or "").removeprefix(_RAN)
+    return mcp_types.CallToolResult(content=[mcp_types.TextContent(text=value)])
 
 
 def _result(event: Mapping[str, Any]) -> mcp_types.CallToolResult:
@@ -327,6 +383,12 @@ def add_gateway_routes(
 
     app.cleanup_ctx.append(lifetime)
 
+    async def stop_waiting(_app: web.Application) -> None:
+        gateway.stop()
+
+    # Before the server waits for open requests: waiting calls would hold up a restart.
+    app.on_shutdown.append(stop_waiting)
+
     async def handle(request: web.Request) -> web.StreamResponse:
         actor = authenticate(request)
         if actor is None:
@@ -392,6 +454,10 @@ async def _asgi(
 
     try:
         await manager.handle_request(scope, receive, send)
+    except* ConnectionResetError:
+        # The client went away mid-answer (a waiting call it gave up on): nothing is
+        # lost, its approval stands and the same call again finds it.
+        pass
     finally:
         finished.set()
     if response is None:

@@ -150,3 +150,15 @@ async def test_a_stranger_neither_sees_nor_decides_a_gateway_approval(
         asking.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await asking
+
+
+async def test_the_same_failing_call_again_gets_the_tools_error_not_a_denial(
+    served: ServedGateway, state: Path
+) -> None:
+    async with served.client(session="s-fail") as client:
+        first = await client.call_tool("fail", {})
+        again = await client.call_tool("fail", {})
+    assert first.is_error and again.is_error
+    assert text(first) == text(again)
+    assert "the disk is full" in text(again) and "Not allowed" not in text(again)
+    assert [c["tool"] for c in calls(state)] == ["fail"]  # ran once
