@@ -49,6 +49,9 @@ from pydantic import (
     model_validator,
 )
 
+from adapters.claude_code.resume import DEFAULT_COMMAND as DEFAULT_RESUME_COMMAND
+from adapters.claude_code.resume import DEFAULT_TIMEOUT_SECONDS as DEFAULT_RESUME_TIMEOUT
+from adapters.claude_code.resume import ResumeConfig
 from adapters.mcp import (
     Binding,
     Condition,
@@ -213,6 +216,16 @@ class AgentSpec(_Strict):
 _NOT_EXTERNAL = ("instructions", "model", "tools", "servers", "subagents", "max_turns")
 
 
+class ResumeSpec(_Strict):
+    """``[agents.<name>.resume]`` of an external agent: how signoff resumes a deferred
+    Claude Code session once its call is decided (`adapters.claude_code.resume`)."""
+
+    workdirs: list[str] = Field(min_length=1)
+    command: list[str] = Field(default_factory=lambda: list(DEFAULT_RESUME_COMMAND))
+    timeout: float = Field(default=DEFAULT_RESUME_TIMEOUT, gt=0)
+    env: dict[str, str] = Field(default_factory=dict)
+
+
 class ExternalSpec(_Strict):
     """``[agents.<name>]`` with ``external = true``: an agent that runs elsewhere and asks
     for approvals over the API (`runtime.ExternalAgent`)."""
@@ -227,6 +240,7 @@ class ExternalSpec(_Strict):
     on_expiry: Any = "deny"
     approvals: dict[str, Any] = Field(default_factory=lambda: {"platform": "console"})
     overrides: list[Literal["approvers", "deadline"]] = Field(default_factory=list)
+    resume: ResumeSpec | None = None
 
     _deadline = field_validator("deadline")(_positive)
     _on_expiry = field_validator("on_expiry")(_expiry)
@@ -240,7 +254,7 @@ class ExternalSpec(_Strict):
                 raise ValueError(
                     f"an external agent runs elsewhere: it has no {', '.join(given)} "
                     "(only rules, approvers, four_eyes, deadline, on_expiry, approvals, "
-                    "overrides, description and version)"
+                    "overrides, resume, description and version)"
                 )
         return data
 
@@ -280,12 +294,15 @@ class AgentsFile:
         agents: Its agents; their MCP tools arrive when `bindings` are connected.
         servers: The MCP servers its agents use.
         bindings: Which agent uses which servers, with the per-tool settings.
+        resumes: How the external agents with a ``resume`` table resume deferred
+            sessions, by agent name.
     """
 
     path: Path
     agents: list[Agent]
     servers: list[ServerConfig] = field(default_factory=list)
     bindings: list[Binding] = field(default_factory=list)
+    resumes: dict[str, ResumeConfig] = field(default_factory=dict)
 
 
 def load_agents_file(
@@ -343,10 +360,13 @@ class _Builder:
         servers = {name: self.server(name, server) for name, server in spec.servers.items()}
         agents: list[Agent] = []
         bindings: list[Binding] = []
+        resumes: dict[str, ResumeConfig] = {}
         used: set[str] = set()
         for name, agent_spec in spec.agents.items():
             if isinstance(agent_spec, ExternalSpec):
                 agents.append(self.external(name, agent_spec))
+                if agent_spec.resume is not None:
+                    resumes[name] = self.resume(name, agent_spec.resume)
                 continue
             agent, binding = self.agent(name, agent_spec, servers)
             agents.append(agent)
@@ -359,6 +379,7 @@ class _Builder:
             agents=agents,
             servers=[servers[n] for n in servers if n in used],
             bindings=bindings,
+            resumes=resumes,
         )
 
     def link_subagents(self, spec: FileSpec, agents: Mapping[str, Agent]) -> None:
@@ -510,6 +531,18 @@ class _Builder:
         if not spec.servers:
             return agent, None
         return agent, Binding(agent, tuple(spec.servers), tuple(mcp_knobs))
+
+    def resume(self, name: str, spec: ResumeSpec) -> ResumeConfig:
+        """How the external agent `name` resumes deferred sessions."""
+        try:
+            return ResumeConfig(
+                workdirs=tuple(spec.workdirs),
+                command=tuple(spec.command),
+                timeout_seconds=spec.timeout,
+                env=dict(spec.env),
+            )
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{self.at('agents', name, 'resume')}: {exc}") from None
 
     def external(self, name: str, spec: ExternalSpec) -> ExternalAgent:
         """An external agent: its tools are built by name, its rules applied by pattern."""

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from aiohttp import web
 from pydantic import SecretStr
 
+from adapters.claude_code.resume import ResumeConfig
 from adapters.claude_code.route import add_claude_code_route
 from adapters.web import ApiToken, TokenAuth, add_api_routes, add_console_routes, body_deadline
 from adapters.web.approval_models import approval_body
@@ -175,6 +176,7 @@ def build_web(
     slack_config: SlackConfig | None = None,
     slack_client: AsyncWebClient | None = None,
     slack_limiter: ChannelLimiter | None = None,
+    resumes: Mapping[str, ResumeConfig] | None = None,
 ) -> Web:
     """The aiohttp application (console, JSON API, webhooks, Slack) and its notifiers.
 
@@ -194,6 +196,8 @@ def build_web(
             given, the edge is mounted whatever the mode setting says.
         slack_client: Slack's Web API client (default: one for the configuration).
         slack_limiter: Spacing of Slack messages to one channel (default: one a second).
+        resumes: How external agents resume deferred Claude Code sessions, by agent
+            name (the agents file's ``resume`` tables).
 
     Raises:
         ConfigurationError: A hook names an agent that is not loaded, or another bad value.
@@ -229,6 +233,7 @@ def build_web(
         authenticate=auth.bearer,
         may_act_for=_may_act_for(auth),
         on_change=worker.wake_runs,
+        resumes=resumes,
     )
     add_openapi_route(app)
     add_console_routes(

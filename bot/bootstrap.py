@@ -266,6 +266,8 @@ async def build_service(
         ConfigurationError: A setting is invalid, or one every replica must share is
             missing (a database other than SQLite).
     """
+    from adapters.claude_code.resume import PLATFORM as RESUME_PLATFORM
+    from adapters.claude_code.resume import ResumeConfig, ResumeNotifier, resume_agents
     from bot.app import build_web
     from bot.mcp_gateway import Gateways, gateway_agents, mount_gateways
     from bot.wiring import build_runtime, load_agent_set
@@ -283,11 +285,17 @@ async def build_service(
     owns_store = store is None
     loaded = None
     gateways: Gateways = []
+    resumes: dict[str, ResumeConfig] = {}
     if agents is None:
         loaded = load_agent_set(settings)
         await loaded.start()  # MCP servers: connected and listed, or reported unavailable
         gateways = gateway_agents(loaded)
-        agents = [*loaded.agents, *(agent for agent, _ in gateways)]
+        resumes = loaded.file.resumes if loaded.file is not None else {}
+        agents = [
+            *loaded.agents,
+            *(agent for agent, _ in gateways),
+            *resume_agents(loaded.agents, resumes),
+        ]
     try:
         runtime, store = await build_runtime(
             settings,
@@ -313,6 +321,7 @@ async def build_service(
             slack_config=slack_config,
             slack_client=slack_client,
             slack_limiter=slack_limiter,
+            resumes=resumes,
         )
     except BaseException:
         if loaded is not None:
@@ -328,7 +337,11 @@ async def build_service(
         metrics=metrics,
         worker=worker,
         app=built.app,
-        notifiers={**built.notifiers, **(notifiers or {})},
+        notifiers={
+            **built.notifiers,
+            RESUME_PLATFORM: ResumeNotifier(runtime, resumes, worker.wake_runs),
+            **(notifiers or {}),
+        },
         slack=built.slack,
         parts=parts or Parts(),
         pacing=pacing,
@@ -359,13 +372,19 @@ async def open_runtime(
         ConfigurationError: The agents, models or database URL are invalid.
         StorageError: The database cannot be reached or migrated.
     """
+    from adapters.claude_code.resume import resume_agents
     from bot.mcp_gateway import gateway_agents
     from bot.wiring import build_runtime, connected_agents
 
     async with contextlib.AsyncExitStack() as stack:
         if agents is None:
             loaded = await stack.enter_async_context(connected_agents(settings))
-            agents = [*loaded.agents, *(agent for agent, _ in gateway_agents(loaded))]
+            resumes = loaded.file.resumes if loaded.file is not None else {}
+            agents = [
+                *loaded.agents,
+                *(agent for agent, _ in gateway_agents(loaded)),
+                *resume_agents(loaded.agents, resumes),
+            ]
         runtime, store = await build_runtime(settings, agents, checkpoint=checkpoint)
         try:
             yield runtime

@@ -92,6 +92,45 @@ class ExternalApprovals:
         """
         return await self._approvals.page(viewer, status, agent, session_id, limit, cursor)
 
+    async def defer_approval(self, approval_id: str, *, actor: Actor) -> Approval:
+        """The caller stops waiting for a pending approval and is to be resumed once it is
+        decided.
+
+        The approval must have been requested with a resume destination
+        (`ApprovalRequest.resume`). When its run ends, the runtime queues an
+        `runtime.edges.ApprovalCallback` to that destination, whose notifier resumes the
+        caller if the approval reads `Approval.deferred`. An approval decided already is
+        returned as it is and nothing is recorded: the caller answers it at once.
+
+        Args:
+            approval_id: The approval.
+            actor: Its requester or its sender.
+
+        Raises:
+            RunNotFound: No such approval, or `actor` is neither its requester nor its
+                sender.
+            InvalidApproval: It was requested without a resume destination.
+        """
+        return await self._approvals.stop_waiting(approval_id, actor, defer=True, reason=None)
+
+    async def withdraw_approval(
+        self, approval_id: str, *, actor: Actor, reason: str | None = None
+    ) -> Approval:
+        """The caller stops waiting for a pending approval and will not act on it: its run
+        is cancelled and its ticket voided (the cards say so), so nobody decides what
+        will not run. A decided approval is returned as it is.
+
+        Args:
+            approval_id: The approval.
+            actor: Its requester or its sender.
+            reason: Why, for the flight recorder and the cards.
+
+        Raises:
+            RunNotFound: No such approval, or `actor` is neither its requester nor its
+                sender.
+        """
+        return await self._approvals.stop_waiting(approval_id, actor, defer=False, reason=reason)
+
     async def report_outcome(
         self,
         approval_id: str,

@@ -142,7 +142,7 @@ class Runtime(ExternalApprovals):
         self._sessions = Sessions(deps)
         self._grants = Grants(deps)
         self._batches = Batches(deps, self._queries, self._decisions, self._inbox)
-        self._approvals = Approvals(deps, self._starter)
+        self._approvals = Approvals(deps, self._starter, self._control)
         self._outcomes = Outcomes(deps)
         # The listed agents first, then the sub-agents they list but which are not
         # listed themselves: a listed agent wins over a sub-agent of the same name.

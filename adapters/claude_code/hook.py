@@ -43,7 +43,8 @@ PermissionDecision = Literal["allow", "deny", "ask", "defer"]
 """What the hook tells Claude Code: run the call, refuse it, ask in Claude Code's own
 prompt, or stop a headless run so it can be resumed later."""
 OnTimeout = Literal["defer", "ask", "deny"]
-"""The answer when nobody decided in time (the ticket stays open either way)."""
+"""The answer when nobody decided in time: ``defer`` keeps the ticket open; ``ask`` and
+``deny`` withdraw the request (`runtime.Runtime.withdraw_approval`)."""
 ON_TIMEOUT: tuple[OnTimeout, ...] = ("defer", "ask", "deny")
 MAX_NAME = 200
 """Longest session id, tool name or tool use id (as the approvals API takes names)."""
@@ -147,13 +148,18 @@ def idempotency_key(call: PreToolUse, agent: str = DEFAULT_AGENT) -> str | None:
 
 
 def approval_request(
-    call: PreToolUse, *, agent: str = DEFAULT_AGENT, on_behalf_of: str | None = None
+    call: PreToolUse,
+    *,
+    agent: str = DEFAULT_AGENT,
+    on_behalf_of: str | None = None,
+    resume: Mapping[str, Any] | None = None,
 ) -> ApprovalRequest:
     """The approval request of `call` under `agent`.
 
     The card's description is the tool's own ``description`` argument when it has one
     (Claude Code gives one for ``Bash``): only what the call itself holds, so asking again
-    for the same tool use is the same request.
+    for the same tool use is the same request. `resume` is where the session is resumed
+    if the hook defers (`adapters.claude_code.resume.destination`).
     """
     described = call.tool_input.get("description")
     return ApprovalRequest(
@@ -163,6 +169,7 @@ def approval_request(
         description=described if isinstance(described, str) and described.strip() else None,
         session_id=call.session_id,
         on_behalf_of=on_behalf_of,
+        resume=dict(resume) if resume is not None else None,
     )
 
 
@@ -207,13 +214,19 @@ def _by(approval: Answered) -> str:
 
 
 def hook_answer(
-    approval: Answered, *, on_timeout: OnTimeout = "ask", waited: float | None = None
+    approval: Answered,
+    *,
+    on_timeout: OnTimeout = "ask",
+    waited: float | None = None,
+    resumed: bool = False,
 ) -> dict[str, Any]:
     """Claude Code's answer for `approval` as it stands.
 
     - allowed: ``allow``, with ``updatedInput`` when a person changed the arguments;
     - denied: ``deny`` with why (the approver's reason, the rule, or the deadline);
-    - still pending: `on_timeout`, naming the ticket that stays open.
+    - still pending: `on_timeout`: ``defer`` names the ticket that stays open (and says
+      signoff resumes the session when `resumed`); ``ask`` and ``deny`` say the request
+      was withdrawn.
     """
     ref = f"approval {approval.approval_id}"
     match approval.status:
@@ -238,12 +251,16 @@ def hook_answer(
             return answer("deny", f"{why} ({ref})")
         case _:
             within = f" within {waited:g} s" if waited is not None else ""
+            if on_timeout != "defer":
+                why = f"No decision in signoff{within}; the request was withdrawn ({ref})"
+                return answer(on_timeout, why)
             ticket = f"ticket {approval.ticket_id}, " if approval.ticket_id else ""
-            why = (
-                f"No decision in signoff{within}; it stays open for a person to decide "
-                f"({ticket}{ref})"
+            then = (
+                "signoff resumes this session once someone decides"
+                if resumed
+                else "it stays open for a person to decide"
             )
-            return answer(on_timeout, why)
+            return answer("defer", f"No decision in signoff{within}; {then} ({ticket}{ref})")
 
 
 def unreachable_answer(why: str) -> dict[str, Any]:

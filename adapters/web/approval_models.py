@@ -148,6 +148,11 @@ class ApprovalAnswer(BaseModel):
     created_at: datetime
     deadline: datetime | None
     outcome: OutcomeAnswer | None
+    deferred: bool = Field(
+        default=False,
+        description="The caller stopped waiting and is resumed once it is decided "
+        "(Claude Code's deferred sessions).",
+    )
     decision_token: str | None = Field(
         description="A compact JWS over the decision, once decided (see the JWKS)."
     )
@@ -237,6 +242,7 @@ def approval_body(
         "created_at": approval.created_at.isoformat(),
         "deadline": _time(approval.deadline),
         "outcome": outcome_body(approval.outcome) if approval.outcome is not None else None,
+        "deferred": approval.deferred,
         "decision_token": decision_token(approval, signer),
     }
 

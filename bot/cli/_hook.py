@@ -1,16 +1,20 @@
 """``signoff hook claude-code``: Claude Code's ``PreToolUse`` command hook.
 
-It reads the hook input on stdin, asks a served signoff over the approvals API (with the
-client, `adapters.client`), waits for a decision and prints Claude Code's hook JSON; the
-mapping is `adapters.claude_code.hook`, shared with the HTTP hook route.
+It reads the hook input on stdin, checks it, posts it to the HTTP hook route of a served
+signoff (`adapters.claude_code.route`, which asks, waits and answers), and prints Claude
+Code's hook JSON. A connection lost while waiting is retried with the same input: the
+route finds the same approval again by the call's ``tool_use_id``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
+import time
 from typing import Any
 
+import aiohttp
 import click
 
 from adapters.claude_code.hook import (
@@ -19,9 +23,6 @@ from adapters.claude_code.hook import (
     ON_TIMEOUT,
     HookInputError,
     OnTimeout,
-    approval_request,
-    hook_answer,
-    idempotency_key,
     read_pre_tool_use,
     refused_answer,
     unreachable_answer,
@@ -73,7 +74,7 @@ def _warn(message: str) -> None:
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0),
+    type=click.FloatRange(min=0, max=3600),
     default=DEFAULT_TIMEOUT_SECONDS,
     show_default=True,
     metavar="SECONDS",
@@ -85,8 +86,14 @@ def _warn(message: str) -> None:
     type=click.Choice(ON_TIMEOUT),
     default="ask",
     show_default=True,
-    help="The answer when nobody decided in time: ask (Claude Code's own prompt), defer "
-    "(a headless run stops and is resumed later) or deny. The ticket stays open.",
+    help="The answer when nobody decided in time: ask (Claude Code's own prompt) or deny, "
+    "which withdraw the request, or defer (a headless run stops; the ticket stays open).",
+)
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="With --on-timeout defer: signoff resumes the session (claude -p --resume) once "
+    "the call is decided; the agent needs a resume table in the agents file.",
 )
 @click.option(
     "--on-behalf-of",
@@ -107,6 +114,7 @@ def claude_code(
     agent: str,
     timeout: float,
     on_timeout: OnTimeout,
+    resume: bool,
     on_behalf_of: str | None,
     give_up_after: float,
 ) -> int:
@@ -125,41 +133,90 @@ def claude_code(
     \b
     Examples:
       SIGNOFF_URL=http://127.0.0.1:8080 SIGNOFF_TOKEN=... signoff hook claude-code
-      signoff hook claude-code --on-timeout defer --timeout 300
+      signoff hook claude-code --on-timeout defer --timeout 60 --resume
     """
-    from adapters.client import (
-        ApprovalError,
-        ApprovalRequestError,
-        RetryPolicy,
-        SignoffClient,
-        SignoffUnavailable,
-    )
-
+    if resume and on_timeout != "defer":
+        return fail("bad options", "--resume goes with --on-timeout defer", EXIT_USAGE)
+    raw = sys.stdin.buffer.read()
     try:
-        call = read_pre_tool_use(sys.stdin.buffer.read())
+        read_pre_tool_use(raw)
     except HookInputError as exc:
         return fail("bad hook input", str(exc), EXIT_USAGE)
-    request = approval_request(call, agent=agent, on_behalf_of=on_behalf_of)
-    retry = RetryPolicy(give_up_after=give_up_after, max_delay=2.0)
+    query = {"agent": agent, "timeout": f"{timeout:.3f}", "on_timeout": on_timeout}
+    if resume:
+        query["resume"] = "1"
+    if on_behalf_of is not None:
+        query["on_behalf_of"] = on_behalf_of
+    return _emit(asyncio.run(_ask(url, token, query, raw, timeout, give_up_after)))
+
+
+_FIRST_RETRY = 0.25
+_LONGEST_RETRY = 2.0
+_RETRIED = frozenset({408, 425, 429, 500, 502, 503, 504})
+
+
+async def _ask(
+    url: str, token: str, query: dict[str, str], raw: bytes, wait: float, give_up_after: float
+) -> dict[str, Any]:
+    """The route's answer, asking again while signoff is unreachable (the same input finds
+    the same approval), for at most `give_up_after` seconds of failures in a row."""
+    target = url.rstrip("/") + "/claude-code/hook"
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    ends = time.monotonic() + wait
+    failing_since: float | None = None
+    pause = _FIRST_RETRY
+    async with aiohttp.ClientSession(trust_env=False) as session:
+        while True:
+            left = max(0.0, ends - time.monotonic())
+            query["timeout"] = f"{left:.3f}"
+            problem: str
+            try:
+                async with session.post(
+                    target,
+                    params=query,
+                    data=raw,
+                    headers=headers,
+                    timeout=aiohttp.ClientTimeout(total=left + 30, connect=10),
+                ) as response:
+                    text = await response.text()
+                    if response.status == 200:
+                        answered = _answer_of(text)
+                        if answered is not None:
+                            return answered
+                        problem = "an answer that is not Claude Code's hook JSON"
+                    elif response.status in _RETRIED:
+                        problem = f"HTTP {response.status}"
+                    else:
+                        said = _message_of(text)
+                        why = f"HTTP {response.status}" + (f": {said}" if said else "")
+                        _warn(f"signoff refused the request: {why}")
+                        return refused_answer(why)
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                problem = str(exc) or type(exc).__name__
+            now = time.monotonic()
+            failing_since = failing_since if failing_since is not None else now
+            if now - failing_since >= give_up_after:
+                _warn(f"signoff at {url} could not be reached: {problem}; answering ask")
+                return unreachable_answer(problem)
+            await asyncio.sleep(min(pause, give_up_after))
+            pause = min(pause * 2, _LONGEST_RETRY)
+
+
+def _answer_of(text: str) -> dict[str, Any] | None:
     try:
-        with SignoffClient(url, token, retry=retry) as client:
-            decision = client.request_approval(
-                agent=request.agent,
-                tool=request.tool,
-                arguments=request.arguments,
-                session_id=request.session_id,
-                description=request.description,
-                on_behalf_of=request.on_behalf_of,
-                idempotency_key=idempotency_key(call, agent),
-                wait=timeout,
-            )
-    except ApprovalRequestError as exc:
-        _warn(f"signoff refused the request: {exc}")
-        return _emit(refused_answer(str(exc)))
-    except SignoffUnavailable as exc:
-        _warn(f"signoff at {url} could not be reached: {exc}; answering ask")
-        return _emit(unreachable_answer(str(exc)))
-    except ApprovalError as exc:
-        _warn(f"signoff at {url} gave no usable answer: {exc}; answering ask")
-        return _emit(unreachable_answer(str(exc)))
-    return _emit(hook_answer(decision, on_timeout=on_timeout, waited=timeout))
+        found = json.loads(text)
+    except ValueError:
+        return None
+    if isinstance(found, dict) and isinstance(found.get("hookSpecificOutput"), dict):
+        return found
+    return None
+
+
+def _message_of(text: str) -> str | None:
+    try:
+        found = json.loads(text)
+    except ValueError:
+        return text.strip()[:500] or None
+    if isinstance(found, dict) and isinstance(found.get("message"), str):
+        return str(found["message"])
+    return None

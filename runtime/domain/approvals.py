@@ -49,6 +49,10 @@ class ApprovalRequest:
             agent allows the ``deadline`` override).
         secret: More argument names to mask wherever a person or a log sees them.
         callback_url: Where the decision is delivered, signed, once made.
+        resume: Where a caller that stops waiting (`Runtime.defer_approval`) is resumed
+            once the approval is decided: a destination whose ``platform`` names the
+            notifier that resumes it (e.g. Claude Code's, with the session's directory).
+            Without a deferral nothing is resumed.
     """
 
     agent: str
@@ -62,6 +66,7 @@ class ApprovalRequest:
     deadline: timedelta | None = None
     secret: tuple[str, ...] = ()
     callback_url: str | None = None
+    resume: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -114,6 +119,8 @@ class Approval:
         outcome: What the caller reported after running it.
         replayed: The request reused an idempotency key: this is the approval the key
             created first, and nothing new was requested.
+        deferred: The caller stopped waiting and asked to be resumed once it is decided
+            (`Runtime.defer_approval`).
     """
 
     approval_id: str
@@ -136,6 +143,7 @@ class Approval:
     deadline: datetime | None
     outcome: ApprovalOutcome | None = None
     replayed: bool = False
+    deferred: bool = False
     secret: tuple[str, ...] = ()
     """The argument names that are secret in this call (its rule's and the request's):
     `arguments` and `requested_arguments` hold them unmasked, for the edge to mask for

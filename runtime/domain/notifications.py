@@ -272,11 +272,15 @@ APPROVAL_CALLBACK = "approval_callback"
 """The platform that delivers the callbacks of external approvals."""
 APPROVAL_CALLBACK_URL = "approval_callback_url"
 """The origin key of an external approval's callback URL."""
+APPROVAL_RESUME = "approval_resume"
+"""The origin key of where an external approval's caller is resumed if it deferred: a
+destination whose ``platform`` names the notifier that resumes it."""
 
 
 class ApprovalCallback(_Note):
     """An external approval's run ended: the signed callback its request asked for
-    (`run_id` is the approval id; the callback's body is the approval as it then stands)."""
+    (`run_id` is the approval id; the callback's body is the approval as it then stands),
+    or, addressed to its resume destination, the resumption of a caller that deferred."""
 
     kind: Literal["approval_callback"] = "approval_callback"
     status: str

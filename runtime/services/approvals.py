@@ -28,6 +28,7 @@ from runtime.domain.errors import (
     ApprovalRefused,
     ConfigurationError,
     InvalidApproval,
+    NotAwaiting,
     RunNotFound,
 )
 from runtime.domain.external import (
@@ -38,11 +39,14 @@ from runtime.domain.external import (
     request_message,
     request_of,
 )
+from runtime.domain.notifications import APPROVAL_RESUME
 from runtime.domain.states import CallState, RunStatus, TicketStatus
 from runtime.domain.tickets import Actor, Deny, ResumeTicket
 from runtime.domain.tools import Tool
 from runtime.domain.visibility import sees_ticket
 from runtime.engine.deps import Deps
+from runtime.engine.journal import record
+from runtime.services.control import RunControl
 from runtime.services.outcomes import RECONCILES, outcome_of, reported_event
 from runtime.services.queries import Page, decode_cursor, encode_cursor
 from runtime.services.starting import Starter
@@ -51,6 +55,10 @@ from runtime.store.records import CallRecord, EventRecord, Position, RunRecord, 
 
 CALLBACK_KEY = "approval_callback_url"
 """The origin key of the URL an approval's decision is delivered to."""
+
+DEFERRED_EVENT = "approval_deferred"
+"""The event recording that the caller stopped waiting and is to be resumed."""
+WITHDRAWN_REASON = "withdrawn by its caller"
 
 IDEMPOTENCY_SCOPE = "approvals"
 """Idempotency keys of approval requests are scoped per sender: ``approvals:<actor id>``."""
@@ -93,6 +101,7 @@ def fingerprint_of(request: ApprovalRequest) -> str:
         "deadline": request.deadline.total_seconds() if request.deadline is not None else None,
         "secret": sorted(request.secret),
         "callback_url": request.callback_url,
+        "resume": request.resume,
     }
     blob = json.dumps(body, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
@@ -101,9 +110,10 @@ def fingerprint_of(request: ApprovalRequest) -> str:
 class Approvals:
     """Requests external approvals and reads them."""
 
-    def __init__(self, deps: Deps, starter: Starter) -> None:
+    def __init__(self, deps: Deps, starter: Starter, control: RunControl) -> None:
         self._deps = deps
         self._starter = starter
+        self._control = control
 
     # -- asking ------------------------------------------------------------------------
     def agent_for(self, name: str) -> ExternalAgent:
@@ -151,6 +161,8 @@ class Approvals:
         origin: dict[str, Any] = {**agent.approvals, ORIGIN_KEY: asked}
         if request.callback_url is not None:
             origin[CALLBACK_KEY] = request.callback_url
+        if request.resume is not None:
+            origin[APPROVAL_RESUME] = dict(request.resume)
         keys = None
         if idempotency_key is not None:
             scope = f"{IDEMPOTENCY_SCOPE}:{actor.id}"
@@ -204,7 +216,40 @@ class Approvals:
             events = await tx.events(run.run_id)
             reported = reported_event(events)
             outcome = await outcome_of(tx, reported) if reported is not None else None
-        return replace(self._view(run, calls, tickets, events), outcome=outcome)
+        deferred = any(e.kind == DEFERRED_EVENT for e in events)
+        return replace(self._view(run, calls, tickets, events), outcome=outcome, deferred=deferred)
+
+    async def stop_waiting(
+        self, approval_id: str, actor: Actor, *, defer: bool, reason: str | None
+    ) -> Approval:
+        """The caller stops waiting for a pending approval: it is to be resumed once
+        decided (`defer`), or withdrawn (its run cancelled, its ticket voided). A decided
+        approval is returned as it is, and nothing is recorded (see
+        `Runtime.defer_approval`, `Runtime.withdraw_approval`)."""
+        found = await self.get(approval_id, actor)
+        if actor.id not in (found.requester, found.requested_by):
+            raise RunNotFound(f"no approval {approval_id!r}")
+        if found.decided:
+            return found
+        if not defer:
+            with contextlib.suppress(NotAwaiting):
+                await self._control.cancel(approval_id, actor, reason or WITHDRAWN_REASON)
+            return await self.get(approval_id, actor)
+        deps = self._deps
+        async with deps.store.transaction() as tx:
+            # The run's row is the lock: the decision that ends the run either committed
+            # before (the approval reads decided) or reads this event after it.
+            run = await tx.get_run(approval_id, for_update=True)
+            if run is None or run.status.finished:
+                return await self.get(approval_id, actor)
+            if APPROVAL_RESUME not in run.origin:
+                raise InvalidApproval(
+                    f"approval {approval_id} was requested without a resume destination: "
+                    "there is nothing to resume it with"
+                )
+            if not any(e.kind == DEFERRED_EVENT for e in await tx.events(approval_id)):
+                await record(tx, approval_id, deps.clock.now(), DEFERRED_EVENT, by=actor.id)
+        return await self.get(approval_id, actor)
 
     async def wait(
         self, approval_id: str, viewer: Actor, seconds: float, stop: asyncio.Event | None
@@ -492,6 +537,11 @@ def _checked(agent: ExternalAgent, request: ApprovalRequest) -> Tool:
             raise ApprovalRefused(f"agent {agent.name!r} does not let requests choose a deadline")
         if request.deadline.total_seconds() <= 0:
             raise InvalidApproval("the deadline must be positive")
+    resume = request.resume
+    if resume is not None and not (
+        isinstance(resume, dict) and isinstance(resume.get("platform"), str) and resume["platform"]
+    ):
+        raise InvalidApproval("resume must be a destination naming its platform")
     if not all(isinstance(n, str) and n for n in request.secret):
         raise InvalidApproval("secret must list argument names")
     try:

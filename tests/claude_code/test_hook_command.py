@@ -130,11 +130,14 @@ def test_no_decision_in_time_defers_and_the_retry_gets_the_same_approval(
     (pending,) = asker.session(hook_input["session_id"])
     assert pending["status"] == "pending"
     assert pending["ticket_id"] in deferred["permissionDecisionReason"]
+    assert "stays open" in deferred["permissionDecisionReason"]
 
-    # The default answer on timeout is ask; the ticket is still the same open one.
-    code, stdout, stderr = run_hook(server, hook_input, "--timeout", "0")
+    # Asked again and deferred again: still the same open ticket.
+    code, stdout, stderr = run_hook(server, hook_input, "--timeout", "0", "--on-timeout", "defer")
     assert code == 0, stderr
-    assert output(stdout)["permissionDecision"] == "ask"
+    assert output(stdout)["permissionDecision"] == "defer"
+    (still,) = asker.session(hook_input["session_id"])
+    assert (still["status"], still["ticket_id"]) == ("pending", pending["ticket_id"])
 
     # Decided meanwhile: the resumed session's hook (same tool use) gets it at once.
     server.decide(pending["ticket_id"], {"decision": "allow"})
@@ -143,6 +146,36 @@ def test_no_decision_in_time_defers_and_the_retry_gets_the_same_approval(
     assert output(stdout)["permissionDecision"] == "allow"
     (same,) = asker.session(hook_input["session_id"])
     assert same["approval_id"] == pending["approval_id"]
+
+
+def test_ask_on_timeout_withdraws_the_request(server: Server, asker: Asker) -> None:
+    hook_input = pre_tool_use(command="git push origin hotfix")
+    code, stdout, stderr = run_hook(server, hook_input, "--timeout", "0", "--on-timeout", "ask")
+    assert code == 0, stderr
+    answer = output(stdout)
+    assert answer["permissionDecision"] == "ask"
+    assert "withdrawn" in answer["permissionDecisionReason"]
+    (withdrawn,) = asker.session(hook_input["session_id"])
+    assert (withdrawn["status"], withdrawn["basis"]) == ("denied", "cancelled")
+    assert "answered ask" in withdrawn["reason"]
+    # Its ticket is voided: nobody can allow a call Claude Code no longer waits for.
+    status, refused = server.call(
+        "POST", f"/api/tickets/{withdrawn['ticket_id']}/decision", {"decision": "allow"}
+    )
+    assert status == 409, refused
+    (after,) = asker.session(hook_input["session_id"])
+    assert after["status"] == "denied"
+
+
+def test_deny_on_timeout_withdraws_the_request(server: Server, asker: Asker) -> None:
+    hook_input = pre_tool_use(command="rm -rf dist")
+    code, stdout, stderr = run_hook(server, hook_input, "--timeout", "0", "--on-timeout", "deny")
+    assert code == 0, stderr
+    answer = output(stdout)
+    assert answer["permissionDecision"] == "deny"
+    assert "withdrawn" in answer["permissionDecisionReason"]
+    (withdrawn,) = asker.session(hook_input["session_id"])
+    assert (withdrawn["status"], withdrawn["basis"]) == ("denied", "cancelled")
 
 
 def test_bad_input_is_refused_and_asks_nothing(server: Server, asker: Asker) -> None:

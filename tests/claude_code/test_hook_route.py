@@ -108,18 +108,36 @@ async def test_timeout_answers_as_asked_and_the_retry_gets_the_decision(
     hook_input = pre_tool_use(command="git push origin v2")
     deferred = await answered(await hook(http, hook_input, timeout="0", on_timeout="defer"))
     assert deferred["permissionDecision"] == "defer"
-    denied = await answered(await hook(http, hook_input, timeout="0", on_timeout="deny"))
-    assert denied["permissionDecision"] == "deny"
-    asked = await answered(await hook(http, hook_input, timeout="0"))
-    assert asked["permissionDecision"] == "ask"
+    again = await answered(await hook(http, hook_input, timeout="0", on_timeout="defer"))
+    assert again["permissionDecision"] == "defer"
     (pending,) = await asyncio.to_thread(asker.session, hook_input["session_id"])
     assert pending["ticket_id"] in deferred["permissionDecisionReason"]
+    assert pending["status"] == "pending"
 
     await asyncio.to_thread(server.decide, pending["ticket_id"], {"decision": "allow"})
-    again = await answered(await hook(http, hook_input, timeout="0"))
-    assert again["permissionDecision"] == "allow"
+    allowed = await answered(await hook(http, hook_input, timeout="0"))
+    assert allowed["permissionDecision"] == "allow"
     (same,) = await asyncio.to_thread(asker.session, hook_input["session_id"])
     assert same["approval_id"] == pending["approval_id"]
+
+
+async def test_ask_or_deny_on_timeout_withdraws_and_a_retry_hears_so(
+    server: Server, asker: Asker, http: httpx.AsyncClient
+) -> None:
+    for on_timeout, command in (("ask", "git push origin v3"), ("deny", "rm -rf v3")):
+        hook_input = pre_tool_use(session=f"withdraw-{on_timeout}", command=command)
+        first = await answered(await hook(http, hook_input, timeout="0", on_timeout=on_timeout))
+        assert first["permissionDecision"] == on_timeout
+        assert "withdrawn" in first["permissionDecisionReason"]
+        (withdrawn,) = await asyncio.to_thread(asker.session, hook_input["session_id"])
+        assert (withdrawn["status"], withdrawn["basis"]) == ("denied", "cancelled")
+        tickets = await asyncio.to_thread(server.tickets)
+        assert withdrawn["ticket_id"] not in {t["ticket_id"] for t in tickets}
+        # The same tool use asked again: the withdrawn approval, denied, no new card.
+        retry = await answered(await hook(http, hook_input, timeout="0", on_timeout="defer"))
+        assert retry["permissionDecision"] == "deny"
+        (same,) = await asyncio.to_thread(asker.session, hook_input["session_id"])
+        assert same["approval_id"] == withdrawn["approval_id"]
 
 
 async def test_the_command_and_the_route_share_one_approval(

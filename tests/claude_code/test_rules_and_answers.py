@@ -149,7 +149,7 @@ class Seen:
         (Seen("denied", basis="decision", decided_by="ann", reason="no"), "deny", "by ann: no"),
         (Seen("denied", basis="rule", reason="permission deny"), "deny", "permission deny"),
         (Seen("denied", basis="expiry", reason="expired"), "deny", "before the deadline"),
-        (Seen("pending"), "ask", "ticket tk_1"),
+        (Seen("pending"), "ask", "withdrawn"),
     ],
 )
 def test_answers(seen: Seen, decision: str, words: str) -> None:
@@ -170,3 +170,8 @@ def test_an_edit_is_the_updated_input_and_pending_answers_as_told() -> None:
         assert (
             out["permissionDecision"] == choice and "within 30 s" in out["permissionDecisionReason"]
         )
+    kept = hook_answer(Seen("pending"), on_timeout="defer")["hookSpecificOutput"]
+    assert "stays open" in kept["permissionDecisionReason"]
+    assert "tk_1" in kept["permissionDecisionReason"]
+    resumed = hook_answer(Seen("pending"), on_timeout="defer", resumed=True)
+    assert "resumes this session" in resumed["hookSpecificOutput"]["permissionDecisionReason"]

@@ -73,7 +73,7 @@ async def test_the_notifiers_of_the_edges_are_the_services_not_the_applications(
     path = tmp_path / "signoff.db"
     service = await build_service(settings_for(path), agents=[], parts=ONLY_THE_WORKER)
     try:
-        assert set(service.notifiers) == {"callback", "approval_callback"}
+        assert set(service.notifiers) == {"callback", "approval_callback", "claude_code_resume"}
         assert service.slack is None
         assert [key for key in service.app if "notifier" in str(key)] == []
     finally:
