@@ -19,8 +19,9 @@ otherwise): the tool is ``tool_name``, the arguments ``tool_input``, the session
 idempotency key is derived from the agent, the session and ``tool_use_id``, so a retried
 or resumed hook gets the same approval, never a second card.
 
-Both the ``signoff hook claude-code`` command (over the approvals API) and the HTTP hook
-route of ``signoff serve`` (`adapters.claude_code.route`) use these functions.
+The HTTP hook route of ``signoff serve`` (`adapters.claude_code.route`) uses these
+functions; the ``signoff hook claude-code`` command checks its input with them and posts it
+to that route.
 """
 
 from __future__ import annotations
