@@ -130,6 +130,11 @@ class Edge(Protocol):
         """Allow for the rest of this session."""
         ...
 
+    async def outcome(self, card: Card, approval_id: str) -> str:
+        """What the edge shows once `card` was decided (the card edited in place, or the
+        console's page of the approval once its ticket left the open ones)."""
+        ...
+
 
 # -- Slack -------------------------------------------------------------------------------------
 
@@ -220,6 +225,12 @@ class SlackEdge:
     async def grant(self, card: Card) -> None:
         await self._click(blocks.ACTION_ALLOW_RUN, card)
 
+    async def outcome(self, card: Card, approval_id: str) -> str:
+        message: Message = card.ref
+        await self.fake.wait_for(lambda: message.updates >= 1, "the card's update")
+        assert buttons(message) == {}, "the decided card still has buttons"
+        return text_of(message)
+
 
 # -- Discord -----------------------------------------------------------------------------------
 
@@ -271,6 +282,15 @@ class DiscordEdge:
         answer = await self._click(card, "Allow for the rest of this session")
         assert "standing grant recorded" in answer.text, answer.text
 
+    async def outcome(self, card: Card, approval_id: str) -> str:
+        def edited() -> str | None:
+            message = self.fake.messages[card.ref["id"]]
+            fields = message["embeds"][0].get("fields", [])
+            return next((str(f["value"]) for f in fields if f["name"] == "Outcome"), None)
+
+        found: str = await self.fake.wait_for(edited, seconds=30, what="the card's outcome")
+        return found
+
 
 # -- the console -------------------------------------------------------------------------------
 
@@ -286,6 +306,7 @@ class ConsoleEdge:
     url: str
     approver: httpx.AsyncClient
     stranger: httpx.AsyncClient
+    operator: httpx.AsyncClient
     seen: list[str] = field(default_factory=list)
     name: EdgeName = "console"
 
@@ -345,6 +366,14 @@ class ConsoleEdge:
 
     async def grant(self, card: Card) -> None:
         await self._decided(card, {"action": "allow", "grant": "run"})
+
+    async def outcome(self, card: Card, approval_id: str) -> str:
+        assert card.ref not in await self._tickets(self.approver)
+        # An operator's view: once nobody may decide the ticket any more, only those who
+        # decided it see it (`runtime.domain.visibility`), not every approver.
+        page = await self.operator.get(f"/runs/{approval_id}")
+        assert page.status_code == 200, page.text
+        return html.unescape(re.sub(r"<[^>]+>", " ", page.text))
 
 
 async def sign_in(url: str, token: str, stack: AsyncExitStack) -> httpx.AsyncClient:
@@ -527,6 +556,7 @@ async def serving(edge: EdgeName, entry: Entry, directory: Path) -> AsyncIterato
                 url,
                 await sign_in(url, CAROL_TOKEN, stack),
                 await sign_in(url, MALLORY_TOKEN, stack),
+                await sign_in(url, OPERATOR_TOKEN, stack),
             )
         hook = route_hook(url, http) if entry == "route" else command_hook(url)
         yield Served(service, clock, url, shown, hook, http)

@@ -16,7 +16,16 @@ from typing import Any
 
 import pytest
 
-from tests.claude_code.cardbed import DEADLINE_SECONDS, Card, EdgeName, Entry, Served, serving
+from tests.claude_code.cardbed import (
+    ALICE,
+    DEADLINE_SECONDS,
+    SLACK_APPROVER,
+    Card,
+    EdgeName,
+    Entry,
+    Served,
+    serving,
+)
 from tests.claude_code.conftest import pre_tool_use
 
 pytestmark = pytest.mark.timeout(120)
@@ -24,6 +33,12 @@ pytestmark = pytest.mark.timeout(120)
 WAIT = 30.0
 """The longest a test waits for the hook's answer once the card was decided."""
 PUSH = "git push origin main"
+APPROVERS: dict[str, str] = {
+    "slack": f"<@{SLACK_APPROVER}>",
+    "discord": f"<@{ALICE.id}>",
+    "console": "U-carol",
+}
+"""How each edge names the approver who decided."""
 
 
 @pytest.fixture(autouse=True)
@@ -91,6 +106,8 @@ async def test_allow_reaches_the_hook_and_a_stranger_cannot_decide(signoff: Serv
     (decided,) = await signoff.approvals(hook_input["session_id"])
     assert (decided["status"], decided["basis"]) == ("allowed", "decision")
     assert decided["decided_via"] == signoff.edge.name
+    shown = await signoff.edge.outcome(card, decided["approval_id"])
+    assert APPROVERS[signoff.edge.name] in shown, shown
     assert await signoff.edge.count() == 1
 
 
@@ -105,6 +122,8 @@ async def test_deny_with_a_reason_reaches_the_hook_with_the_reason(signoff: Serv
     assert "no force pushes to main" in answer["permissionDecisionReason"]
     (decided,) = await signoff.approvals(hook_input["session_id"])
     assert (decided["status"], decided["reason"]) == ("denied", "no force pushes to main")
+    shown = await signoff.edge.outcome(card, decided["approval_id"])
+    assert "no force pushes to main" in shown, shown
 
 
 async def test_an_edited_command_reaches_the_hook_as_updated_input(signoff: Served) -> None:
@@ -117,6 +136,9 @@ async def test_an_edited_command_reaches_the_hook_as_updated_input(signoff: Serv
     assert answer["permissionDecision"] == "allow", answer
     assert answer["updatedInput"] == {"command": "git push origin main", "description": "Push"}
     assert "changed arguments" in answer["permissionDecisionReason"]
+    (decided,) = await signoff.approvals(hook_input["session_id"])
+    shown = await signoff.edge.outcome(card, decided["approval_id"])
+    assert "git push origin main" in shown, shown  # what the person changed it to
 
 
 async def test_a_grant_allows_the_sessions_next_call_at_once_and_not_another_sessions(
@@ -166,3 +188,5 @@ async def test_a_deadline_nobody_meets_reaches_the_hook_as_a_denial_naming_it(
     assert "deadline" in answer["permissionDecisionReason"]
     (expired,) = await signoff.approvals(hook_input["session_id"])
     assert (expired["status"], expired["basis"]) == ("denied", "expiry")
+    shown = await signoff.edge.outcome(card, expired["approval_id"])
+    assert "xpired" in shown, shown
