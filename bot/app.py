@@ -236,6 +236,18 @@ def build_web(
         resumes=resumes,
     )
     add_openapi_route(app)
+    from importlib.util import find_spec
+
+    if find_spec("mcp") is not None:  # Claude Code's permission prompt tool: the mcp extra
+        from adapters.claude_code.permission_prompt import add_permission_prompt_routes
+
+        add_permission_prompt_routes(
+            app,
+            runtime,
+            authenticate=auth.bearer,
+            may_act_for=_may_act_for(auth),
+            on_change=worker.wake_runs,
+        )
     add_console_routes(
         app,
         runtime,
