@@ -126,6 +126,16 @@ def gateway_agent(source: Agent, name: str | None = None, **options: Any) -> Ext
     return agent
 
 
+def serve_as_gateway(agent: ExternalAgent, source: Agent) -> ExternalAgent:
+    """Make `agent` (an external agent declared elsewhere, with where its cards go and its
+    defaults) the gateway agent of `source`'s MCP tools, in place; returns it."""
+    if not isinstance(agent.tools, GatewayCatalog):
+        agent.tools = GatewayCatalog(source)
+    if not isinstance(agent.model, GatewayModel | str):
+        agent.model = GatewayModel(agent.model)
+    return agent
+
+
 def call_key(session: str, tool: str, arguments: Mapping[str, Any]) -> str:
     """The idempotency key of a gateway call: session, tool and canonical arguments."""
     canonical = json.dumps(
@@ -474,5 +484,6 @@ __all__ = [
     "add_gateway_routes",
     "call_key",
     "gateway_agent",
+    "serve_as_gateway",
     "serve_stdio",
 ]

@@ -7,18 +7,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
+import aiohttp
+import httpx2
 import pytest
 from external_bed import External
 from fake_slack import FakeSlack, selected, text_input
-from gatewaybed import ServedGateway, serve_gateway, text
-from mcpbed import calls
+from gatewaybed import CALLER, COOKIE_SECRET, OPERATOR, ServedGateway, serve_gateway, text
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcpbed import FAKE, calls
+from pydantic import SecretStr
 from slackbed import buttons, slack_config, text_of
 
 from adapters.slack import blocks
-from runtime import Actor
+from bot.bootstrap import Parts, build_service
+from bot.settings import ApiTokenSetting, Settings
+from runtime import Actor, ConfigurationError, ManualClock
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -161,3 +170,98 @@ async def test_a_session_grant_from_slack_runs_the_next_call_of_the_session_with
     assert len(calls(state)) == 2
     [grant] = await served.service.runtime.grants(active=False)
     assert (grant.scope, grant.granted_by, grant.platform) == ("run", APPROVER, "slack")
+
+
+AGENTS_FILE = """
+[servers.infra]
+command = "${{SIGNOFF_PYTHON}}"
+args = [{fake}, "stdio"]
+env = {{ FAKE_MCP_STATE = {state} }}
+
+[agents.ops]
+instructions = "Operate."
+model = "examples.mcp:infra_model"
+servers = ["infra"]
+
+[agents.ops.rules."infra.deploy"]
+permission = "ask"
+
+[agents."ops.mcp"]
+external = true
+approvers = ["{approver}"]
+approvals = {{ platform = "slack", channel = "{channel}" }}
+"""
+
+
+async def test_the_agents_file_sends_the_gateways_cards_to_slack(
+    fake: FakeSlack, tmp_path: Path, state: Path
+) -> None:
+    agents = tmp_path / "agents.toml"
+    agents.write_text(
+        AGENTS_FILE.format(
+            fake=json.dumps(str(FAKE)),
+            state=json.dumps(str(state)),
+            approver=APPROVER,
+            channel=CHANNEL,
+        ),
+        encoding="utf-8",
+    )
+    database = tmp_path / "signoff.db"
+    settings = Settings(
+        database_url=f"sqlite+aiosqlite:///{database}",
+        agents=agents,
+        operator_token=SecretStr(OPERATOR),
+        cookie_secret=SecretStr(COOKIE_SECRET),
+        api_tokens=[ApiTokenSetting(token=SecretStr(CALLER), actor="svc-ci")],
+        bind_host="127.0.0.1",
+        port=0,
+        poll_seconds=0.02,
+    )
+    clock = ManualClock(datetime.now(UTC))
+    service = await build_service(
+        settings,
+        clock=clock,
+        slack_config=slack_config(fake),
+        pacing={},
+        parts=Parts(deadlines=False, wake_ups=False, discord=False),
+    )
+    url = await service.start()
+    try:
+        async with aiohttp.ClientSession() as http:
+            slack = External(fake, service, clock, url, database, http)
+            headers = {"Authorization": f"Bearer {CALLER}", "Signoff-Session": "file-1"}
+            async with (
+                httpx2.AsyncClient(headers=headers, timeout=30.0, trust_env=False) as client_http,
+                Client(streamable_http_client(url + "/mcp/ops", http_client=client_http)) as client,
+            ):
+                asking = asyncio.ensure_future(client.call_tool("deploy", PRODUCTION))
+                card = await slack.card("deploy")
+                assert card.channel == CHANNEL
+                assert "External agent · `ops.mcp`" in text_of(card)
+                assert await slack.click(blocks.ACTION_ALLOW, card) == 200
+                result = await asyncio.wait_for(asking, 60)
+            assert text(result) == "deployed api to production"
+            assert [c["args"] for c in calls(state)] == [PRODUCTION]
+    finally:
+        await service.stop(grace_seconds=5)
+
+
+async def test_a_gateway_agent_declared_with_rules_of_its_own_is_refused(
+    tmp_path: Path, state: Path
+) -> None:
+    agents = tmp_path / "agents.toml"
+    text_of_file = AGENTS_FILE.format(
+        fake=json.dumps(str(FAKE)), state=json.dumps(str(state)), approver=APPROVER, channel="C1"
+    )
+    agents.write_text(
+        text_of_file + '\n[agents."ops.mcp".rules.deploy]\npermission = "allow"\n',
+        encoding="utf-8",
+    )
+    settings = Settings(
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 'signoff.db'}",
+        agents=agents,
+        operator_token=SecretStr(OPERATOR),
+        cookie_secret=SecretStr(COOKIE_SECRET),
+    )
+    with pytest.raises(ConfigurationError, match="takes the rules of its source agent"):
+        await build_service(settings, parts=Parts(listen=False))
