@@ -51,9 +51,11 @@ DEADLINE = timedelta(minutes=5)
 """The decision deadline of ``deploy``."""
 
 
-def knobs(approver: str) -> tuple[ToolKnobs, ...]:
-    """The rules of ``ops``'s MCP tools."""
+def knobs(approver: str, more: bool = False) -> tuple[ToolKnobs, ...]:
+    """The rules of ``ops``'s MCP tools (`more`: ``flaky`` too, allowed)."""
+    extra = (ToolKnobs("infra.flaky", where="rule infra.flaky", permission=Permission.ALLOW),)
     return (
+        *(extra if more else ()),
         ToolKnobs("infra.lookup", where="rule infra.lookup", permission=Permission.ALLOW),
         ToolKnobs("infra.fail", where="rule infra.fail", permission=Permission.ALLOW),
         ToolKnobs("infra.hang", where="rule infra.hang", permission=Permission.ALLOW),
@@ -160,8 +162,10 @@ async def serve_gateway(
     slack_config: SlackConfig | None = None,
     settings: Mapping[str, Any] | None = None,
     progress_seconds: float = 0.2,
+    more: bool = False,
 ) -> AsyncIterator[ServedGateway]:
-    """Serve the gateway to ``ops``'s MCP tools until the block ends."""
+    """Serve the gateway to ``ops``'s MCP tools until the block ends (`more`: the fake
+    server's ``flaky`` tool too)."""
     from adapters.slack import ChannelLimiter
 
     ops = Agent("ops", "Operate.", echo_model())
@@ -177,7 +181,8 @@ async def serve_gateway(
         ]
     )
     async with contextlib.AsyncExitStack() as stack:
-        hub = McpHub([stdio_server(state)], [Binding(ops, ("infra",), knobs(approver))])
+        server = stdio_server(state, env={"FAKE_MCP_MORE": "1"} if more else {})
+        hub = McpHub([server], [Binding(ops, ("infra",), knobs(approver, more))])
         await hub.start()
         stack.push_async_callback(hub.stop)
         store = SQLStore.sqlite(database)

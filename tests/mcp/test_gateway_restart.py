@@ -313,3 +313,27 @@ async def test_a_stopping_serve_ends_a_waiting_call_which_the_next_process_picks
     finally:
         await again.stop()
     assert [c["args"] for c in calls(state)] == [PRODUCTION]
+
+
+async def test_a_retry_a_person_accepts_runs_the_uncertain_call_again_for_the_client(
+    tmp_path: Path, state: Path
+) -> None:
+    async with (
+        serve_gateway(tmp_path, state, approver="U-approver", more=True) as served,
+        served.client(session="s-retry") as client,
+    ):
+        first = asyncio.ensure_future(client.call_tool("flaky", {}))
+        await until(lambda: (state / "hanging").exists(), "the call reaching the server")
+        kill_hanging(state)
+        assert "uncertain" in text(await asyncio.wait_for(first, 60))
+        [ticket] = await served.service.runtime.open_tickets(viewer=Actor(id="ops", operator=True))
+        await served.service.runtime.resolve_tool(
+            ticket, retry=True, actor=Actor(id="ops", operator=True)
+        )
+        served.service.worker.wake_runs()
+        # The same call again waits for the retry and gets what it returned.
+        again = await asyncio.wait_for(client.call_tool("flaky", {}), 60)
+        assert not again.is_error, text(again)
+        assert text(again) == "ran once more"
+    keys = [c["meta"]["signoff/execution_key"] for c in calls(state) if c["tool"] == "flaky"]
+    assert len(keys) == 2 and keys[0] == keys[1]  # the retry, with the same execution key
