@@ -390,6 +390,15 @@ class _Verdict:
 _ALLOWED = frozenset(
     {CallState.APPROVED, CallState.DISPATCHED, CallState.COMPLETED, CallState.AWAITING_CHILD}
 )
+_RAN = frozenset({CallState.FAILED, CallState.UNCERTAIN, CallState.RESOLVED})
+"""Where a call may end once dispatched: it was allowed, whatever became of it."""
+
+
+def _was_allowed(call: CallRecord) -> bool:
+    """Whether `call` was allowed: on its way, run, or dispatched and then failed or left
+    uncertain (a gateway's tool that ran; a call that failed before it was judged, its
+    arguments not fitting, was never dispatched)."""
+    return call.state in _ALLOWED or (call.state in _RAN and call.attempts > 0)
 
 
 def _verdict(
@@ -428,7 +437,7 @@ def _verdict(
                 decided_via=via,
                 decided_at=ticket.decided_at,
             )
-        if call.state in _ALLOWED:
+        if _was_allowed(call):
             return _Verdict(
                 "allowed",
                 "decision",
@@ -438,10 +447,10 @@ def _verdict(
                 decided_at=ticket.decided_at,
             )
     if call.state is CallState.CANCELLED or (
-        call.state not in _ALLOWED and run.status is RunStatus.CANCELLED
+        not _was_allowed(call) and run.status is RunStatus.CANCELLED
     ):
         return _Verdict("denied", "cancelled", run.error or "cancelled", decided_at=call.updated_at)
-    if call.state in _ALLOWED:
+    if _was_allowed(call):
         applied = next(
             (
                 e
@@ -469,7 +478,7 @@ def _verdict(
 
 def _after(call: CallRecord) -> bool:
     # An escalated ticket expired, and the call was decided on the next one.
-    return call.state in _ALLOWED or call.decided_by is not None
+    return _was_allowed(call) or call.decided_by is not None
 
 
 def _opening(run: RunRecord) -> dict[str, Any]:
