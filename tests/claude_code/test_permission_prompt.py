@@ -26,7 +26,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from adapters.claude_code.permission_prompt import PATH, TOOL
-from tests.claude_code.conftest import ROOT, Asker, clean_env
+from tests.claude_code.conftest import ROOT, Asker, clean_env, free_port_url
 from tests.clients.serving import AGENT_TOKEN, OPERATOR_TOKEN, STRANGER_TOKEN, Server
 
 pytestmark = pytest.mark.timeout(120)
@@ -136,7 +136,7 @@ async def pending(api: httpx.Client, command: str) -> dict[str, Any]:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         found = await asyncio.to_thread(approvals_of, api, command)
-        if found:
+        if found and found[0]["ticket_id"]:  # its ticket opens right after the approval
             (approval,) = found
             assert approval["status"] == "pending", approval
             return approval
@@ -351,3 +351,30 @@ async def test_the_http_endpoint_needs_a_valid_token_and_sound_options(server: S
     assert bad_timeout.status_code == 400 and "timeout" in bad_timeout.json()["message"]
     assert someone_else.status_code == 403
     assert fine.status_code == 200, fine.text
+
+
+async def test_the_command_denies_when_signoff_cannot_be_reached() -> None:
+    command = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "bot", "permission-prompt", "--give-up-after", "0"],
+        env=clean_env(SIGNOFF_URL=free_port_url(), SIGNOFF_TOKEN=AGENT_TOKEN),
+        cwd=str(ROOT),
+    )
+    async with Client(command) as client:
+        unreachable = await ask(client, "Bash", {"command": "git push"}, tool_use())
+    assert unreachable["behavior"] == "deny"
+    assert unreachable["message"].startswith("signoff could not be reached")
+
+
+async def test_the_command_denies_what_signoff_refuses(server: Server) -> None:
+    command = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "bot", "permission-prompt", "--on-behalf-of", "U-alice", "--timeout", "0"],
+        env=clean_env(SIGNOFF_URL=server.url, SIGNOFF_TOKEN=AGENT_TOKEN),
+        cwd=str(ROOT),
+    )
+    async with Client(command) as client:
+        refused = await ask(client, "Bash", {"command": "ls"}, tool_use())
+    assert refused["behavior"] == "deny"
+    assert refused["message"].startswith("signoff refused to ask about this call")
+    assert "U-alice" in refused["message"]

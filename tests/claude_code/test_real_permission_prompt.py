@@ -153,7 +153,7 @@ async def decide_when_asked(server: Server, command: str, decision: dict[str, An
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         found = await asyncio.to_thread(approvals_of, server, command)
-        if found:
+        if found and found[0]["ticket_id"]:  # its ticket opens right after the approval
             (approval,) = found
             assert approval["status"] == "pending", approval
             await asyncio.to_thread(server.decide, approval["ticket_id"], decision)
