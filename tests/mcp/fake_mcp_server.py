@@ -180,7 +180,9 @@ class _Bearer:
 async def _serve_http() -> None:
     import uvicorn
 
-    sock = socket.socket()
+    # IPPROTO_TCP given: asyncio turns Nagle off only on sockets it knows are TCP, and a
+    # plain socket() would hold each response body back ~40 ms for the client's ACK.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", int(os.environ.get("FAKE_MCP_PORT", "0"))))
     port = sock.getsockname()[1]

@@ -5,6 +5,7 @@ unauthenticated creates a run, a ticket, a card or a call to the MCP server."""
 from __future__ import annotations
 
 import json
+import re
 import string
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -57,7 +58,7 @@ _params = st.one_of(
     st.fixed_dictionaries(
         {},
         optional={
-            "name": st.sampled_from(["deploy", "lookup", "merge", "hang", "nope", ""]) | _json,
+            "name": st.sampled_from(["deploy", "lookup", "merge", "nope", ""]) | _json,
             "arguments": _json,
             "_meta": _json,
             "protocolVersion": st.sampled_from(["2025-06-18", "2026-07-28", "1"]) | _json,
@@ -123,7 +124,9 @@ def _json_rpc_answers(body: bytes, content_type: str) -> list[Any]:
     if not body.strip():
         return []
     if content_type.startswith("text/event-stream"):
-        lines = body.decode().splitlines()
+        # SSE ends lines with CR, LF or CRLF only (str.splitlines would also split at
+        # U+2028 and the like, which a JSON string may hold as they are).
+        lines = re.split(r"\r\n|\r|\n", body.decode())
         return [json.loads(line[5:]) for line in lines if line.startswith("data:") and line[5:]]
     found = json.loads(body)
     return found if isinstance(found, list) else [found]
@@ -177,12 +180,14 @@ _near_misses = st.sampled_from(
     ]
 )
 _call_params = st.fixed_dictionaries(
-    {"name": st.sampled_from(["deploy", "lookup", "merge", "fail", "hang", "nope", ""])},
+    # Not "fail" or "hang": they take no parameters, and their schemas let extra arguments
+    # through, so any call of them is well formed and really runs.
+    {"name": st.sampled_from(["deploy", "lookup", "merge", "nope", ""])},
     optional={
         "arguments": _near_misses | st.dictionaries(_key, _json, max_size=4),
         "_meta": st.dictionaries(st.text(max_size=12), _json, max_size=2),
     },
-).filter(lambda p: p["name"] not in ("fail", "hang") or bool(p.get("arguments")))
+)
 _calls = st.fixed_dictionaries(
     {
         "jsonrpc": st.just("2.0"),
