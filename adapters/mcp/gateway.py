@@ -249,7 +249,8 @@ class McpGateway:
             )
         except SignoffError as exc:
             return _error(str(exc))
-        if not approval.replayed:
+        if not approval.replayed and approval.status == "pending" and approval.ticket_id is None:
+            # Asking drives the run at once: only a run still queued needs the worker.
             self._on_change()
         waited = 0.0
         while approval.status == "pending":
