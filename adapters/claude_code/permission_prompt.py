@@ -505,8 +505,14 @@ def add_permission_prompt_routes(
         with contextlib.suppress(asyncio.CancelledError):
             await task
 
+    streams: set[asyncio.Event] = set()
+
     async def stop_waiting(_app: web.Application) -> None:
         stop.set()
+        # A client's standalone stream (GET) stays open as long as the client runs: ended
+        # here, as if the client went away, it does not hold up the shutdown.
+        for hangup in list(streams):
+            hangup.set()
 
     app.cleanup_ctx.append(lifetime)
     app.on_shutdown.append(stop_waiting)
@@ -522,7 +528,14 @@ def add_permission_prompt_routes(
             return _error(
                 403, "forbidden", f"this token may not ask on behalf of {options.on_behalf_of!r}"
             )
-        return await _asgi(request, manager, {_ACTOR_KEY: actor, _OPTIONS_KEY: options})
+        hangup = asyncio.Event()
+        if request.method == "GET":
+            streams.add(hangup)
+        try:
+            extra = {_ACTOR_KEY: actor, _OPTIONS_KEY: options}
+            return await _asgi(request, manager, extra, hangup)
+        finally:
+            streams.discard(hangup)
 
     for method in ("GET", "POST", "DELETE"):
         app.router.add_route(method, path, handle)
@@ -530,9 +543,13 @@ def add_permission_prompt_routes(
 
 
 async def _asgi(
-    request: web.Request, manager: StreamableHTTPSessionManager, extra: Mapping[str, Any]
+    request: web.Request,
+    manager: StreamableHTTPSessionManager,
+    extra: Mapping[str, Any],
+    hangup: asyncio.Event,
 ) -> web.StreamResponse:
-    """Hand one aiohttp request to the SDK's ASGI handler and stream its answer back."""
+    """Hand one aiohttp request to the SDK's ASGI handler and stream its answer back; the
+    SDK reads the client as gone once the request ended or `hangup` is set."""
     body = await request.read()
     scope: dict[str, Any] = {
         "type": "http",
@@ -550,7 +567,6 @@ async def _asgi(
         **extra,
     }
     sent_body = False
-    finished = asyncio.Event()
     response: web.StreamResponse | None = None
 
     async def receive() -> dict[str, Any]:
@@ -558,7 +574,7 @@ async def _asgi(
         if not sent_body:
             sent_body = True
             return {"type": "http.request", "body": body, "more_body": False}
-        await finished.wait()
+        await hangup.wait()
         return {"type": "http.disconnect"}
 
     async def send(message: Mapping[str, Any]) -> None:
@@ -581,7 +597,7 @@ async def _asgi(
     try:
         await manager.handle_request(scope, receive, send)
     finally:
-        finished.set()
+        hangup.set()
     if response is None:
         return web.Response(status=500)
     return response

@@ -136,6 +136,43 @@ async def test_a_stopping_server_answers_waiting_calls_as_they_stand(served: Ser
     assert [t.ticket_id for t in await served.runtime.open_tickets(viewer=OPS)] == [ticket]
 
 
+async def test_a_connected_clients_stream_does_not_hold_up_the_shutdown(served: Served) -> None:
+    headers = {
+        "Authorization": f"Bearer {UMA}",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "claude-code", "version": "2.1.197"},
+        },
+    }
+    async with httpx2.AsyncClient(timeout=30, trust_env=False) as http:
+        started = await http.post(served.url, json=initialize, headers=headers)
+        assert started.status_code == 200, started.text
+        headers["Mcp-Session-Id"] = started.headers["mcp-session-id"]
+        ready = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        assert (await http.post(served.url, json=ready, headers=headers)).status_code == 202
+        async with http.stream("GET", served.url, headers=headers) as stream:
+            assert stream.status_code == 200
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            closing = asyncio.ensure_future(served.server.close())
+            # The stream ends (the server stops) well before aiohttp's 60 s wait for open
+            # requests.
+            await asyncio.wait_for(_drain(stream), 20)
+            await asyncio.wait_for(closing, 20)
+
+
+async def _drain(stream: Any) -> None:
+    async for _ in stream.aiter_bytes():
+        pass
+
+
 def test_calls_are_matched_by_session_and_tool_use_or_by_the_whole_call() -> None:
     arguments = {"tool_name": "Bash", "input": {"command": "ls"}, "tool_use_id": "toolu_01"}
     in_session = read_call(arguments, "session-1")
