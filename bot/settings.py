@@ -224,6 +224,15 @@ class Settings(BaseSettings):
             servers use their default, Anthropic 4096).
         model_prices: ``{"<provider>:<model>": {"input", "output", "cached_input",
             "cache_write"}}`` per million tokens, to record each model call's cost.
+        identities_file: A TOML file linking people's ids across edges: each key a
+            person (``oidc:<claim>`` or a name), each value the ids that are that person
+            (Slack and Discord user ids, ``oidc:`` identities).
+        identity_unlinked: ``allow`` (default: a chat user linked to nobody decides
+            under their chat id alone) or ``refuse`` (Slack and Discord users must be
+            linked to a person to decide).
+        slack_link_by_email: Link a Slack user who acts to ``oidc:<e-mail>`` by the
+            verified e-mail of their Slack profile (``users.info``; needs the
+            ``users:read.email`` scope and ``SIGNOFF_OIDC_USER_CLAIM=email``).
         auto_migrate: Every command brings the schema up to date before using it (True),
             or only checks it (False: ``signoff migrate`` runs as its own step, e.g. a
             deploy job).
@@ -312,6 +321,9 @@ class Settings(BaseSettings):
     model_max_retries: int = Field(default=2, ge=0, le=10)
     model_max_tokens: int | None = Field(default=None, ge=1)
     model_prices: dict[str, PriceSetting] = Field(default_factory=dict)
+    identities_file: Path | None = None
+    identity_unlinked: Literal["allow", "refuse"] = "allow"
+    slack_link_by_email: bool = False
 
     @field_validator("model")
     @classmethod

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from adapters.models import ModelOptions, ModelResolver, Price, parse_spec
+from bot.identities import apply_identities
 from bot.imports import import_object
 from bot.settings import Settings
 from runtime import (
@@ -393,6 +394,7 @@ async def build_runtime(
             model_resolver=resolve,
             undeclared_agents=settings.external_agents,
         )
+        await apply_identities(settings, runtime)
     except BaseException:
         if store is None:
             await opened.close()

@@ -57,6 +57,7 @@ from runtime.services.decisions import MISSING, Decisions, TicketRef
 from runtime.services.driving import Driving
 from runtime.services.expiry import Expiry
 from runtime.services.grants import Grants
+from runtime.services.identities import Identities
 from runtime.services.inbox import Inbox, ReceivedOutcome
 from runtime.services.outcomes import Outcomes
 from runtime.services.queries import CARD_KINDS, CardRef, Page, Queries
@@ -144,6 +145,8 @@ class Runtime(ExternalApprovals):
         self._batches = Batches(deps, self._queries, self._decisions, self._inbox)
         self._approvals = Approvals(deps, self._starter, self._control)
         self._outcomes = Outcomes(deps)
+        self.identities = Identities(deps)
+        """One person across edges: identity links and link codes."""
         # The listed agents first, then the sub-agents they list but which are not
         # listed themselves: a listed agent wins over a sub-agent of the same name.
         for agent in agents:

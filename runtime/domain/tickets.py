@@ -236,6 +236,11 @@ class Actor(_Frozen):
             decide any ticket except where four-eyes forbids them as the requester.
         platform: Where the decision came from (``slack``, ``discord``, ``cli`` ...).
         name: A display name for messages.
+        sso: Signed in through single sign-on (the console after an OpenID Connect
+            sign-in), so a rule may require a decision made that way.
+        aliases: The other ids of the same person (their ids on other edges and the
+            person's own id, see `runtime.domain.identity`); requester, four-eyes and
+            approver checks treat every one of them as this actor.
     """
 
     id: str
@@ -243,6 +248,13 @@ class Actor(_Frozen):
     operator: bool = False
     platform: str = "api"
     name: str | None = None
+    sso: bool = False
+    aliases: frozenset[str] = frozenset()
+
+    @property
+    def ids(self) -> frozenset[str]:
+        """Every id of the person acting: `id` and `aliases`."""
+        return self.aliases | {self.id}
 
 
 def actor_id(actor: Actor | str | None) -> str | None:
@@ -274,6 +286,9 @@ class ResumeTicket(_Frozen):
         decided_at: When it was decided or expired.
         chain: For a sub-agent's run: the agents from the top-level run down to this
             run's own (``("ops", "billing")``); empty for a top-level run.
+        decide_in: Step-up: the only platforms the ticket may be decided on (e.g.
+            ``("console",)``); empty means anywhere.
+        sso: Step-up: a console decision must come from a single sign-on session.
     """
 
     ticket_id: str
@@ -294,6 +309,8 @@ class ResumeTicket(_Frozen):
     decided_by: str | None = None
     decided_at: datetime | None = None
     chain: tuple[str, ...] = ()
+    decide_in: tuple[str, ...] = ()
+    sso: bool = False
 
     @model_validator(mode="after")
     def _consistent(self) -> ResumeTicket:
@@ -325,24 +342,40 @@ class ResumeTicket(_Frozen):
 
         Without approvers the requester decides; with approvers exactly the listed
         entries do (the requester only through a ``requester`` entry, or ``*``). Four-eyes
-        always excludes the requester. Operators decide any ticket four-eyes allows them.
+        always excludes the requester. Every id of the actor's person counts
+        (`Actor.aliases`): the requester is refused under any of them. Operators decide
+        any ticket four-eyes allows them.
         """
-        if self.four_eyes and actor.id == self.requester:
+        ids = actor.ids
+        if self.four_eyes and self.requester in ids:
             return False
         if actor.operator:
             return True
         if not self.approvers:
-            return self.requester is not None and actor.id == self.requester
-        return any(self._admits(entry, actor) for entry in self.approvers)
+            return self.requester is not None and self.requester in ids
+        return any(self._admits(entry, actor, ids) for entry in self.approvers)
 
-    def _admits(self, entry: str, actor: Actor) -> bool:
+    def decidable_here(self, actor: Actor) -> bool:
+        """Whether step-up lets `actor` decide from where they are (`decide_in`, `sso`)."""
+        if self.decide_in and actor.platform not in self.decide_in:
+            return False
+        return not (self.sso and actor.platform == "console" and not actor.sso)
+
+    def step_up_refusal(self, actor: Actor) -> str:
+        """Why step-up refuses `actor`'s decision, for people."""
+        where = " or ".join(self.decide_in) if self.decide_in else "console"
+        if self.decide_in and actor.platform not in self.decide_in:
+            return f"ticket {self.ticket_id} may only be decided in the {where}"
+        return f"ticket {self.ticket_id} may only be decided after signing in with single sign-on"
+
+    def _admits(self, entry: str, actor: Actor, ids: frozenset[str]) -> bool:
         if entry == ANYONE:
             return True
         if entry == REQUESTER:
-            return self.requester is not None and actor.id == self.requester
+            return self.requester is not None and self.requester in ids
         if entry.startswith(GROUP_PREFIX):
             return entry[len(GROUP_PREFIX) :] in actor.groups
-        return entry == actor.id
+        return entry in ids
 
     def deciders(self) -> tuple[str, ...]:
         """Who may decide, as approver entries for an edge to word in its own syntax.
@@ -634,6 +667,8 @@ def check_decidable(
             f"{actor.id} may not decide ticket {ticket.ticket_id}; "
             f"who may: {ticket.who_may_decide()}"
         )
+    if not ticket.decidable_here(actor):
+        raise Unauthorized(ticket.step_up_refusal(actor))
     if kind not in kinds_accepted(ticket.target):
         raise ResolutionError(_misfit(kind, ticket))
     if ticket.deadline is not None and at >= ticket.deadline:

@@ -26,14 +26,14 @@ CHAT_THREAD_PREFIXES = ("slack:", "discord:")
 def sees_ticket(viewer: Actor, ticket: ResumeTicket) -> bool:
     """Whether `viewer` may see `ticket`: an operator, whoever decided it, or (while it is
     open) someone who may decide it."""
-    if viewer.operator or ticket.decided_by == viewer.id:
+    if viewer.operator or ticket.decided_by in viewer.ids:
         return True
     return ticket.status is TicketStatus.OPEN and ticket.may_decide(viewer)
 
 
 def sees_run(viewer: Actor, requester: str | None, tickets: Iterable[ResumeTicket]) -> bool:
     """Whether `viewer` may see a run requested by `requester` with these tickets."""
-    if viewer.operator or (requester is not None and viewer.id == requester):
+    if viewer.operator or (requester is not None and requester in viewer.ids):
         return True
     return any(sees_ticket(viewer, ticket) for ticket in tickets)
 
@@ -41,7 +41,7 @@ def sees_run(viewer: Actor, requester: str | None, tickets: Iterable[ResumeTicke
 def may_control(viewer: Actor, requester: str | None) -> bool:
     """Whether `viewer` may pause, cancel or resume a run requested by `requester`:
     operators control any run, anyone else only the runs they started."""
-    return viewer.operator or (requester is not None and viewer.id == requester)
+    return viewer.operator or (requester is not None and requester in viewer.ids)
 
 
 def is_chat_thread(thread_id: str) -> bool:

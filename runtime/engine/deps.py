@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from runtime.domain.agent import Agent
 from runtime.domain.clock import Clock, IdSource
 from runtime.domain.errors import ConfigurationError
+from runtime.domain.identity import IdentityRules
 from runtime.domain.model import Model
 from runtime.engine.handoff import Slot, Slots
 from runtime.store.base import Store
@@ -55,6 +56,8 @@ class Deps:
     """The resolved model of each registered agent, by agent name."""
     slots: Slots | None = None
     """A local worker that takes runs claimed in the commit that made them ready."""
+    identity: IdentityRules = field(default_factory=IdentityRules)
+    """How people's ids are treated (`runtime.domain.identity`)."""
 
     def reserve_slot(self) -> Slot | None:
         """A free place in the local worker, if one is attached and has one."""

@@ -184,8 +184,8 @@ def sees_grant(viewer: Actor | None, grant: GrantRecord) -> bool:
     requester of the run it was given in (None: trusted host code)."""
     if viewer is None or viewer.operator:
         return True
-    return viewer.id == grant.granted_by or (
-        grant.requester is not None and viewer.id == grant.requester
+    return grant.granted_by in viewer.ids or (
+        grant.requester is not None and grant.requester in viewer.ids
     )
 
 

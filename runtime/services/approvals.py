@@ -495,7 +495,7 @@ def _opening(run: RunRecord) -> dict[str, Any]:
 def _sees(viewer: Actor | None, run: RunRecord, tickets: Sequence[ResumeTicket]) -> bool:
     """Whether `viewer` may see an approval: the requester, its sender, whoever may decide
     (or decided) its ticket, operators (None: trusted host code)."""
-    if viewer is None or viewer.operator or viewer.id == run.requester:
+    if viewer is None or viewer.operator or run.requester in viewer.ids:
         return True
     if viewer.id == request_of(run.origin).get("requested_by"):
         return True

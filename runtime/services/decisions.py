@@ -41,6 +41,7 @@ from runtime.engine.deps import Deps
 from runtime.engine.handoff import Slot
 from runtime.engine.journal import display_args, notify, record, record_claim, to_jsonable
 from runtime.engine.moves import move, move_run
+from runtime.engine.people import as_person
 from runtime.engine.results import PendingEntry, RunResult
 from runtime.engine.turns import blocked_text
 from runtime.services.driving import Driving
@@ -362,6 +363,9 @@ class Decisions:
                 ticket = await self._ticket_in(tx, decision)
                 command = decision.command(ticket)
                 run = await tx.get_run(command.run_id, for_update=True)
+            person = await as_person(tx, command.actor, deps.identity)
+            if person is not command.actor:
+                command = command.model_copy(update={"actor": person})
             edit = self.validate(command, ticket)
             assert ticket is not None and run is not None
             stale = not isinstance(decision, ResumeCommand)

@@ -40,6 +40,7 @@ from runtime.domain.tickets import (
 )
 from runtime.engine.deps import Deps
 from runtime.engine.journal import notify
+from runtime.engine.people import as_person
 from runtime.services.decisions import Decisions
 from runtime.store.base import DuplicateKey, Transaction
 from runtime.store.records import ReceivedRecord
@@ -177,7 +178,8 @@ class Inbox:
         if not await tx.insert_received(item):
             return Accepted(ticket, stored=False)
         try:
-            self._check_click(ticket, click.ticket_id, click.answer, who, click.correlation, now)
+            person = await as_person(tx, who, self._deps.identity)
+            self._check_click(ticket, click.ticket_id, click.answer, person, click.correlation, now)
         except ResumeError as exc:
             raise _Refusing(classify(exc, ticket)) from exc
         return Accepted(ticket, stored=True)
@@ -205,16 +207,23 @@ class Inbox:
         look-up, and read again after a look-up otherwise.
         """
         deps = self._deps
+        ticket: ResumeTicket | None = None
         try:
-            ticket = await self._read_ticket(ticket_id)
-            found = actor if isinstance(actor, Actor) else actor(ticket)
-            if isinstance(found, Actor):
-                who = found
-            else:
-                who = await found
-                ticket = await self._read_ticket(ticket_id)
+            async with deps.store.transaction() as tx:
+                ticket = await tx.get_ticket(ticket_id)
+                found = actor if isinstance(actor, Actor) else actor(ticket)
+                if isinstance(found, Actor):
+                    who = await as_person(tx, found, deps.identity)
+            if not isinstance(found, Actor):
+                # The look-up may wait on the platform: no transaction is held meanwhile.
+                looked_up = await found
+                async with deps.store.transaction() as tx:
+                    ticket = await tx.get_ticket(ticket_id)
+                    who = await as_person(tx, looked_up, deps.identity)
         except StorageError as exc:
             return Refused(classify(exc, None))
+        except ResumeError as exc:
+            return Refused(classify(exc, ticket))
         agent = deps.agents.get(ticket.agent) if ticket is not None else None
         try:
             if ticket is None:
@@ -232,10 +241,6 @@ class Inbox:
         except ResumeError as exc:
             return Refused(classify(exc, ticket))
         return Decidable(ticket)
-
-    async def _read_ticket(self, ticket_id: str) -> ResumeTicket | None:
-        async with self._deps.store.transaction() as tx:
-            return await tx.get_ticket(ticket_id)
 
     async def apply_received(self, limit: int) -> list[ReceivedOutcome]:
         """Apply stored decisions, oldest first, each exactly once.

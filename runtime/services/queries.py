@@ -140,7 +140,7 @@ class Queries:
     async def sees(self, tx: Transaction, viewer: Actor | None, run: RunRecord) -> bool:
         """Whether `viewer` may see `run` (None: trusted host code): whoever may see a
         parent run sees its sub-agents' runs too."""
-        if viewer is None or viewer.operator or viewer.id == run.requester:
+        if viewer is None or viewer.operator or run.requester in viewer.ids:
             return True
         if sees_run(viewer, run.requester, await tx.tickets_for_run(run.run_id)):
             return True

@@ -5,8 +5,9 @@ normally commits, leaving it by an exception rolls everything back. Records hand
 and out are copies: changing one changes nothing until it is written back.
 
 `Transaction` is put together from one protocol per aggregate, in `runtime.store.ports`
-(runs, calls, tickets, events, outbox, keys, received commands, grants, leases), as the
-SQL store's transaction is from one module per aggregate in `runtime.store.sql`.
+(runs, calls, tickets, events, outbox, keys, received commands, grants, leases,
+identities), as the SQL store's transaction is from one module per aggregate in
+`runtime.store.sql`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from runtime.store.ports import (
     CallPort,
     EventPort,
     GrantPort,
+    IdentityPort,
     KeyPort,
     LeasePort,
     OutboxPort,
@@ -37,6 +39,7 @@ class Transaction(
     ReceivedPort,
     GrantPort,
     LeasePort,
+    IdentityPort,
     Protocol,
 ):
     """One atomic unit of reads and writes: every part of the store port together."""

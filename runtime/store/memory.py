@@ -45,6 +45,8 @@ class _Tables:
         self.pacing: dict[str, datetime] = {}
         self.leases: dict[str, tuple[str, int, datetime]] = {}
         self.grants: dict[str, GrantRecord] = {}
+        self.links: dict[str, str] = {}
+        self.link_codes: dict[str, tuple[str, datetime]] = {}
 
     def snapshot(self) -> _Tables:
         # Records are never mutated in place (reads and writes copy), so copying the
@@ -61,6 +63,8 @@ class _Tables:
         other.pacing = dict(self.pacing)
         other.leases = dict(self.leases)
         other.grants = dict(self.grants)
+        other.links = dict(self.links)
+        other.link_codes = dict(self.link_codes)
         return other
 
 
@@ -473,6 +477,43 @@ class MemoryTransaction:
         self.wrote = self.wrote or bool(old)
         return len(old)
 
+    # identity links (IdentityPort) ---------------------------------------------------------
+    async def link_identity(self, identity: str, person: str, source: str, at: datetime) -> None:
+        self.wrote = True
+        self._t.links[identity] = person
+
+    async def unlink_identity(self, identity: str) -> bool:
+        found = self._t.links.pop(identity, None) is not None
+        self.wrote = self.wrote or found
+        return found
+
+    async def person_of(self, identity: str) -> str | None:
+        return self._t.links.get(identity)
+
+    async def identities_of(self, person: str) -> list[str]:
+        return sorted(i for i, p in self._t.links.items() if p == person)
+
+    async def insert_link_code(self, digest: str, person: str, expires_at: datetime) -> None:
+        if digest in self._t.link_codes:
+            raise ValueError("link code exists")
+        self.wrote = True
+        self._t.link_codes[digest] = (person, expires_at)
+
+    async def take_link_code(self, digest: str, now: datetime) -> str | None:
+        found = self._t.link_codes.pop(digest, None)
+        if found is None:
+            return None
+        self.wrote = True
+        person, expires_at = found
+        return person if now < expires_at else None
+
+    async def forget_link_codes(self, before: datetime) -> int:
+        old = [k for k, (_, until) in self._t.link_codes.items() if until < before]
+        for key in old:
+            del self._t.link_codes[key]
+        self.wrote = self.wrote or bool(old)
+        return len(old)
+
     # received chat commands (ReceivedPort) ------------------------------------------------
     async def insert_received(self, item: ReceivedRecord) -> bool:
         for other in self._t.received.values():
@@ -657,6 +698,8 @@ class MemoryStore:
                 self._tables.leases = before.leases
                 self._tables.revoked = before.revoked
                 self._tables.grants = before.grants
+                self._tables.links = before.links
+                self._tables.link_codes = before.link_codes
                 raise
             if tx.wrote:
                 self._commits += 1

@@ -159,6 +159,10 @@ tickets = Table(
     Column("decided_at", BigInteger, nullable=True),
     # The agents from the top-level run down to a sub-agent's (empty: a top-level run).
     Column("chain", JSON(none_as_null=True), nullable=True),
+    # Step-up: the edges a ticket may be decided in, and whether single sign-on is
+    # needed (None: anywhere, as before).
+    Column("decide_in", JSON(none_as_null=True), nullable=True),
+    Column("sso", Boolean, nullable=True),
     Index(None, "run_id", "created_at"),
     # overdue_tickets
     Index(None, "status", "deadline"),
@@ -261,6 +265,30 @@ revoked_sessions = Table(
     # A console session that was signed out; its cookie is refused until it would have
     # expired anyway, on every replica.
     Column("session_id", String(_NAME), primary_key=True),
+    Column("expires_at", BigInteger, nullable=False),
+    Index(None, "expires_at"),
+)
+
+
+identity_links = Table(
+    "identity_links",
+    metadata,
+    # One person across edges: a platform's user id (a Slack or Discord id, an
+    # ``oidc:<claim>``) and the person it belongs to (`runtime.domain.identity`).
+    Column("identity", String(_NAME), primary_key=True),
+    Column("person", String(_NAME), nullable=False),
+    Column("source", String(_ENUM), nullable=False),
+    Column("linked_at", BigInteger, nullable=False),
+    Index(None, "person"),
+)
+
+
+link_codes = Table(
+    "link_codes",
+    metadata,
+    # A one-time code shown in the console: its SHA-256 and the person it links to.
+    Column("digest", String(_ID), primary_key=True),
+    Column("person", String(_NAME), nullable=False),
     Column("expires_at", BigInteger, nullable=False),
     Index(None, "expires_at"),
 )

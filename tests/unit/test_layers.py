@@ -54,6 +54,7 @@ SERVICES = (
     "expiry",
     "sessions",
     "grants",
+    "identities",
     "batches",
     "delivery",
     "outcomes",

@@ -11,12 +11,14 @@ module of `runtime.store.sql` that implements it:
 - `keys`: `KeyPort`, idempotency keys and revoked console sessions;
 - `received`: `ReceivedPort`, decisions received from chat platforms;
 - `grants`: `GrantPort`, standing grants;
-- `leases`: `LeasePort`, named leases and the figures for metrics.
+- `leases`: `LeasePort`, named leases and the figures for metrics;
+- `identities`: `IdentityPort`, identity links and link codes.
 """
 
 from runtime.store.ports.calls import CallPort
 from runtime.store.ports.events import EventPort
 from runtime.store.ports.grants import GrantPort
+from runtime.store.ports.identities import IdentityPort
 from runtime.store.ports.keys import KeyPort
 from runtime.store.ports.leases import LeasePort
 from runtime.store.ports.outbox import OutboxPort
@@ -28,6 +30,7 @@ __all__ = [
     "CallPort",
     "EventPort",
     "GrantPort",
+    "IdentityPort",
     "KeyPort",
     "LeasePort",
     "OutboxPort",

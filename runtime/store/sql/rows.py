@@ -223,6 +223,8 @@ TICKETS = RowMap(
     Col("decided_by"),
     _opt_time("decided_at"),
     Col("chain", write=lambda chain: list(chain) or None, read=lambda v: tuple(v or ())),
+    Col("decide_in", write=lambda where: list(where) or None, read=lambda v: tuple(v or ())),
+    Col("sso", write=lambda sso: sso or None, read=bool),
 )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from runtime.store.sql.calls import CallStatements
 from runtime.store.sql.events import EventStatements
 from runtime.store.sql.grants import GrantStatements
+from runtime.store.sql.identities import IdentityStatements
 from runtime.store.sql.keys import KeyStatements
 from runtime.store.sql.leases import LeaseStatements
 from runtime.store.sql.outbox import OutboxStatements
@@ -23,6 +24,7 @@ class SQLTransaction(
     ReceivedStatements,
     GrantStatements,
     LeaseStatements,
+    IdentityStatements,
 ):
     """One database transaction, implementing `runtime.store.base.Transaction`.
 
