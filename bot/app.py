@@ -18,6 +18,7 @@ from adapters.web.approvals import add_approval_routes
 from adapters.web.decision_tokens import DEFAULT_ISSUER, DecisionSigner, add_jwks_route
 from adapters.web.oidc import OidcConfig, OidcVerifier, invalid_token_challenge, keep_keys_fresh
 from adapters.web.openapi import add_openapi_route
+from adapters.web.sso import CALLBACK_PATH, SsoClient, SsoConfig
 from adapters.webhook import CallbackNotifier, HookConfig, add_hook_routes
 from adapters.webhook.approval_callback import (
     ApprovalCallbackNotifier,
@@ -111,6 +112,32 @@ def oidc_verifier(settings: Settings) -> OidcVerifier | None:
         algorithms=tuple(settings.oidc_algorithms),
     )
     return OidcVerifier(config)
+
+
+def sso_client(settings: Settings) -> SsoClient | None:
+    """The console's single sign-on (``SIGNOFF_OIDC_CLIENT_ID``), or None without it."""
+    if (
+        settings.oidc_issuer is None
+        or settings.oidc_client_id is None
+        or settings.public_url is None
+    ):
+        return None
+    secret = settings.oidc_client_secret
+    return SsoClient(
+        SsoConfig(
+            issuer=settings.oidc_issuer,
+            client_id=settings.oidc_client_id,
+            redirect_uri=settings.public_url + CALLBACK_PATH,
+            client_secret=secret.get_secret_value() if secret is not None else None,
+            scopes=tuple(settings.oidc_scopes),
+            jwks_url=settings.oidc_jwks_url,
+            user_claim=settings.oidc_user_claim,
+            groups_claim=settings.oidc_groups_claim,
+            operator_groups=frozenset(settings.oidc_operator_groups),
+            algorithms=tuple(settings.oidc_algorithms),
+            label=settings.oidc_provider_name,
+        )
+    )
 
 
 def decision_signer(settings: Settings, cookie_secret: bytes) -> DecisionSigner:
@@ -248,6 +275,9 @@ def build_web(
             may_act_for=_may_act_for(auth),
             on_change=worker.wake_runs,
         )
+    sso = sso_client(settings)
+    if sso is not None:
+        app.cleanup_ctx.append(sso.lifetime)
     add_console_routes(
         app,
         runtime,
@@ -255,6 +285,8 @@ def build_web(
         worker.wake_runs,
         cookie_secret=cookie_secret,
         secure_cookies=settings.secure_cookies,
+        sso=sso,
+        token_sign_in=settings.console_token_sign_in,
     )
     add_hook_routes(
         app,

@@ -62,6 +62,7 @@ _SENSITIVE = frozenset(
         "hooks",
         "approval_callback_secret",
         "cookie_secret",
+        "oidc_client_secret",
         "signing_key",
         "slack_bot_token",
         "slack_signing_secret",
@@ -254,8 +255,18 @@ class Settings(BaseSettings):
             matched by ``group:<name>``).
         oidc_operator_groups: Groups whose members are operators (a comma-separated or
             JSON list).
+            run's events (``GET /api/audit``; a comma-separated or JSON list).
         oidc_algorithms: Signature algorithms accepted (asymmetric only; a
             comma-separated or JSON list).
+        oidc_client_id: The console's client id at the issuer: set, the console offers
+            single sign-on (Authorization Code flow with PKCE; needs the public URL,
+            whose ``/login/sso/callback`` is the redirect URI).
+        oidc_client_secret: The client's secret (unset: a public client, PKCE only).
+        oidc_scopes: The scopes single sign-on asks for (must include ``openid``).
+        oidc_provider_name: The name on the console's "Sign in with" button (default:
+            the issuer's host).
+        console_token_sign_in: Whether configured tokens sign in to the console (off:
+            single sign-on only; the API still accepts them).
     """
 
     model_config = SettingsConfigDict(
@@ -365,6 +376,58 @@ class Settings(BaseSettings):
     oidc_algorithms: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: list(DEFAULT_ALGORITHMS)
     )
+    # Single sign-on for the console (the same issuer).
+    oidc_client_id: str | None = Field(default=None, min_length=1)
+    oidc_client_secret: SecretStr | None = Field(default=None, min_length=1)
+    oidc_scopes: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["openid", "email", "profile"]
+    )
+    oidc_provider_name: str | None = Field(default=None, min_length=1)
+    console_token_sign_in: bool = True
+
+    @field_validator("oidc_client_id")
+    @classmethod
+    def _oidc_client_id(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None or "oidc_issuer" not in info.data:
+            return value
+        if info.data["oidc_issuer"] is None:
+            raise ValueError("needs SIGNOFF_OIDC_ISSUER")
+        if info.data.get("public_url") is None:
+            raise ValueError(
+                "needs SIGNOFF_PUBLIC_URL (the redirect URI is <public URL>/login/sso/callback)"
+            )
+        return value.strip()
+
+    @field_validator("oidc_client_secret", "oidc_provider_name")
+    @classmethod
+    def _oidc_needs_client(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is not None and "oidc_client_id" in info.data and not info.data["oidc_client_id"]:
+            raise ValueError("needs SIGNOFF_OIDC_CLIENT_ID")
+        return value
+
+    @field_validator("oidc_scopes", mode="before")
+    @classmethod
+    def _oidc_scope_list(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip().startswith("["):
+            return value.replace(",", " ").split()
+        return cls._comma_list(value)
+
+    @field_validator("oidc_scopes")
+    @classmethod
+    def _oidc_scopes(cls, value: list[str]) -> list[str]:
+        if "openid" not in value:
+            raise ValueError("must include openid")
+        return value
+
+    @field_validator("console_token_sign_in")
+    @classmethod
+    def _console_sign_in(cls, value: bool, info: ValidationInfo) -> bool:
+        if not value and "oidc_client_id" in info.data and not info.data["oidc_client_id"]:
+            raise ValueError(
+                "nobody could sign in to the console: set SIGNOFF_OIDC_CLIENT_ID for single "
+                "sign-on, or keep token sign-in"
+            )
+        return value
 
     @field_validator("oidc_issuer", "oidc_jwks_url")
     @classmethod

@@ -196,6 +196,12 @@ class Session:
         token_fp: Fingerprint of the token that signed in.
         session_id: A random id naming a signed-in session, so that signing out can
             revoke it on the server (every replica refuses its cookie afterwards).
+        sso: Signed in through single sign-on; `token_fp` then names the provider and
+            client (`adapters.web.sso.SsoConfig.fingerprint`), and the identity the
+            provider vouched for is kept here (`name`, `groups`, `operator`).
+        name: The single sign-on user's display name.
+        groups: The single sign-on user's approver groups.
+        operator: Whether the single sign-on user is in an operator group.
     """
 
     csrf: str
@@ -203,6 +209,10 @@ class Session:
     actor_id: str | None = None
     token_fp: str | None = None
     session_id: str | None = None
+    sso: bool = False
+    name: str | None = None
+    groups: tuple[str, ...] = ()
+    operator: bool = False
 
     @property
     def signed_in(self) -> bool:
@@ -274,6 +284,20 @@ class SessionCodec:
             session_id=secrets.token_urlsafe(24) if token is not None else None,
         )
 
+    def new_sso_session(self, actor: Actor, fingerprint: str) -> Session:
+        """A fresh signed-in session for `actor`, vouched for by single sign-on."""
+        return Session(
+            csrf=secrets.token_urlsafe(32),
+            expires=self._now() + self._ttl,
+            actor_id=actor.id,
+            token_fp=fingerprint,
+            session_id=secrets.token_urlsafe(24),
+            sso=True,
+            name=actor.name,
+            groups=tuple(sorted(actor.groups)),
+            operator=actor.operator,
+        )
+
     def read(self, request: web.BaseRequest) -> Session | None:
         """The request's valid, unexpired session, or None."""
         payload = self.unsign(request.cookies.get(SESSION_COOKIE))
@@ -286,6 +310,10 @@ class SessionCodec:
                 actor_id=_optional_str(payload.get("actor")),
                 token_fp=_optional_str(payload.get("tok")),
                 session_id=_optional_str(payload.get("sid")),
+                sso=payload.get("sso") is True,
+                name=_optional_str(payload.get("name")),
+                groups=tuple(_strings(payload.get("groups", []))),
+                operator=payload.get("op") is True,
             )
         except (KeyError, TypeError, ValueError, OverflowError):
             return None
@@ -295,20 +323,44 @@ class SessionCodec:
 
     def store(self, response: web.StreamResponse, session: Session) -> None:
         """Set the session cookie on `response`."""
-        value = self.sign(
-            {
-                "actor": session.actor_id,
-                "tok": session.token_fp,
-                "sid": session.session_id,
-                "csrf": session.csrf,
-                "exp": session.expires,
-            }
-        )
+        payload: dict[str, Any] = {
+            "actor": session.actor_id,
+            "tok": session.token_fp,
+            "sid": session.session_id,
+            "csrf": session.csrf,
+            "exp": session.expires,
+        }
+        if session.sso:
+            payload.update(
+                sso=True, name=session.name, groups=list(session.groups), op=session.operator
+            )
+        value = self.sign(payload)
         response.set_cookie(
             SESSION_COOKIE,
             value,
             max_age=max(int(session.expires - self._now()), 0),
             path="/",
+            httponly=True,
+            samesite="Lax",
+            secure=self._secure,
+        )
+
+    def store_signed(
+        self,
+        response: web.StreamResponse,
+        name: str,
+        payload: Mapping[str, Any],
+        *,
+        path: str,
+        expires: float,
+    ) -> None:
+        """Set cookie `name` to `payload`, signed, HttpOnly and SameSite=Lax, on `path`
+        until `expires` (Unix time)."""
+        response.set_cookie(
+            name,
+            self.sign(payload),
+            max_age=max(int(expires - self._now()), 0),
+            path=path,
             httponly=True,
             samesite="Lax",
             secure=self._secure,
@@ -345,6 +397,12 @@ def _optional_str(value: Any) -> str | None:
         return None
     if not isinstance(value, str):
         raise TypeError("expected a string")
+    return value
+
+
+def _strings(value: Any) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise TypeError("expected a list of strings")
     return value
 
 

@@ -1,13 +1,17 @@
 """The operator web console: server-rendered pages over the runtime, behind a token.
 
 Sign-in exchanges a configured token for a signed, HttpOnly session cookie (see
-`adapters.web.auth`). Every POST form carries the session's CSRF token; a POST without
-it, or with another one, gets 403 and changes nothing. Decisions go through
+`adapters.web.auth`), or, with single sign-on (`adapters.web.sso`), sends the browser to
+the OpenID Connect provider and signs in the user its ID token names. Every POST form
+carries the session's CSRF token; a POST without it, or with another one, gets 403 and
+changes nothing. Decisions go through
 `Runtime.decide` like every other channel; refusals are shown on the page.
 
 Pages::
 
     GET  /login   POST /login   POST /logout
+    POST /login/sso             leave for the identity provider (single sign-on)
+    GET  /login/sso/callback    come back from it signed in, or refused
     GET  /                      -> /runs
     GET  /runs?status=...       runs with status filters
     GET  /runs/{run_id}         status, answer, pending tickets with forms, timeline
@@ -53,6 +57,7 @@ from adapters.web.forms import (
     form_fields,
     read_fields,
 )
+from adapters.web.sso import PendingSignIn, SsoClient, SsoRefused
 from adapters.web.timeline import calls, pretty, timeline
 from runtime import (
     MAX_GRANT_HOURS,
@@ -86,6 +91,10 @@ from runtime import (
 from runtime.edges import MAX_BATCH, NonFiniteNumber, loads_strict
 
 TEMPLATES = Path(__file__).parent / "templates"
+SSO_COOKIE = "signoff_sso"
+SSO_COOKIE_PATH = "/login/sso"
+SSO_STATE_PREFIX = "sso-state:"
+"""Spent sign-in attempts are recorded with the revoked sessions under this prefix."""
 ACTIVE = (RunStatus.QUEUED, RunStatus.RUNNING)
 REFRESH_SECONDS = 2
 TOOL_DESCRIPTION_SHOWN = 300
@@ -216,6 +225,8 @@ def add_console_routes(
     *,
     cookie_secret: bytes,
     secure_cookies: bool = False,
+    sso: SsoClient | None = None,
+    token_sign_in: bool = True,
 ) -> None:
     """Add the console's pages to `app`.
 
@@ -226,10 +237,23 @@ def add_console_routes(
         on_change: Called after a run became ready (wakes the worker).
         cookie_secret: Key signing session cookies (32 bytes or more).
         secure_cookies: Mark cookies ``Secure`` (when served over HTTPS).
+        sso: Signs people in through an OpenID Connect provider (None: tokens only).
+        token_sign_in: Whether a configured token signs in to the console (off: single
+            sign-on only; the API still takes tokens).
     """
-    console = _Console(runtime, auth, on_change, SessionCodec(cookie_secret, secure=secure_cookies))
+    console = _Console(
+        runtime,
+        auth,
+        on_change,
+        SessionCodec(cookie_secret, secure=secure_cookies),
+        sso=sso,
+        token_sign_in=token_sign_in,
+    )
     app.router.add_get("/login", console.login_page)
     app.router.add_post("/login", console.login)
+    if sso is not None:
+        app.router.add_post("/login/sso", console.sso_begin)
+        app.router.add_get("/login/sso/callback", console.sso_callback)
     app.router.add_post("/logout", console.logout)
     app.router.add_get("/", console.signed_in(console.home))
     app.router.add_get("/runs", console.signed_in(console.runs))
@@ -253,11 +277,16 @@ class _Console:
         auth: TokenAuth,
         on_change: Callable[[], None],
         codec: SessionCodec,
+        *,
+        sso: SsoClient | None = None,
+        token_sign_in: bool = True,
     ) -> None:
         self.runtime = runtime
         self.auth = auth
         self.on_change = on_change
         self.codec = codec
+        self.sso = sso
+        self.token_sign_in = token_sign_in
         self.env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(TEMPLATES),
             autoescape=True,
@@ -274,6 +303,20 @@ class _Console:
         Does not look at revocations; `current` does.
         """
         if session is None or not session.signed_in or session.token_fp is None:
+            return None
+        if session.sso:
+            if self.sso is None or session.token_fp != self.sso.config.fingerprint:
+                return None  # single sign-on was turned off or moved to another client
+            assert session.actor_id is not None
+            return Actor(
+                id=session.actor_id,
+                groups=frozenset(session.groups),
+                operator=session.operator,
+                platform="console",
+                name=session.name,
+                sso=True,
+            )
+        if not self.token_sign_in:
             return None
         token = self.auth.by_fingerprint(session.token_fp)
         if token is None or token.actor_id != session.actor_id:
@@ -394,9 +437,7 @@ class _Console:
             return redirect(target)
         fresh = session is None or session.signed_in  # a revoked session starts afresh
         session = self.codec.new_session() if fresh or session is None else session
-        response = self.render(
-            request, "login.html", session=session, actor=None, next=target, error=None
-        )
+        response = self.render_login(request, session, target)
         if fresh:
             self.codec.store(response, session)
         return response
@@ -407,21 +448,101 @@ class _Console:
         if session is None or not csrf_matches(session.csrf, _text(posted.get(CSRF_FIELD))):
             return await self.csrf_refused(request)
         target = safe_next(posted.get("next"))
-        token = self.auth.lookup(_text(posted.get("token")).strip())
+        token = self.auth.lookup(_text(posted.get("token")).strip()) if self.token_sign_in else None
         if token is None:
-            return self.render(
+            return self.render_login(
                 request,
-                "login.html",
-                session=session,
-                actor=None,
+                session,
+                target,
                 status=401,
-                next=target,
-                error="That token is not valid.",
+                error="That token is not valid."
+                if self.token_sign_in
+                else "Sign-in with a token is turned off for the console.",
             )
         response = redirect(target)
         # A new session (and CSRF token) on sign-in, so a planted cookie is worthless.
         self.codec.store(response, self.codec.new_session(token))
         return response
+
+    def render_login(
+        self,
+        request: web.Request,
+        session: Session,
+        target: str,
+        *,
+        status: int = 200,
+        error: str | None = None,
+    ) -> web.Response:
+        response = self.render(
+            request,
+            "login.html",
+            session=session,
+            actor=None,
+            status=status,
+            next=target,
+            error=error,
+            sso_name=self.sso.config.shown_name if self.sso is not None else None,
+            token_sign_in=self.token_sign_in,
+        )
+        if self.sso is not None:
+            # The single sign-on form's answer redirects to the provider, which
+            # browsers check against form-action too.
+            policy = response.headers["Content-Security-Policy"]
+            response.headers["Content-Security-Policy"] = policy.replace(
+                "form-action 'self'", f"form-action 'self' {self.sso.authorize_origin}", 1
+            )
+        return response
+
+    async def sso_begin(self, request: web.Request) -> web.StreamResponse:
+        """Leave for the identity provider with a new sign-in attempt in a cookie."""
+        assert self.sso is not None
+        session = self.codec.read(request)
+        posted = await request.post()
+        if session is None or not csrf_matches(session.csrf, _text(posted.get(CSRF_FIELD))):
+            return await self.csrf_refused(request)
+        try:
+            url, pending = await self.sso.begin(safe_next(posted.get("next")))
+        except SsoRefused as exc:
+            return await self.refused(request, 503, "Single sign-on unavailable", exc.reason)
+        response = redirect(url)
+        # SameSite=Lax: sent on the provider's top-level redirect back, never cross-site posts.
+        self.codec.store_signed(
+            response, SSO_COOKIE, pending.payload(), path=SSO_COOKIE_PATH, expires=pending.expires
+        )
+        return response
+
+    async def sso_callback(self, request: web.Request) -> web.StreamResponse:
+        """Come back from the identity provider: sign in, or refuse and change nothing."""
+        assert self.sso is not None
+        pending = PendingSignIn.from_payload(self.codec.unsign(request.cookies.get(SSO_COOKIE)))
+        answer = {key: request.query[key] for key in request.query}
+        try:
+            verified = await self.sso.finish(answer, pending, self.spend_sign_in)
+        except SsoRefused as exc:
+            # The attempt's cookie stays: a forged answer does not end a real sign-in.
+            return await self.refused(request, 403, "Sign-in refused", exc.reason)
+        assert pending is not None
+        actor = Actor(
+            id=verified.actor_id,
+            groups=verified.groups,
+            operator=verified.operator,
+            platform="console",
+            name=verified.name,
+            sso=True,
+        )
+        response = redirect(pending.next)
+        response.del_cookie(SSO_COOKIE, path=SSO_COOKIE_PATH)
+        # A new session (and CSRF token), as with a token.
+        self.codec.store(response, self.codec.new_sso_session(actor, self.sso.config.fingerprint))
+        return response
+
+    async def spend_sign_in(self, pending: PendingSignIn) -> bool:
+        """Mark a sign-in attempt used (on every replica); False if it already was."""
+        spent = SSO_STATE_PREFIX + pending.state
+        if await self.runtime.session_revoked(spent):
+            return False
+        await self.runtime.revoke_session(spent, datetime.fromtimestamp(pending.expires, UTC))
+        return True
 
     async def logout(self, request: web.Request) -> web.StreamResponse:
         session = self.codec.read(request)

@@ -291,17 +291,11 @@ def new_grant(
     )
 
 
-async def give(
-    tx: Transaction, deps: Deps, grant: GrantRecord, *, policy: dict[str, Any] | None = None
-) -> None:
-    """Store `grant` and its ``grant_created`` event, in the decision's transaction;
-    `policy` is what the agent's policy said of the call it was given with."""
+async def give(tx: Transaction, deps: Deps, grant: GrantRecord) -> None:
+    """Store `grant` and its ``grant_created`` event, in the decision's transaction."""
     await tx.insert_grant(grant)
     shown = summary(grant, deps.agents.get(grant.agent))
-    under = {"policy": policy} if policy is not None else {}
-    await record(
-        tx, grant.run_id, grant.created_at, "grant_created", by=grant.granted_by, **shown, **under
-    )
+    await record(tx, grant.run_id, grant.created_at, "grant_created", by=grant.granted_by, **shown)
 
 
 def _actor_of(grant: GrantRecord) -> dict[str, Any]:
@@ -334,7 +328,6 @@ async def cover_open(
             ticket.ticket_id == grant.ticket_id
             or not isinstance(target, ToolPermission)
             or target.tool != grant.tool
-            or target.policy_wants_person
             or ticket.four_eyes
             or not ticket.may_decide(actor)
             or not constraints.holds(grant.constraint, target.args)

@@ -62,17 +62,7 @@ SERVICES = (
 )
 # What an adapter may import of runtime: the public package and the edge module.
 EDGE_IMPORTS = ("runtime", "runtime.edges")
-ADAPTERS = (
-    "slack",
-    "discord",
-    "webhook",
-    "web",
-    "models",
-    "mcp",
-    "client",
-    "claude_code",
-    "policies",
-)
+ADAPTERS = ("slack", "discord", "webhook", "web", "models", "mcp", "client", "claude_code")
 PLATFORM_LIBRARIES = (
     "aiohttp",
     "slack_bolt",
