@@ -394,8 +394,14 @@ def add_gateway_routes(
 
     app.cleanup_ctx.append(lifetime)
 
+    streams: set[asyncio.Event] = set()
+
     async def stop_waiting(_app: web.Application) -> None:
         gateway.stop()
+        # A client's standalone stream (GET) stays open as long as the client runs: ended
+        # here, as if the client went away, it does not hold up the shutdown.
+        for hangup in list(streams):
+            hangup.set()
 
     # Before the server waits for open requests: waiting calls would hold up a restart.
     app.on_shutdown.append(stop_waiting)
@@ -408,16 +414,26 @@ def add_gateway_routes(
                 status=401,
                 headers={"WWW-Authenticate": 'Bearer realm="signoff"'},
             )
-        return await _asgi(request, manager, actor)
+        hangup = asyncio.Event()
+        if request.method == "GET":
+            streams.add(hangup)
+        try:
+            return await _asgi(request, manager, actor, hangup)
+        finally:
+            streams.discard(hangup)
 
     for method in ("GET", "POST", "DELETE"):
         app.router.add_route(method, path, handle)
 
 
 async def _asgi(
-    request: web.Request, manager: StreamableHTTPSessionManager, actor: Actor
+    request: web.Request,
+    manager: StreamableHTTPSessionManager,
+    actor: Actor,
+    hangup: asyncio.Event,
 ) -> web.StreamResponse:
-    """Hand one aiohttp request to the SDK's ASGI handler and stream its answer back."""
+    """Hand one aiohttp request to the SDK's ASGI handler and stream its answer back; the
+    SDK reads the client as gone once the request ended or `hangup` is set."""
     body = await request.read()
     scope: dict[str, Any] = {
         "type": "http",
@@ -435,7 +451,6 @@ async def _asgi(
         _ACTOR_KEY: actor,
     }
     sent_body = False
-    finished = asyncio.Event()
     response: web.StreamResponse | None = None
 
     async def receive() -> dict[str, Any]:
@@ -443,7 +458,7 @@ async def _asgi(
         if not sent_body:
             sent_body = True
             return {"type": "http.request", "body": body, "more_body": False}
-        await finished.wait()
+        await hangup.wait()
         return {"type": "http.disconnect"}
 
     async def send(message: Mapping[str, Any]) -> None:
@@ -470,7 +485,7 @@ async def _asgi(
         # lost, its approval stands and the same call again finds it.
         pass
     finally:
-        finished.set()
+        hangup.set()
     if response is None:
         return web.Response(status=500)
     return response
