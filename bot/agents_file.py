@@ -68,6 +68,7 @@ from adapters.mcp.rules import check_arguments
 from adapters.models import PROVIDERS as SPEC_PROVIDERS
 from adapters.models import canonical
 from bot.imports import import_object
+from bot.policies import PolicySpec, attach_policies, build_policies
 from runtime import (
     Agent,
     ConfigurationError,
@@ -208,6 +209,7 @@ class AgentSpec(_Strict):
     on_expiry: Any = "deny"
     max_turns: int = Field(default=20, ge=1)
     subagents: list[str] = Field(default_factory=list)
+    policy: str | None = None
 
     _deadline = field_validator("deadline")(_positive)
     _on_expiry = field_validator("on_expiry")(_expiry)
@@ -241,6 +243,7 @@ class ExternalSpec(_Strict):
     approvals: dict[str, Any] = Field(default_factory=lambda: {"platform": "console"})
     overrides: list[Literal["approvers", "deadline"]] = Field(default_factory=list)
     resume: ResumeSpec | None = None
+    policy: str | None = None
 
     _deadline = field_validator("deadline")(_positive)
     _on_expiry = field_validator("on_expiry")(_expiry)
@@ -254,7 +257,7 @@ class ExternalSpec(_Strict):
                 raise ValueError(
                     f"an external agent runs elsewhere: it has no {', '.join(given)} "
                     "(only rules, approvers, four_eyes, deadline, on_expiry, approvals, "
-                    "overrides, resume, description and version)"
+                    "overrides, resume, policy, description and version)"
                 )
         return data
 
@@ -273,6 +276,7 @@ class FileSpec(_Strict):
     """The whole file."""
 
     servers: dict[str, ServerSpec] = Field(default_factory=dict)
+    policies: dict[str, PolicySpec] = Field(default_factory=dict)
     agents: dict[
         str,
         Annotated[
@@ -374,6 +378,12 @@ class _Builder:
                 bindings.append(binding)
                 used.update(binding.servers)
         self.link_subagents(spec, {agent.name: agent for agent in agents})
+        attach_policies(
+            {agent.name: agent for agent in agents},
+            {name: agent_spec.policy for name, agent_spec in spec.agents.items()},
+            build_policies(spec.policies, self.file.resolve().parent, self.at),
+            self.at,
+        )
         return AgentsFile(
             path=self.file,
             agents=agents,

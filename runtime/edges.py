@@ -39,6 +39,13 @@ from runtime.domain.notifications import (
     UncertainCall,
     refusal_of,
 )
+from runtime.domain.policies import (
+    DEFAULT_POLICY_TIMEOUT,
+    PolicyAnswer,
+    PolicyCall,
+    PolicyError,
+    parse_answer,
+)
 from runtime.domain.tickets import describe_chain, describe_deciders
 from runtime.domain.tools import ArgumentError, OnExpiry, PermissionRule, coerce_grants
 from runtime.domain.visibility import may_control
@@ -49,6 +56,7 @@ from runtime.services.queries import InvalidCursor
 __all__ = [
     "APPROVAL_CALLBACK",
     "APPROVAL_CALLBACK_URL",
+    "DEFAULT_POLICY_TIMEOUT",
     "MAX_BATCH",
     "NUMERIC",
     "OPERATORS",
@@ -70,6 +78,9 @@ __all__ = [
     "OnExpiry",
     "OutcomeNotification",
     "PermissionRule",
+    "PolicyAnswer",
+    "PolicyCall",
+    "PolicyError",
     "PostedCard",
     "RunCallback",
     "RunFinished",
@@ -87,6 +98,7 @@ __all__ = [
     "loads_strict",
     "lookup",
     "may_control",
+    "parse_answer",
     "parse_chat_completion",
     "parse_result",
     "passes",

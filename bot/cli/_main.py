@@ -28,6 +28,7 @@ from bot.cli._hook import hook
 from bot.cli._mcp import mcp
 from bot.cli._options import State
 from bot.cli._output import fail
+from bot.cli._policy import policy
 from bot.cli._prompt import permission_prompt
 from bot.cli._runs import runs
 from bot.cli._serve import migrate, serve
@@ -88,6 +89,7 @@ for _command in (
     hook,
     permission_prompt,
     mcp,
+    policy,
 ):
     cli.add_command(_command)
 

@@ -11,6 +11,7 @@ from typing import Any, overload
 
 from runtime.domain.errors import ConfigurationError
 from runtime.domain.model import Model
+from runtime.domain.policies import Policy
 from runtime.domain.subagents import delegate_tool
 from runtime.domain.tickets import GrantScope
 from runtime.domain.tools import (
@@ -47,6 +48,8 @@ class Agent:
             ``delegate_to_<name>`` taking a ``task_key`` and the ``task`` (see
             `runtime.domain.subagents`); a call starts the sub-agent's own run, whose final
             answer is the call's result. Registering this agent registers them too.
+        policy: A policy consulted for every call the agent proposes
+            (`runtime.domain.policies`); its answer combines with the tool's permission.
     """
 
     def __init__(
@@ -64,6 +67,7 @@ class Agent:
         max_turns: int = 20,
         description: str = "",
         subagents: Sequence[Agent] = (),
+        policy: Policy | None = None,
     ) -> None:
         if not name:
             raise ConfigurationError("an agent needs a name")
@@ -81,6 +85,7 @@ class Agent:
         self.on_expiry: OnExpiry = coerce_expiry(on_expiry) or ExpiryAction.DENY
         self.max_turns = max_turns
         self.description = description
+        self.policy = policy
         self.tools: dict[str, Tool] = {}
         self.hidden: set[str] = set()
         """Names of catalog tools the model is not offered (a call naming one anyway is

@@ -19,8 +19,10 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    SerializerFunctionWrapHandler,
     TypeAdapter,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -64,6 +66,22 @@ class ToolPermission(_Frozen):
     tool: str
     args: dict[str, Any]
     reason: str | None = None
+    # What the agent's policy said of the call (runtime.domain.policies), when it has one.
+    policy: dict[str, Any] | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_policy(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A call no policy saw serializes as it always did.
+        dumped: dict[str, Any] = handler(self)
+        if dumped.get("policy", 0) is None:
+            del dumped["policy"]
+        return dumped
+
+    @property
+    def policy_wants_person(self) -> bool:
+        """Whether the agent's policy asked (or denied, or failed) for this call: a person
+        decides it each time, and no standing grant stands in."""
+        return self.policy is not None and self.policy.get("answer") != "allow"
 
 
 class RemoteInput(_Frozen):

@@ -47,6 +47,7 @@ from runtime.engine.journal import (
     to_jsonable,
 )
 from runtime.engine.moves import move, move_run
+from runtime.engine.policies import judge
 from runtime.engine.turns import (
     batch_open,
     blocked_text,
@@ -608,6 +609,9 @@ class Driver:
                 problem = f"Error: {exc}"
                 call.args = raw if isinstance(raw, dict) else {"_raw": raw_arguments}
         shown = tool.masked(call.args) if tool is not None else call.args
+        asked = agent.policy if problem is None else None
+        judged = await judge(asked, agent, self.run, name, call.args, now, permission)
+        permission = judged.permission
         if problem is not None:
             move(call, CallState.FAILED)
             call.result = problem
@@ -637,11 +641,14 @@ class Driver:
             # Where the permission came from, so a call that runs without asking says
             # what let it through.
             **({"rule": describe_permission(tool.permission)} if tool is not None else {}),
+            **judged.fields(),
         )
+        await judged.record_failure(tx, self.run.run_id, now, call.call_id)
         # A standing grant, read from the database now, may stand in for the person.
         if (
             permission is Permission.ASK
             and tool is not None
+            and not judged.wants_person
             and await grants.allow_by_grant(tx, self.deps, self.run, agent, tool, call)
         ):
             permission = Permission.ALLOW
@@ -649,7 +656,8 @@ class Driver:
             move(call, CallState.APPROVED)
         elif permission is Permission.DENY:
             move(call, CallState.DENIED)
-            call.result = blocked_text("this tool is not allowed")
+            told, reason = judged.denial()
+            call.result = blocked_text(told)
             await record(
                 tx,
                 self.run.run_id,
@@ -657,19 +665,22 @@ class Driver:
                 "tool_denied",
                 call_id=call.call_id,
                 tool=name,
-                reason="permission deny",
+                reason=reason,
             )
         else:
             move(call, CallState.AWAITING_DECISION)
             assert tool is not None
+            target, approvers, deadline = judged.for_ticket(permission_target(call, stated_reason))
             await open_ticket(
                 self.deps,
                 tx,
                 self.run,
                 agent,
-                permission_target(call, stated_reason),
+                target,
                 tool,
                 ApprovalRequested,
+                approvers=approvers,
+                deadline=deadline,
             )
         await tx.update_call(call)
         return call

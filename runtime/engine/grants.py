@@ -291,11 +291,17 @@ def new_grant(
     )
 
 
-async def give(tx: Transaction, deps: Deps, grant: GrantRecord) -> None:
-    """Store `grant` and its ``grant_created`` event, in the decision's transaction."""
+async def give(
+    tx: Transaction, deps: Deps, grant: GrantRecord, *, policy: dict[str, Any] | None = None
+) -> None:
+    """Store `grant` and its ``grant_created`` event, in the decision's transaction;
+    `policy` is what the agent's policy said of the call it was given with."""
     await tx.insert_grant(grant)
     shown = summary(grant, deps.agents.get(grant.agent))
-    await record(tx, grant.run_id, grant.created_at, "grant_created", by=grant.granted_by, **shown)
+    under = {"policy": policy} if policy is not None else {}
+    await record(
+        tx, grant.run_id, grant.created_at, "grant_created", by=grant.granted_by, **shown, **under
+    )
 
 
 def _actor_of(grant: GrantRecord) -> dict[str, Any]:
@@ -328,6 +334,7 @@ async def cover_open(
             ticket.ticket_id == grant.ticket_id
             or not isinstance(target, ToolPermission)
             or target.tool != grant.tool
+            or target.policy_wants_person
             or ticket.four_eyes
             or not ticket.may_decide(actor)
             or not constraints.holds(grant.constraint, target.args)

@@ -229,6 +229,8 @@ def grant_scopes(agent: Agent | None, ticket: ResumeTicket) -> tuple[GrantScope,
     target = ticket.target
     if not isinstance(target, ToolPermission) or ticket.four_eyes or agent is None:
         return ()
+    if target.policy_wants_person:
+        return ()
     tool = agent.tools.get(target.tool)
     return agent.grants_for(tool) if tool is not None else ()
 

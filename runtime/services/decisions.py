@@ -542,9 +542,14 @@ class Decisions:
             decided_at=command.at.isoformat(),
             **described,
         )
-        await record(tx, run.run_id, command.at, "ticket_decided", by=actor.id, **decided.details())
+        # The decision of a call the agent's policy saw names the policy and its version.
+        policy = ticket.target.policy if isinstance(ticket.target, ToolPermission) else None
+        under = {"policy": policy} if policy is not None else {}
+        await record(
+            tx, run.run_id, command.at, "ticket_decided", by=actor.id, **decided.details(), **under
+        )
         await notify(self._deps, tx, run, decided)
         if grant is not None:
             # In the decision's transaction: the grant exists exactly when the allow does.
-            await grants.give(tx, self._deps, grant)
+            await grants.give(tx, self._deps, grant, policy=policy)
             await grants.cover_open(tx, self._deps, run, grant, actor, command.at)

@@ -62,7 +62,17 @@ SERVICES = (
 )
 # What an adapter may import of runtime: the public package and the edge module.
 EDGE_IMPORTS = ("runtime", "runtime.edges")
-ADAPTERS = ("slack", "discord", "webhook", "web", "models", "mcp", "client", "claude_code")
+ADAPTERS = (
+    "slack",
+    "discord",
+    "webhook",
+    "web",
+    "models",
+    "mcp",
+    "client",
+    "claude_code",
+    "policies",
+)
 PLATFORM_LIBRARIES = (
     "aiohttp",
     "slack_bolt",
