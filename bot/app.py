@@ -349,6 +349,11 @@ def slack_config_of(settings: Settings) -> SlackConfig:
     def secret(value: SecretStr | None) -> str:
         return value.get_secret_value() if value is not None else ""
 
+    if settings.slack_link_by_email and settings.oidc_user_claim != "email":
+        raise ConfigurationError(
+            "SIGNOFF_SLACK_LINK_BY_EMAIL links Slack users to oidc:<e-mail>: it needs "
+            f"SIGNOFF_OIDC_USER_CLAIM=email (not {settings.oidc_user_claim!r})"
+        )
     mode: Literal["http", "socket"] = "socket" if settings.slack_mode == "socket" else "http"
     return SlackConfig(
         bot_token=secret(settings.slack_bot_token),
@@ -359,6 +364,7 @@ def slack_config_of(settings: Settings) -> SlackConfig:
         command=settings.slack_command,
         default_agent=settings.slack_default_agent,
         approver_groups={k: tuple(v) for k, v in settings.slack_approver_groups.items()},
+        link_by_email=settings.slack_link_by_email,
     )
 
 

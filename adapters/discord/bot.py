@@ -1,7 +1,8 @@
 """`DiscordBot`: the gateway client — slash commands, persistent buttons, modal forms.
 
 - ``/agent run|pending|status|cancel`` are an `app_commands.Group` registered at start-up
-  according to `SyncMode` (never, globally, or in one server).
+  according to `SyncMode` (never, globally, or in one server), and so is
+  ``/signoff link <code>``, which links the caller's account to a person.
 - Every card button is a `TicketButton`, a `discord.ui.DynamicItem` whose template
   matches any signoff ``custom_id``; it is registered once with ``add_dynamic_items``,
   so a click on a message posted before a restart (or by another process) is handled
@@ -127,6 +128,20 @@ class AgentCommands(app_commands.Group):
         await self.signoff_handlers.cancel(interaction, run)
 
 
+class SignoffCommands(app_commands.Group):
+    """``/signoff link <code>``: link the caller's Discord account to a person."""
+
+    def __init__(self, handlers: Handlers) -> None:
+        super().__init__(name="signoff", description="Your signoff account")
+        self.signoff_handlers = handlers
+
+    @app_commands.command(name="link", description="Link your Discord account with a console code")
+    @app_commands.describe(code="The one-time code the console's Link page showed you")
+    async def link(self, interaction: Interaction, code: str) -> None:
+        """Redeem a link code."""
+        await self.signoff_handlers.link(interaction, code)
+
+
 class DiscordBot(discord.Client):
     """The gateway client of signoff.
 
@@ -149,6 +164,7 @@ class DiscordBot(discord.Client):
         self.config = config
         self.tree: app_commands.CommandTree[DiscordBot] = app_commands.CommandTree(self)
         self.tree.add_command(AgentCommands(handlers))
+        self.tree.add_command(SignoffCommands(handlers))
 
     async def setup_hook(self) -> None:
         """Register the persistent buttons and sync the commands (during login)."""

@@ -164,6 +164,22 @@ class Handlers:
 
         await self._respond(interaction, work)
 
+    async def link(self, interaction: Interaction, code: str) -> None:
+        """``/signoff link <code>``: link the caller to the person whose console showed
+        the one-time code (ephemeral)."""
+
+        async def work() -> Reply:
+            actor = self._actor(interaction)
+            person = await self._runtime.identities.redeem_link_code(code, actor.id)
+            if person is None:
+                return Reply(
+                    "⚠️ That link code is unknown, used or expired. Get a new one from the "
+                    "console's Link page. Nothing was changed."
+                )
+            return Reply(f"🔗 Your Discord account is now linked to {cards.code(person)}.")
+
+        await self._respond(interaction, work)
+
     async def status(self, interaction: Interaction, run_id: str) -> None:
         """``/agent status <run>``: where a run stands (ephemeral)."""
 

@@ -67,6 +67,7 @@ from adapters.slack import blocks, ingress, modals
 from adapters.slack.blocks import TicketRef
 from adapters.slack.config import SlackConfig
 from adapters.slack.directory import Directory
+from adapters.slack.linking import EmailLinker
 from adapters.slack.refusals import batch_text, refusal_text
 from runtime import (
     MAX_GRANT_HOURS,
@@ -326,6 +327,11 @@ class _SlackEdge:
         self._directory = directory
         self._client = client
         self._background: set[asyncio.Task[None]] = set()
+        self._linker = (
+            EmailLinker(runtime, client, config.lookup_timeout_seconds)
+            if config.link_by_email
+            else None
+        )
 
     # -- choosing the agent ------------------------------------------------------------
     def _usage(self) -> str:
@@ -526,9 +532,16 @@ class _SlackEdge:
                 log.warning("Slack membership look-up for %s timed out; no groups", user)
                 return Actor(id=user, platform=SOURCE, name=name)
 
+        async def linked_then(approvers: Sequence[str], known: Actor | None) -> Actor:
+            assert self._linker is not None
+            await self._linker.link(user)
+            return known if known is not None else await look_up(approvers)
+
         def actor(ticket: ResumeTicket | None) -> Actor | Awaitable[Actor]:
             approvers = ticket.approvers if ticket is not None else ()
             known = self._directory.known(user, approvers, name=name)
+            if self._linker is not None and self._linker.needed(user):
+                return linked_then(approvers, known)
             return known if known is not None else look_up(approvers)
 
         return actor

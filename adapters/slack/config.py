@@ -29,6 +29,8 @@ class SlackConfig:
         approver_groups: Named approver groups (``group:<name>`` entries) mapped to Slack
             user group ids (``S...``) and channel ids (``C...``/``G...``): members of any
             of them belong to the group.
+        link_by_email: Link a user who decides to ``oidc:<e-mail>`` by their profile's
+            verified e-mail (``users.info``), once per process (see `adapters.slack.linking`).
     """
 
     bot_token: str
@@ -42,3 +44,4 @@ class SlackConfig:
     group_cache_seconds: float = 60.0
     lookup_timeout_seconds: float = 1.0
     approver_groups: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    link_by_email: bool = False

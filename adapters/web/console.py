@@ -23,6 +23,7 @@ Pages::
                                 (action=edit: allow with the changed arguments)
     POST /tickets/batch         decide the ticked tickets at once, each on its own
     GET  /start   POST /start   start a run of any loaded agent
+    GET  /link    POST /link    a one-time code linking a chat account to the person
 """
 
 from __future__ import annotations
@@ -268,6 +269,8 @@ def add_console_routes(
     app.router.add_post("/grants/{grant_id}/revoke", console.form(console.revoke))
     app.router.add_get("/start", console.signed_in(console.start_page))
     app.router.add_post("/start", console.form(console.start))
+    app.router.add_get("/link", console.signed_in(console.link_page))
+    app.router.add_post("/link", console.form(console.link_page))
 
 
 class _Console:
@@ -334,6 +337,9 @@ class _Console:
             and await self.runtime.session_revoked(session.session_id)
         ):
             actor = None
+        if actor is not None:
+            # Every id of the person: what they may see and decide under any of them.
+            actor = await self.runtime.identities.as_person(actor)
         return session, actor
 
     def render(
@@ -667,6 +673,25 @@ class _Console:
             tool_description=_shorten(described, TOOL_DESCRIPTION_SHOWN),
             tool_server=tool.server if tool is not None else None,
             external=external,
+        )
+
+    async def link_page(
+        self, request: web.Request, session: Session, actor: Actor
+    ) -> web.StreamResponse:
+        """Linking a chat account: a POST makes a one-time link code for the person
+        signed in (see docs/identity.md)."""
+        ids = self.runtime.identities
+        person = await ids.person_of(actor.id) or actor.id
+        code = await ids.new_link_code(person) if request.method == "POST" else None
+        return self.render(
+            request,
+            "link.html",
+            session=session,
+            actor=actor,
+            person=person,
+            linked=[i for i in await ids.identities_of(person) if i != actor.id],
+            code=code,
+            minutes=round(ids.rules.code_seconds / 60),
         )
 
     async def grants(
