@@ -419,6 +419,14 @@ def _verdict(
         None,
     )
     rule = str(proposed.data.get("rule")) if proposed is not None and proposed.data else None
+    said = proposed.data.get("policy") if proposed is not None else None
+    if (
+        isinstance(said, dict)
+        and proposed is not None
+        and proposed.data.get("ruled") != proposed.data.get("permission")
+    ):
+        # The agent's policy, not the rule, decided what the call got.
+        rule = f"policy {said.get('id')}" + (f": {said['reason']}" if said.get("reason") else "")
     if call.state in (CallState.PROPOSED, CallState.AWAITING_DECISION):
         return _Verdict("pending")
     if ticket is not None and ticket.status is TicketStatus.EXPIRED and not _after(call):

@@ -5,6 +5,7 @@ of rule and policy, and a failing policy that fails closed and is recorded."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,6 @@ from typing import Any
 import pytest
 
 from adapters.policies import load_policy
-from conftest import RuntimeFactory
 from runtime import (
     Actor,
     Agent,
@@ -20,12 +20,15 @@ from runtime import (
     ModelRequest,
     Permission,
     RunStatus,
+    Runtime,
     ScriptedModel,
     Unauthorized,
     final_reply,
     tool_call_reply,
 )
 from runtime.domain.policies import PolicyAnswer, PolicyCall
+
+RuntimeFactory = Callable[..., Runtime]
 
 CEDAR = """\
 @reason("nobody drops a database")
