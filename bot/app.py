@@ -15,6 +15,7 @@ from adapters.claude_code.route import add_claude_code_route
 from adapters.web import ApiToken, TokenAuth, add_api_routes, add_console_routes, body_deadline
 from adapters.web.approval_models import approval_body
 from adapters.web.approvals import add_approval_routes
+from adapters.web.audit import add_audit_route
 from adapters.web.decision_tokens import DEFAULT_ISSUER, DecisionSigner, add_jwks_route
 from adapters.web.oidc import OidcConfig, OidcVerifier, invalid_token_challenge, keep_keys_fresh
 from adapters.web.openapi import add_openapi_route
@@ -28,6 +29,7 @@ from adapters.webhook.approval_callback import (
 from bot.settings import Settings
 from runtime import ConfigurationError, Runtime
 from runtime.edges import APPROVAL_CALLBACK
+from runtime.services.audit import AuditLog
 from runtime.services.delivery import Notifier
 from runtime.worker import Worker
 
@@ -93,6 +95,7 @@ def api_tokens(settings: Settings, operator_token: str) -> list[ApiToken]:
                 name=entry.name,
                 groups=frozenset(entry.groups),
                 on_behalf_of=tuple(entry.on_behalf_of),
+                auditor=entry.auditor,
             )
         )
     return tokens
@@ -109,6 +112,7 @@ def oidc_verifier(settings: Settings) -> OidcVerifier | None:
         user_claim=settings.oidc_user_claim,
         groups_claim=settings.oidc_groups_claim,
         operator_groups=frozenset(settings.oidc_operator_groups),
+        auditor_groups=frozenset(settings.oidc_auditor_groups),
         algorithms=tuple(settings.oidc_algorithms),
     )
     return OidcVerifier(config)
@@ -262,6 +266,7 @@ def build_web(
         on_change=worker.wake_runs,
         resumes=resumes,
     )
+    add_audit_route(app, auth, AuditLog(runtime.store).page)
     add_openapi_route(app)
     from importlib.util import find_spec
 

@@ -100,6 +100,7 @@ class ApiTokenSetting(BaseModel):
     name: str | None = None
     groups: list[str] = Field(default_factory=list)
     on_behalf_of: list[str] = Field(default_factory=list)
+    auditor: bool = False
 
 
 class HookSetting(BaseModel):
@@ -167,9 +168,11 @@ class Settings(BaseSettings):
             made up once and kept next to a SQLite file (`bot.console_secrets`), and
             printed at start-up.
         api_tokens: More tokens, each standing for a user id (JSON list of
-            ``{"token", "actor", "operator", "name", "groups", "on_behalf_of"}``;
+            ``{"token", "actor", "operator", "name", "groups", "on_behalf_of",
+            "auditor"}``;
             ``groups`` are approver groups the user belongs to; ``on_behalf_of`` lists the
-            user ids, or glob patterns, an approval request may name as its requester).
+            user ids, or glob patterns, an approval request may name as its requester;
+            ``"auditor": true`` lets it read every run's events, ``GET /api/audit``).
         hooks: Signed webhooks by name (JSON object of ``{"secret", "agent",
             "input_template", "approvals", "requester", "callback_url",
             "callback_hosts", "max_body_bytes"}``).
@@ -255,6 +258,8 @@ class Settings(BaseSettings):
             matched by ``group:<name>``).
         oidc_operator_groups: Groups whose members are operators (a comma-separated or
             JSON list).
+        oidc_auditor_groups: Groups whose members are auditors, who may read every
+            run's events (``GET /api/audit``; a comma-separated or JSON list).
             run's events (``GET /api/audit``; a comma-separated or JSON list).
         oidc_algorithms: Signature algorithms accepted (asymmetric only; a
             comma-separated or JSON list).
@@ -373,6 +378,7 @@ class Settings(BaseSettings):
     oidc_user_claim: str = Field(default="sub", min_length=1)
     oidc_groups_claim: str = Field(default="groups", min_length=1)
     oidc_operator_groups: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    oidc_auditor_groups: Annotated[list[str], NoDecode] = Field(default_factory=list)
     oidc_algorithms: Annotated[list[str], NoDecode] = Field(
         default_factory=lambda: list(DEFAULT_ALGORITHMS)
     )
@@ -453,14 +459,16 @@ class Settings(BaseSettings):
             raise ValueError("needs SIGNOFF_OIDC_ISSUER")
         return value.strip() if value is not None else None
 
-    @field_validator("oidc_jwks_url", "oidc_operator_groups")
+    @field_validator("oidc_jwks_url", "oidc_operator_groups", "oidc_auditor_groups")
     @classmethod
     def _oidc_needs_issuer(cls, value: Any, info: ValidationInfo) -> Any:
         if value and info.data.get("oidc_issuer") is None and "oidc_issuer" in info.data:
             raise ValueError("needs SIGNOFF_OIDC_ISSUER")
         return value
 
-    @field_validator("oidc_operator_groups", "oidc_algorithms", mode="before")
+    @field_validator(
+        "oidc_operator_groups", "oidc_auditor_groups", "oidc_algorithms", mode="before"
+    )
     @classmethod
     def _comma_list(cls, value: Any) -> Any:
         if isinstance(value, str):

@@ -50,6 +50,8 @@ class ApiToken:
             approver entries, e.g. ``release-managers``).
         on_behalf_of: User ids, or glob patterns (``U*``), an approval request made with
             this token may name as its requester (``POST /api/approvals``).
+        auditor: Auditors may read every run's events (``GET /api/audit``), and nothing
+            more than other users otherwise.
     """
 
     token: str
@@ -58,6 +60,7 @@ class ApiToken:
     name: str | None = None
     groups: frozenset[str] = frozenset()
     on_behalf_of: tuple[str, ...] = ()
+    auditor: bool = False
 
     def may_act_for(self, user_id: str) -> bool:
         """Whether a request made with this token may name `user_id` as its requester.
@@ -132,7 +135,8 @@ class TokenAuth:
         """The token of the request's ``Authorization: Bearer`` header, or None.
 
         A configured token, else (with `jwt`) a valid JWT as a token of its user: no
-        ``on_behalf_of``, operator only through an operator group. Reads cached keys
+        ``on_behalf_of``, operator (auditor) only through an operator (auditor) group.
+        Reads cached keys
         only; an invalid JWT marks the request so its 401 says ``error="invalid_token"``.
         """
         header = request.headers.get("Authorization", "")
@@ -158,6 +162,7 @@ class TokenAuth:
             operator=verified.operator,
             name=verified.name,
             groups=verified.groups,
+            auditor=verified.auditor,
         )
         request[_JWT_TOKEN] = found
         return found

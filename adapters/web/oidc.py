@@ -12,8 +12,8 @@ hammer the identity provider.
 A verified token stands for the user ``oidc:<claim value>`` (`ACTOR_PREFIX`): static
 tokens may not use that prefix while JWTs are on, so a JWT can never pass for a static
 token's user or for the built-in ``operator``. Its groups claim gives approver groups;
-membership of an operator group makes the user an operator. A JWT never carries
-``on_behalf_of``.
+membership of an operator group makes the user an operator, of an auditor group an
+auditor. A JWT never carries ``on_behalf_of``.
 """
 
 from __future__ import annotations
@@ -66,6 +66,8 @@ class OidcConfig:
         user_claim: The claim naming the user (``sub``, ``email`` ...).
         groups_claim: The claim listing the user's groups (approver groups).
         operator_groups: Members of these groups are operators.
+        auditor_groups: Members of these groups are auditors (they may read every run's
+            events).
         algorithms: The signature algorithms accepted (asymmetric only).
         leeway_seconds: Clock skew allowed on ``exp``, ``nbf`` and ``iat``.
     """
@@ -76,6 +78,7 @@ class OidcConfig:
     user_claim: str = "sub"
     groups_claim: str = "groups"
     operator_groups: frozenset[str] = frozenset()
+    auditor_groups: frozenset[str] = frozenset()
     algorithms: tuple[str, ...] = DEFAULT_ALGORITHMS
     leeway_seconds: float = LEEWAY_SECONDS
 
@@ -104,12 +107,14 @@ class VerifiedJwt:
         name: The ``name`` claim, else the user claim.
         groups: The user's groups (from the groups claim).
         operator: Whether one of those groups is an operator group.
+        auditor: Whether one of those groups is an auditor group.
     """
 
     actor_id: str
     name: str
     groups: frozenset[str] = frozenset()
     operator: bool = False
+    auditor: bool = False
 
 
 @dataclass
@@ -358,6 +363,7 @@ class OidcVerifier:
             name=name if isinstance(name, str) and name.strip() else user,
             groups=groups,
             operator=bool(groups & self.config.operator_groups),
+            auditor=bool(groups & self.config.auditor_groups),
         )
 
 

@@ -113,6 +113,23 @@ OPERATIONS: tuple[Operation, ...] = (
         extra_content={200: {"application/x-ndjson": {"schema": {"type": "string"}}}},
     ),
     Operation(
+        "get",
+        "/api/audit",
+        "Every run's events as NDJSON, in sequence order, for auditors and operators; "
+        'the last line is {"next_after": N}.',
+        {200: None},
+        params=(
+            _query(
+                "after", "Only events after this sequence number (default 0).", pattern="^[0-9]+$"
+            ),
+            _query(
+                "limit", "At most this many events, 1 to 1000 (default 100).", pattern="^[0-9]+$"
+            ),
+        ),
+        errors=(400, 401, 403, 503),
+        extra_content={200: {"application/x-ndjson": {"schema": {"type": "string"}}}},
+    ),
+    Operation(
         "post",
         "/api/runs/{run_id}/{action}",
         "Cancel, pause or resume a run (operators, or its requester).",

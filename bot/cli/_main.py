@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from bot.cli._agents import agents
+from bot.cli._audit import audit, prune
 from bot.cli._control import cancel, pause, recover, resume
 from bot.cli._decide import answer, approve, batch, deny, resolve
 from bot.cli._demo import demo
@@ -89,6 +90,8 @@ for _command in (
     hook,
     permission_prompt,
     mcp,
+    audit,
+    prune,
     policy,
 ):
     cli.add_command(_command)

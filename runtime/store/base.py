@@ -16,6 +16,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
 from runtime.store.ports import (
+    AuditPort,
     CallPort,
     EventPort,
     GrantPort,
@@ -40,6 +41,7 @@ class Transaction(
     GrantPort,
     LeasePort,
     IdentityPort,
+    AuditPort,
     Protocol,
 ):
     """One atomic unit of reads and writes: every part of the store port together."""

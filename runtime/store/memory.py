@@ -14,6 +14,7 @@ from runtime.domain.errors import LeaseLost
 from runtime.domain.states import RunStatus, TicketStatus
 from runtime.domain.tickets import Answer, ResumeTicket
 from runtime.store.base import DuplicateKey
+from runtime.store.ports.audit import AuditEvent
 from runtime.store.records import (
     CALL_CREATED_WITH,
     RUN_CREATED_WITH,
@@ -364,10 +365,68 @@ class MemoryTransaction:
     async def append_event(self, event: EventRecord) -> None:
         self.wrote = True
         log = self._t.events.setdefault(event.run_id, [])
-        log.append(replace(_copy(event), seq=len(log) + 1))
+        # One sequence across every run, as the SQL store's.
+        seq = 1 + max((e[-1].seq for e in self._t.events.values() if e), default=0)
+        log.append(replace(_copy(event), seq=seq))
 
     async def events(self, run_id: str, *, after: int = 0) -> list[EventRecord]:
         return [_copy(e) for e in self._t.events.get(run_id, []) if e.seq > after]
+
+    # audit (AuditPort) --------------------------------------------------------------------
+    async def audit_horizon(self) -> int:
+        # Transactions run one at a time: everything stored is committed.
+        return max((e[-1].seq for e in self._t.events.values() if e), default=0)
+
+    async def audit_events(
+        self,
+        *,
+        after: int,
+        upto: int,
+        limit: int,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> list[AuditEvent]:
+        found = sorted(
+            (
+                e
+                for log in self._t.events.values()
+                for e in log
+                if after < e.seq <= upto
+                and (since is None or e.at >= since)
+                and (until is None or e.at < until)
+            ),
+            key=lambda e: e.seq,
+        )[:limit]
+        return [AuditEvent(_copy(e), self._t.runs[e.run_id].agent) for e in found]
+
+    async def finished_runs(
+        self, *, before: datetime, after: str | None, limit: int
+    ) -> list[RunRecord]:
+        found = sorted(
+            (
+                r
+                for r in self._t.runs.values()
+                if r.parent_run_id is None
+                and r.status.finished
+                and r.updated_at < before
+                and (after is None or r.run_id > after)
+            ),
+            key=lambda r: r.run_id,
+        )
+        return [_copy(r) for r in found[:limit]]
+
+    async def delete_runs(self, run_ids: Sequence[str]) -> int:
+        gone = {r for r in run_ids if r in self._t.runs}
+        if not gone:
+            return 0
+        self.wrote = True
+        for table in (self._t.calls, self._t.tickets, self._t.outbox, self._t.grants):
+            for key in [k for k, v in table.items() if v.run_id in gone]:
+                del table[key]
+        for run_id in gone:
+            self._t.events.pop(run_id, None)
+            del self._t.runs[run_id]
+        return len(gone)
 
     # outbox (OutboxPort) ------------------------------------------------------------------
     async def add_outbox(self, item: OutboxRecord) -> None:

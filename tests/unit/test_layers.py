@@ -59,6 +59,7 @@ SERVICES = (
     "delivery",
     "outcomes",
     "approvals",
+    "audit",
 )
 # What an adapter may import of runtime: the public package and the edge module.
 EDGE_IMPORTS = ("runtime", "runtime.edges")

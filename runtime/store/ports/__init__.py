@@ -12,9 +12,11 @@ module of `runtime.store.sql` that implements it:
 - `received`: `ReceivedPort`, decisions received from chat platforms;
 - `grants`: `GrantPort`, standing grants;
 - `leases`: `LeasePort`, named leases and the figures for metrics;
-- `identities`: `IdentityPort`, identity links and link codes.
+- `identities`: `IdentityPort`, identity links and link codes;
+- `audit`: `AuditPort`, every run's events in one order, and deleting pruned runs.
 """
 
+from runtime.store.ports.audit import AuditEvent, AuditPort
 from runtime.store.ports.calls import CallPort
 from runtime.store.ports.events import EventPort
 from runtime.store.ports.grants import GrantPort
@@ -27,6 +29,8 @@ from runtime.store.ports.runs import RunPort
 from runtime.store.ports.tickets import TicketPort
 
 __all__ = [
+    "AuditEvent",
+    "AuditPort",
     "CallPort",
     "EventPort",
     "GrantPort",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from runtime.store.sql.audit import AuditStatements
 from runtime.store.sql.calls import CallStatements
 from runtime.store.sql.events import EventStatements
 from runtime.store.sql.grants import GrantStatements
@@ -25,6 +26,7 @@ class SQLTransaction(
     GrantStatements,
     LeaseStatements,
     IdentityStatements,
+    AuditStatements,
 ):
     """One database transaction, implementing `runtime.store.base.Transaction`.
 
