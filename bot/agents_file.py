@@ -584,7 +584,8 @@ class _Builder:
             return ExternalAgent(
                 name,
                 build,
-                fingerprint=spec.model_dump_json(),
+                # Its policy is recorded on each ticket, not part of what a ticket pins.
+                fingerprint=spec.model_dump_json(exclude={"policy"}),
                 version=spec.version,
                 approvers=spec.approvers,
                 four_eyes=spec.four_eyes,

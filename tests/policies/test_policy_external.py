@@ -123,3 +123,16 @@ async def test_a_grant_given_under_a_policy_names_it(runtime: Runtime) -> None:
     assert created["data"]["policy"]["answer"] == "allow"
     [decided] = [e for e in events if e["kind"] == "ticket_decided"]
     assert decided["data"]["policy"]["version"] == "7"
+
+
+def test_naming_a_policy_leaves_open_tickets_valid(tmp_path: Path) -> None:
+    (tmp_path / "billing.cedar").write_text(POLICY, encoding="utf-8")
+    with_policy = tmp_path / "with.toml"
+    with_policy.write_text(AGENTS, encoding="utf-8")
+    without = tmp_path / "without.toml"
+    without.write_text(AGENTS.replace('policy = "billing-guard"\n', ""), encoding="utf-8")
+    [guarded] = load_agents_file(with_policy).agents
+    [plain] = load_agents_file(without).agents
+    assert guarded.policy is not None and plain.policy is None
+    # A ticket pins the catalog it was opened under; the policy is recorded on it instead.
+    assert guarded.catalog_fingerprint == plain.catalog_fingerprint
