@@ -260,7 +260,6 @@ class Settings(BaseSettings):
             JSON list).
         oidc_auditor_groups: Groups whose members are auditors, who may read every
             run's events (``GET /api/audit``; a comma-separated or JSON list).
-            run's events (``GET /api/audit``; a comma-separated or JSON list).
         oidc_algorithms: Signature algorithms accepted (asymmetric only; a
             comma-separated or JSON list).
         oidc_client_id: The console's client id at the issuer: set, the console offers
