@@ -328,18 +328,7 @@ class SessionCodec:
 
     def store(self, response: web.StreamResponse, session: Session) -> None:
         """Set the session cookie on `response`."""
-        payload: dict[str, Any] = {
-            "actor": session.actor_id,
-            "tok": session.token_fp,
-            "sid": session.session_id,
-            "csrf": session.csrf,
-            "exp": session.expires,
-        }
-        if session.sso:
-            payload.update(
-                sso=True, name=session.name, groups=list(session.groups), op=session.operator
-            )
-        value = self.sign(payload)
+        value = self.sign(session_payload(session))
         response.set_cookie(
             SESSION_COOKIE,
             value,
@@ -395,6 +384,22 @@ class SessionCodec:
 
 
 FLASH_COOKIE = "signoff_flash"
+
+
+def session_payload(session: Session) -> dict[str, Any]:
+    """What a session's cookie holds (signed by `SessionCodec.store`)."""
+    payload: dict[str, Any] = {
+        "actor": session.actor_id,
+        "tok": session.token_fp,
+        "sid": session.session_id,
+        "csrf": session.csrf,
+        "exp": session.expires,
+    }
+    if session.sso:
+        payload.update(
+            sso=True, name=session.name, groups=list(session.groups), op=session.operator
+        )
+    return payload
 
 
 def _optional_str(value: Any) -> str | None:

@@ -49,6 +49,7 @@ from adapters.web.auth import (
     SessionCodec,
     TokenAuth,
     csrf_matches,
+    session_payload,
 )
 from adapters.web.forms import (
     FormField,
@@ -94,6 +95,8 @@ from runtime.edges import MAX_BATCH, NonFiniteNumber, loads_strict
 TEMPLATES = Path(__file__).parent / "templates"
 SSO_COOKIE = "signoff_sso"
 SSO_COOKIE_PATH = "/login/sso"
+MAX_SESSION_COOKIE = 3800
+"""Bytes a session cookie's value may take (browsers keep cookies up to about 4 KB)."""
 SSO_STATE_PREFIX = "sso-state:"
 """Spent sign-in attempts are recorded with the revoked sessions under this prefix."""
 ACTIVE = (RunStatus.QUEUED, RunStatus.RUNNING)
@@ -536,10 +539,21 @@ class _Console:
             name=verified.name,
             sso=True,
         )
+        session = self.codec.new_sso_session(actor, self.sso.config.fingerprint)
+        if len(self.codec.sign(session_payload(session))) > MAX_SESSION_COOKIE:
+            # Browsers drop a cookie this large without a word: say so instead.
+            return await self.refused(
+                request,
+                403,
+                "Sign-in refused",
+                f"The identity provider lists too many groups for you ({len(actor.groups)}) "
+                "to keep in a console session. Ask its administrator to send only the "
+                "groups signoff uses in the groups claim.",
+            )
         response = redirect(pending.next)
         response.del_cookie(SSO_COOKIE, path=SSO_COOKIE_PATH)
         # A new session (and CSRF token), as with a token.
-        self.codec.store(response, self.codec.new_sso_session(actor, self.sso.config.fingerprint))
+        self.codec.store(response, session)
         return response
 
     async def spend_sign_in(self, pending: PendingSignIn) -> bool:

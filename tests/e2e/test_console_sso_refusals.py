@@ -2,7 +2,8 @@
 approves at once, checks the PKCE verifier and lets the test bend the ID token: a public
 client (no secret) signs in with PKCE; an ID token with a wrong nonce, another issuer,
 another audience, an expiry in the past or a foreign key, and an error from the provider,
-are each refused with a page that says why, and sign nobody in."""
+are each refused with a page that says why, and sign nobody in; so are more groups than a
+session cookie can hold."""
 
 from __future__ import annotations
 
@@ -75,6 +76,11 @@ async def test_a_public_client_signs_in_with_pkce(idp: CodeIdp, client: ConsoleC
         ),
         pytest.param({"claims": {"email": None}}, "ID token was refused", id="no-user"),
         pytest.param({"error": "access_denied"}, "refused the sign-in: access_denied", id="error"),
+        pytest.param(
+            {"claims": {"groups": [f"team-{n:04}-with-a-long-name" for n in range(200)]}},
+            "too many groups for you (200)",
+            id="groups-too-many-for-a-cookie",
+        ),
     ],
 )
 async def test_a_bad_answer_is_refused_and_signs_nobody_in(
