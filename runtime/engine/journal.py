@@ -106,9 +106,9 @@ async def notify(
     `RunCallback`, addressed to platform ``callback``: each item is delivered and retried
     on its own, so a retry never repeats the other delivery. An external approval's run
     whose request gave a callback URL (origin key `APPROVAL_CALLBACK_URL`) gets an
-    `ApprovalCallback` to platform ``approval_callback`` the same way, and one whose request
-named a resume destination (origin key `APPROVAL_RESUME`) one more to that destination,
-whose notifier resumes the caller if it deferred. A sub-agent's run
+    `ApprovalCallback` to platform ``approval_callback`` the same way, and one whose
+    request named a resume destination (origin key `APPROVAL_RESUME`) one more to that
+    destination, whose notifier resumes the caller if it deferred. A sub-agent's run
     ending is not announced: its answer goes to its parent, whose end is. Nor is an
     external approval's: its card shows the decision, and a call a rule allowed at once
     has no card to follow up (the caller has the answer, and its callback if it asked).
