@@ -180,6 +180,8 @@ class RuleSpec(_Strict):
     on_expiry: Any = None
     grants: list[Literal["run", "thread"]] | None = None
     hide: bool | None = None
+    decide_in: list[Literal["console", "slack", "discord", "api", "cli"]] | None = None
+    sso: bool | None = None
 
     _deadline = field_validator("deadline")(_positive)
     _on_expiry = field_validator("on_expiry")(_expiry)
@@ -629,6 +631,8 @@ class _Builder:
             ),
             on_expiry=_on_expiry(rule.on_expiry),
             grants=tuple(rule.grants) if rule.grants is not None else None,
+            decide_in=tuple(rule.decide_in) if rule.decide_in is not None else None,
+            sso=rule.sso,
             hide=rule.hide,
         )
 

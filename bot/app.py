@@ -370,6 +370,7 @@ def slack_config_of(settings: Settings) -> SlackConfig:
         default_agent=settings.slack_default_agent,
         approver_groups={k: tuple(v) for k, v in settings.slack_approver_groups.items()},
         link_by_email=settings.slack_link_by_email,
+        console_url=settings.public_url,
     )
 
 
@@ -439,5 +440,7 @@ def add_slack(
 
         app.on_startup.append(connect)
         app.on_shutdown.append(disconnect)
-    notifier = SlackNotifier(bolt.client, groups=config.approver_groups, limiter=limiter)
+    notifier = SlackNotifier(
+        bolt.client, groups=config.approver_groups, limiter=limiter, console_url=config.console_url
+    )
     return SlackEdge(bolt, notifier)

@@ -47,7 +47,13 @@ from runtime.domain.policies import (
     parse_answer,
 )
 from runtime.domain.tickets import describe_chain, describe_deciders
-from runtime.domain.tools import ArgumentError, OnExpiry, PermissionRule, coerce_grants
+from runtime.domain.tools import (
+    ArgumentError,
+    OnExpiry,
+    PermissionRule,
+    coerce_decide_in,
+    coerce_grants,
+)
 from runtime.domain.visibility import may_control
 from runtime.services.batches import MAX_BATCH
 from runtime.services.delivery import DeliveryError, batch_open_ids
@@ -91,6 +97,7 @@ __all__ = [
     "TicketVoided",
     "UncertainCall",
     "batch_open_ids",
+    "coerce_decide_in",
     "coerce_grants",
     "describe_chain",
     "describe_deciders",

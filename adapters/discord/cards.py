@@ -325,6 +325,13 @@ def card(
             ]
             if note.editable:
                 buttons.append(_button(click(Action.EDIT), disabled=disabled))
+            if note.decide_in and "discord" not in note.decide_in:
+                # Step-up: no decision here, only the way to where it may be made.
+                fields.append(_field("Where", _step_up_text(note), inline=False))
+                buttons, granting = [], []
+                if console_url and "console" in note.decide_in:
+                    url = f"{console_url.rstrip('/')}/runs/{run_id}"
+                    buttons.append(_link("Decide in the console", url, disabled=disabled))
             color = COLOR_PENDING
         case _:
             assert_never(note)
@@ -407,6 +414,12 @@ def _input_body(
             buttons.append(_link("Answer in the console", url, disabled=disabled))
     buttons.append(_button(click(Action.DENY), disabled=disabled))
     return f"Input needed: {tool}", description, buttons, COLOR_INFO
+
+
+def _step_up_text(note: TicketNotification) -> str:
+    where = " or ".join(note.decide_in)
+    sso = " after signing in with single sign-on" if note.sso else ""
+    return f"🔒 This call may only be decided in the {where}{sso}."
 
 
 def _uncertain_body(

@@ -23,6 +23,16 @@ def refusal_text(refusal: Refusal, role_groups: Mapping[str, Sequence[str]] | No
         role_groups: Group names mapped to role ids, to name approvers as role mentions.
     """
     match refusal.reason:
+        case RefusalReason.UNAUTHORIZED if (
+            refusal.ticket is not None
+            and refusal.ticket.decide_in
+            and "discord" not in refusal.ticket.decide_in
+        ):
+            where = " or ".join(refusal.ticket.decide_in)
+            return (
+                f"🔒 This request may only be decided in the {where}"
+                f"{' after single sign-on' if refusal.ticket.sso else ''}. Nothing was changed."
+            )
         case RefusalReason.UNAUTHORIZED:
             who = cards.who_may_decide(refusal.deciders, refusal.four_eyes, role_groups or {})
             return f"⛔ You may not decide this request. Who may: {who}. Nothing was changed."

@@ -25,7 +25,14 @@ import mcp_types
 
 from adapters.mcp.config import Binding, ServerConfig
 from adapters.mcp.connection import McpServerUnavailable, ServerConnection
-from adapters.mcp.rules import Settled, check_arguments, is_glob, settle, settled_grants
+from adapters.mcp.rules import (
+    Settled,
+    check_arguments,
+    is_glob,
+    settle,
+    settled_grants,
+    step_up_places,
+)
 from runtime import (
     Agent,
     ConfigurationError,
@@ -211,6 +218,8 @@ class McpHub:
             secret=secret,
             on_expiry=settled.on_expiry,
             grants=settled_grants(connection.config.prefix + item.name, settled),
+            decide_in=step_up_places(connection.config.prefix + item.name, settled),
+            sso=bool(settled.sso),
             server=connection.name,
             # Names a glob entry gave that this tool lacks are left out, as for secret.
             editable=(

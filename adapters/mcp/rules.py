@@ -32,6 +32,7 @@ from runtime.edges import (
     OPERATORS,
     OnExpiry,
     PermissionRule,
+    coerce_decide_in,
     coerce_grants,
     is_number,
     lookup,
@@ -240,6 +241,8 @@ class ToolKnobs:
             "thread")``, ``()``).
         hide: Whether the model is not offered the tool (by default a tool whose
             permission is ``deny`` without argument rules is hidden).
+        decide_in: Step-up: the only places its calls may be decided.
+        sso: Step-up: a console decision must come from a single sign-on session.
     """
 
     pattern: str
@@ -257,6 +260,8 @@ class ToolKnobs:
     on_expiry: OnExpiry | None = None
     grants: tuple[GrantScope, ...] | None = None
     hide: bool | None = None
+    decide_in: tuple[str, ...] | None = None
+    sso: bool | None = None
 
     def matches(self, name: str) -> bool:
         """Whether this entry applies to the tool named `name`."""
@@ -285,6 +290,8 @@ class Settled:
     on_expiry: OnExpiry | None = None
     grants: tuple[GrantScope, ...] | None = None
     hide: bool | None = None
+    decide_in: tuple[str, ...] | None = None
+    sso: bool | None = None
     sources: tuple[ToolKnobs, ...] = field(default=())
 
     def permission_rule(self, default: Permission | PermissionRule) -> Permission | PermissionRule:
@@ -327,6 +334,8 @@ def settle(name: str, knobs: Iterable[ToolKnobs]) -> Settled:
                 "on_expiry",
                 "grants",
                 "hide",
+                "decide_in",
+                "sso",
             )
             if getattr(entry, key) is not None
         }
@@ -375,7 +384,26 @@ def apply_to_tool(item: Tool, settled: Settled) -> Tool:
         on_expiry=settled.on_expiry if settled.on_expiry is not None else item.on_expiry,
         grants=settled_grants(item.name, settled, item),
         editable=editable,
+        decide_in=step_up_places(item.name, settled, item),
+        sso=settled.sso if settled.sso is not None else item.sso,
     )
+
+
+def step_up_places(name: str, settled: Settled, item: Tool | None = None) -> tuple[str, ...]:
+    """The tool's ``decide_in`` once `settled` applies (`item`'s own where it sets none).
+
+    Raises:
+        ConfigurationError: An unknown place, or ``sso`` without the console.
+    """
+    places = (
+        settled.decide_in if settled.decide_in is not None else (item.decide_in if item else ())
+    )
+    sso = settled.sso if settled.sso is not None else (item.sso if item else False)
+    where = settled.sources[-1].where if settled.sources else ""
+    try:
+        return coerce_decide_in(name, places, sso)
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"{where}: {exc}" if where else str(exc)) from None
 
 
 def settled_grants(

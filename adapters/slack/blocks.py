@@ -318,6 +318,7 @@ def approval_card(
     ref: TicketRef | None,
     outcome: str | None = None,
     groups: Groups | None = None,
+    console_url: str | None = None,
 ) -> list[Block]:
     """The card of an `ApprovalRequested` notification.
 
@@ -327,6 +328,8 @@ def approval_card(
         ref: The open ticket; None renders the card without buttons.
         outcome: A line saying how it was decided (the decided-state card).
         groups: Named approver groups mapped to Slack ids.
+        console_url: The console's base URL: a step-up card links there instead of
+            offering the decision (see `step_up_section`).
     """
     tool = note.tool or "?"
     blocks: list[Block] = [
@@ -345,7 +348,9 @@ def approval_card(
         blocks.append(_context(f"Why: {escape(note.why)}"))
     if outcome is not None:
         blocks.append(_section(outcome))
-    if ref is not None:
+    if ref is not None and note.decide_in and "slack" not in note.decide_in:
+        blocks.append(step_up_section(note, console_url))
+    elif ref is not None:
         value = button_value(ref.ticket_id, ref.correlation)
         shown = [
             button("Allow", ACTION_ALLOW, value, "primary"),
@@ -357,6 +362,18 @@ def approval_card(
             shown.append(button("Allow with changes…", ACTION_EDIT, value))
         blocks.append(_actions(ref.ticket_id, shown))
     return finish(blocks)
+
+
+def step_up_section(note: DescribedTicket, console_url: str | None) -> Block:
+    """What a step-up card shows instead of buttons: where the call may be decided, with
+    a link to its run's page in the console (when the console's URL is known)."""
+    where = " or ".join(note.decide_in)
+    sso = " after signing in with single sign-on" if note.sso else ""
+    if console_url and "console" in note.decide_in:
+        link = f"{console_url.rstrip('/')}/runs/{note.run_id}"
+        said = f":lock: This call may only be decided in the {where}{sso}"
+        return _section(f"{said}: <{link}|Decide in the console>")
+    return _section(f":lock: This call may only be decided in the {where}{sso}.")
 
 
 def grant_buttons(note: DescribedTicket, value: str) -> list[dict[str, Any]]:
@@ -458,11 +475,12 @@ def card(
     ref: TicketRef | None,
     outcome: str | None = None,
     groups: Groups | None = None,
+    console_url: str | None = None,
 ) -> list[Block]:
     """The card of a notification that asks for a decision."""
     match note:
         case ApprovalRequested():
-            return approval_card(note, ref, outcome, groups)
+            return approval_card(note, ref, outcome, groups, console_url)
         case InputRequested():
             return input_card(note, ref, outcome, groups)
         case UncertainCall():

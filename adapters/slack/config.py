@@ -31,6 +31,8 @@ class SlackConfig:
             of them belong to the group.
         link_by_email: Link a user who decides to ``oidc:<e-mail>`` by their profile's
             verified e-mail (``users.info``), once per process (see `adapters.slack.linking`).
+        console_url: The console's base URL (``SIGNOFF_PUBLIC_URL``), linked from the
+            cards of calls that may only be decided there.
     """
 
     bot_token: str
@@ -45,3 +47,4 @@ class SlackConfig:
     lookup_timeout_seconds: float = 1.0
     approver_groups: Mapping[str, Sequence[str]] = field(default_factory=dict)
     link_by_email: bool = False
+    console_url: str | None = None

@@ -220,6 +220,7 @@ class SlackNotifier:
         limiter: Spacing of messages posted to one channel (default: one per second);
             edits and ephemeral replies are not spaced (Slack limits them per method).
         groups: Named approver groups mapped to Slack ids, to word who may decide.
+        console_url: The console's base URL, linked from step-up cards.
     """
 
     def __init__(
@@ -228,8 +229,10 @@ class SlackNotifier:
         *,
         limiter: ChannelLimiter | None = None,
         groups: blocks.Groups | None = None,
+        console_url: str | None = None,
     ) -> None:
         self._groups = dict(groups or {})
+        self._console_url = console_url
         self._client = client
         self._limiter = limiter or ChannelLimiter()
 
@@ -279,7 +282,7 @@ class SlackNotifier:
         ticket = delivery.ticket
         if ticket is not None and ticket.status is TicketStatus.OPEN:
             ref = TicketRef(ticket.ticket_id, ticket.correlation)
-            shown = blocks.card(note, ref, groups=self._groups)
+            shown = blocks.card(note, ref, groups=self._groups, console_url=self._console_url)
         else:
             # Decided (or expired) before its card could be posted: show how, no buttons.
             outcome = closed_outcome(ticket) if ticket is not None else None

@@ -14,6 +14,16 @@ from runtime import BatchAccepted, Refusal, RefusalReason
 def refusal_text(refusal: Refusal, groups: blocks.Groups | None = None) -> str:
     """The ephemeral message for a refused decision (mrkdwn, already escaped)."""
     match refusal.reason:
+        case RefusalReason.UNAUTHORIZED if (
+            refusal.ticket is not None
+            and refusal.ticket.decide_in
+            and "slack" not in refusal.ticket.decide_in
+        ):
+            where = " or ".join(refusal.ticket.decide_in)
+            return (
+                f":lock: This request may only be decided in the {where}"
+                f"{' after single sign-on' if refusal.ticket.sso else ''}. Nothing changed."
+            )
         case RefusalReason.UNAUTHORIZED:
             who = blocks.who_may_decide(refusal.deciders, refusal.four_eyes, groups)
             return f":no_entry: You may not decide this request; who may: {who}. Nothing changed."

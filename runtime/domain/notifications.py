@@ -83,6 +83,11 @@ class DescribedTicket(_Note):
     external: bool = False
     """The call of an external agent (`runtime.domain.external`): signoff authorises it,
     the agent runs it elsewhere."""
+    decide_in: list[str] = []
+    """Step-up: the only places the ticket may be decided (empty: anywhere); a card
+    elsewhere links to the console instead of offering the decision."""
+    sso: bool = False
+    """Step-up: a console decision must come from a single sign-on session."""
 
     @model_validator(mode="before")
     @classmethod

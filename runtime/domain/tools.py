@@ -152,6 +152,9 @@ class Tool:
             True (any argument but secret ones), False (none), or the names of the
             arguments that may change (see `runtime.domain.edits`).
         server: The MCP server it comes from (None: not an MCP tool); cards show it.
+        decide_in: Step-up: the only places its calls may be decided (e.g.
+            ``("console",)``); empty means anywhere. Chat cards then link to the console.
+        sso: Step-up: a console decision must come from a single sign-on session.
     """
 
     name: str
@@ -167,6 +170,8 @@ class Tool:
     grants: tuple[GrantScope, ...] | None = None
     editable: bool | frozenset[str] = True
     server: str | None = None
+    decide_in: tuple[str, ...] = ()
+    sso: bool = False
     _args_model: type[BaseModel] = field(default=BaseModel, repr=False, compare=False)
     # Set by `from_schema`: the arguments' JSON schema as given, and its validator.
     _schema: dict[str, Any] | None = field(default=None, repr=False, compare=False)
@@ -189,6 +194,8 @@ class Tool:
         grants: Sequence[str] | None = None,
         editable: bool | Sequence[str] = True,
         server: str | None = None,
+        decide_in: Sequence[str] = (),
+        sso: bool = False,
     ) -> Tool:
         """A tool whose arguments are described by a JSON schema instead of type hints.
 
@@ -212,6 +219,8 @@ class Tool:
             grants: As for `tool`.
             editable: As for `tool`; names of the schema's properties.
             server: The MCP server it comes from, shown on approval cards.
+            decide_in: As for `tool`.
+            sso: As for `tool`.
 
         Raises:
             ConfigurationError: The schema is not a valid JSON schema, or an option is bad.
@@ -245,6 +254,8 @@ class Tool:
             grants=coerce_grants(name, grants, four_eyes),
             editable=allowed,
             server=server,
+            decide_in=coerce_decide_in(name, decide_in, sso),
+            sso=sso,
             _schema=schema,
         )
 
@@ -620,6 +631,29 @@ def _args_model(fn: Callable[..., Any], name: str) -> type[BaseModel]:
     return model
 
 
+DECISION_PLACES = ("console", "slack", "discord", "api", "cli")
+"""Where a call may be decided (`Tool.decide_in`): the platforms of deciding actors."""
+
+
+def coerce_decide_in(name: str, places: Sequence[str], sso: bool) -> tuple[str, ...]:
+    """A tool's ``decide_in`` checked: known places, each once; ``sso`` needs the console.
+
+    Raises:
+        ConfigurationError: An unknown place, or ``sso`` without the console among them.
+    """
+    if isinstance(places, str):
+        raise ConfigurationError(f"tool {name!r}: decide_in is a list of places")
+    unknown = [p for p in places if p not in DECISION_PLACES]
+    if unknown:
+        raise ConfigurationError(
+            f"tool {name!r}: decide_in names unknown places {unknown} "
+            f"(known: {', '.join(DECISION_PLACES)})"
+        )
+    if sso and "console" not in places:
+        raise ConfigurationError(f'tool {name!r}: sso = true needs decide_in = ["console"]')
+    return tuple(dict.fromkeys(places))
+
+
 @overload
 def tool(fn: Callable[..., Any], /) -> Tool: ...
 
@@ -639,6 +673,8 @@ def tool(
     on_expiry: OnExpiry | str | None = None,
     grants: Sequence[str] | None = None,
     editable: bool | Sequence[str] = True,
+    decide_in: Sequence[str] = (),
+    sso: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -656,6 +692,8 @@ def tool(
     on_expiry: OnExpiry | str | None = None,
     grants: Sequence[str] | None = None,
     editable: bool | Sequence[str] = True,
+    decide_in: Sequence[str] = (),
+    sso: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a tool. Use bare (``@tool``) or with options (``@tool(permission="ask")``).
 
@@ -678,6 +716,11 @@ def tool(
         editable: Whether an approver may change the arguments before allowing: True
             (the default: any argument but secret ones), False, or the names of the
             arguments that may change, e.g. ``("amount",)``.
+        decide_in: Step-up: where its calls may be decided, among ``console``,
+            ``slack``, ``discord``, ``api`` and ``cli`` (default: anywhere); a chat card
+            of a call that may not be decided there links to the console instead.
+        sso: Step-up: a console decision must come from a single sign-on session
+            (needs ``decide_in``, e.g. ``("console",)``).
 
     Returns:
         A `Tool`, or a decorator producing one.
@@ -707,6 +750,8 @@ def tool(
             on_expiry=coerce_expiry(on_expiry),
             grants=coerce_grants(tool_name, grants, four_eyes),
             editable=allowed,
+            decide_in=coerce_decide_in(tool_name, decide_in, sso),
+            sso=sso,
             _args_model=args_model,
         )
 

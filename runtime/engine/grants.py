@@ -337,6 +337,7 @@ async def cover_open(
             or target.policy_wants_person
             or ticket.four_eyes
             or not ticket.may_decide(actor)
+            or not ticket.decidable_here(actor)
             or not constraints.holds(grant.constraint, target.args)
         ):
             continue

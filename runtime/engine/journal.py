@@ -215,6 +215,8 @@ async def open_ticket(
         deadline=now + limit if limit is not None else None,
         created_at=now,
         chain=chain_of(run),
+        decide_in=tool.decide_in if tool is not None else (),
+        sso=tool.sso if tool is not None else False,
     )
     await tx.insert_ticket(ticket)
     opened = describe_ticket(note, run, ticket, agent)
@@ -245,6 +247,8 @@ _Described = TypeVar("_Described", bound=DescribedTicket)
 
 
 class _ToolFields(TypedDict, total=False):
+    decide_in: list[str]
+    sso: bool
     editable: list[str]
     external: bool
     tool_description: str | None
@@ -274,6 +278,10 @@ def describe_ticket(
     if is_external(agent):
         # Cards say the call comes from an agent running elsewhere.
         about["external"] = True
+    if ticket.decide_in:
+        # Step-up: cards elsewhere link to where it may be decided instead of deciding.
+        about["decide_in"] = list(ticket.decide_in)
+        about["sso"] = ticket.sso
     return note(
         run_id=run.run_id,
         agent=run.agent,

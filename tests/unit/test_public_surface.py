@@ -181,6 +181,7 @@ EDGES = (
     "TicketVoided",
     "UncertainCall",
     "batch_open_ids",
+    "coerce_decide_in",
     "coerce_grants",
     "describe_chain",
     "describe_deciders",

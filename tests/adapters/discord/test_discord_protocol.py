@@ -25,9 +25,11 @@ async def test_fake_discord_still_speaks_discordpy_protocol(harness: Harness) ->
     assert ("GET", "/users/@me") in fake.requests
     assert ("GET", "/oauth2/applications/@me") in fake.requests
     assert ("PUT", f"/applications/{APP_ID}/guilds/{GUILD_ID}/commands") in fake.requests
-    [agent] = fake.commands[str(GUILD_ID)]
+    agent, signoff = fake.commands[str(GUILD_ID)]
     assert agent["name"] == "agent"
     assert sorted(o["name"] for o in agent["options"]) == ["cancel", "pending", "run", "status"]
+    assert signoff["name"] == "signoff"
+    assert [o["name"] for o in signoff["options"]] == ["link"]
     # Gateway: one IDENTIFY with our token and the guilds intent only, then READY and
     # GUILD_CREATE made the guild and its roles known.
     [identify] = fake.identifies
