@@ -18,6 +18,7 @@ from runtime import (
     ScriptedModel,
     SequentialIds,
     TicketStatus,
+    ToolPermission,
     Unauthorized,
     final_reply,
     tool_call_reply,
@@ -171,3 +172,18 @@ async def test_an_expired_link_code_links_nobody(store: Store) -> None:
     assert await ids.redeem_link_code(code, "42") is None
     assert await ids.person_of("42") is None
     assert await ids.redeem_link_code("not-a-code", "42") is None
+
+
+async def test_a_step_up_ticket_round_trips(store: Store, make: Any) -> None:
+    async with store.transaction() as tx:
+        await tx.insert_run(make.run("run_1"))
+        await tx.insert_ticket(make.ticket("tk_1", decide_in=("console", "api"), sso=True))
+        await tx.insert_ticket(
+            make.ticket("tk_2", target=ToolPermission(call_id="call_2", tool="refund", args={}))
+        )
+    async with store.transaction() as tx:
+        stepped = await tx.get_ticket("tk_1")
+        plain = await tx.get_ticket("tk_2")
+    assert stepped is not None and plain is not None
+    assert (stepped.decide_in, stepped.sso) == (("console", "api"), True)
+    assert (plain.decide_in, plain.sso) == ((), False)
