@@ -52,6 +52,7 @@ from runtime import (
     RunResult,
     Runtime,
     SignoffError,
+    Unauthorized,
     UnknownTicket,
     classify,
 )
@@ -153,7 +154,10 @@ class Handlers:
         """``/agent pending``: the open requests the caller may decide (ephemeral)."""
 
         async def work() -> Reply:
-            actor = self._actor(interaction)
+            try:
+                actor = await self._runtime.identities.as_person(self._actor(interaction))
+            except Unauthorized:
+                return Reply("", embed=cards.pending_embed([], 0))
             entries = [
                 e for e in await self._runtime.open_tickets(limit=500) if e.ticket.may_decide(actor)
             ]

@@ -452,7 +452,8 @@ def add_api_routes(
                 response.headers["WWW-Authenticate"] = 'Bearer realm="signoff"'
                 return response
             try:
-                return await handler(request, actor)
+                # Every id of the person: what they may see and decide under any of them.
+                return await handler(request, await runtime.identities.as_person(actor))
             except BadRequest as exc:
                 return error_response(Refusal(400, "bad_request", str(exc)))
             except GrantError as exc:

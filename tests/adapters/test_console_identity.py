@@ -81,3 +81,19 @@ async def test_a_requester_linked_to_a_console_identity_is_refused_there(service
     assert await service.snapshot(parked.run_id) == before
     ticket = await service.runtime.ticket(ticket_id)
     assert ticket.status is TicketStatus.OPEN
+
+
+async def test_a_linked_approver_sees_and_decides_over_the_api(service: Any) -> None:
+    parked = await service.park("deployer", requester="U1")  # approvers: U2, four-eyes
+    ticket_id = parked.pending[0].ticket_id
+    status, _ = await service.api("GET", f"/api/runs/{parked.run_id}", token="tok-u3")
+    assert status == 404
+    await service.runtime.identities.link("U3", "U2", "api")  # U3's person is U2
+    status, body = await service.api("GET", f"/api/runs/{parked.run_id}", token="tok-u3")
+    assert status == 200, body
+    status, body = await service.api(
+        "POST", f"/api/tickets/{ticket_id}/decision", token="tok-u3", json={"decision": "allow"}
+    )
+    assert status == 200, body
+    await service.finished(parked.run_id)
+    assert service.ledger == [("deploy", {"service": "api"})]
