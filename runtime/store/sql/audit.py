@@ -8,9 +8,10 @@ handed out up to a horizon below which no open transaction holds a number:
 - PostgreSQL: ``LOCK TABLE events IN SHARE MODE`` waits until every transaction that
   inserted events has ended (an ``INSERT`` holds ``ROW EXCLUSIVE`` on the table from
   before it draws its numbers until its transaction ends; ``SHARE`` conflicts with it),
-  then the highest committed ``seq`` is the horizon. The lock is taken in a transaction
-  of its own and released at once; it waits at most `HORIZON_LOCK_TIMEOUT`. Events are
-  written just before their transaction commits, so the wait is short.
+  then the highest committed ``seq`` is the horizon (`PostgresTransaction._settle_events`
+  in `dialects`). The lock is taken in a transaction of its own and released at once;
+  it waits at most `dialects.HORIZON_LOCK_TIMEOUT`. Events are written just before
+  their transaction commits, so the wait is short.
 - SQLite: one writer at a time, transactions commit in the order of their numbers; the
   highest committed ``seq`` is the horizon.
 """
@@ -21,7 +22,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import BindParameter, bindparam, delete, func, select, text
+from sqlalchemy import BindParameter, bindparam, delete, func, select
 
 from runtime.store.ports.audit import AuditEvent
 from runtime.store.records import RunRecord
@@ -39,13 +40,8 @@ from runtime.store.sql.convert import to_micros
 from runtime.store.sql.executing import TransactionCore
 from runtime.store.sql.rows import EVENTS, RUNS
 
-HORIZON_LOCK_TIMEOUT = "5s"
-"""How long the audit waits for transactions writing events (PostgreSQL)."""
-
 _FINISHED = ("done", "failed", "cancelled")
 _MAX_SEQ = select(func.coalesce(func.max(events.c.seq), 0).label("horizon"))
-_LOCK_TIMEOUT = text(f"SET LOCAL lock_timeout = '{HORIZON_LOCK_TIMEOUT}'")
-_LOCK_EVENTS = text("LOCK TABLE events IN SHARE MODE")
 
 
 class AuditStatements(TransactionCore):
@@ -58,11 +54,13 @@ class AuditStatements(TransactionCore):
     async def audit_horizon(self) -> int:
         """The highest sequence number no open transaction can still fill in below."""
         await self._flush_events()
-        if self._conn is not None and self._conn.dialect.name == "postgresql":
-            await self._execute(_LOCK_TIMEOUT)
-            await self._execute(_LOCK_EVENTS)
+        await self._settle_events()
         result = await self._execute(_MAX_SEQ)
         return int(result.one()[0] or 0)
+
+    async def _settle_events(self) -> None:
+        """Wait until no open transaction holds an event's number (SQLite: nothing to
+        wait for, its transactions commit one at a time in the order of their numbers)."""
 
     async def audit_events(
         self,

@@ -31,6 +31,11 @@ from runtime.store.sql.wake import NOTIFY, WAKE_CHANNEL, listen_for_wakeups
 
 log = logging.getLogger("signoff.store")
 
+HORIZON_LOCK_TIMEOUT = "5s"
+"""How long the audit waits for transactions writing events (PostgreSQL)."""
+_AUDIT_LOCK_TIMEOUT = text(f"SET LOCAL lock_timeout = '{HORIZON_LOCK_TIMEOUT}'")
+_AUDIT_LOCK_EVENTS = text("LOCK TABLE events IN SHARE MODE")
+
 # Any constant works; it only has to be the same in every replica.
 _PG_MIGRATION_LOCK = 0x5169_0FF
 _RUN_LOCK = select(runs.c.run_id).where(runs.c.run_id == bindparam("run_id")).with_for_update()
@@ -96,6 +101,12 @@ class PostgresTransaction(SQLTransaction):
         # Delivered at commit, and never if the transaction rolls back.
         payload = ",".join(sorted(wake))
         await self._execute(NOTIFY, {"channel": WAKE_CHANNEL, "payload": payload})
+
+    async def _settle_events(self) -> None:
+        # SHARE conflicts with the ROW EXCLUSIVE an INSERT holds from before it draws its
+        # numbers until its transaction ends (see `runtime.store.sql.audit`).
+        await self._execute(_AUDIT_LOCK_TIMEOUT)
+        await self._execute(_AUDIT_LOCK_EVENTS)
 
 
 class Database(ABC):
