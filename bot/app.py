@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from aiohttp import web
 from pydantic import SecretStr
 
+from adapters.claude_code.prompt_route import add_lazy_permission_prompt_routes
 from adapters.claude_code.resume import ResumeConfig
 from adapters.claude_code.route import add_claude_code_route
 from adapters.web import ApiToken, TokenAuth, add_api_routes, add_console_routes, body_deadline
@@ -271,9 +272,8 @@ def build_web(
     from importlib.util import find_spec
 
     if find_spec("mcp") is not None:  # Claude Code's permission prompt tool: the mcp extra
-        from adapters.claude_code.permission_prompt import add_permission_prompt_routes
-
-        add_permission_prompt_routes(
+        # Started at its first request: a server nobody asks there never imports the SDK.
+        add_lazy_permission_prompt_routes(
             app,
             runtime,
             authenticate=auth.bearer,

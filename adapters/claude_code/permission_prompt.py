@@ -71,7 +71,8 @@ from runtime import (
 TOOL = "approve"
 """The tool's name: ``--permission-prompt-tool mcp__<server name>__approve``."""
 PATH = "/claude-code/mcp"
-"""Where ``signoff serve`` serves the tool over Streamable HTTP."""
+"""Where ``signoff serve`` serves the tool over Streamable HTTP (as
+`adapters.claude_code.prompt_route.PATH`, which serves it without importing this module)."""
 SESSION_HEADER = "Signoff-Session"
 """The HTTP header naming the session calls belong to (at most 200 characters)."""
 SESSION_ENV = "CLAUDE_CODE_SESSION_ID"
@@ -455,6 +456,91 @@ def _options(request: web.Request) -> Options | str:
     return Options(agent=agent, timeout=timeout, on_behalf_of=on_behalf_of)
 
 
+class PromptEndpoint:
+    """The permission prompt tool served over Streamable HTTP: one SDK session manager,
+    started with `start` and closed with `close`; `handle` answers one request.
+
+    Args:
+        runtime: The runtime that decides.
+        authenticate: Who the request's bearer token is (None: refused with 401).
+        may_act_for: Whether the token may ask on behalf of a user.
+        on_change: Called after a call opened an approval (wakes the worker).
+        progress_seconds: How often a waiting call reports progress.
+    """
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        *,
+        authenticate: Authenticate,
+        may_act_for: MayActFor,
+        on_change: Callable[[], None],
+        progress_seconds: float = PROGRESS_SECONDS,
+    ) -> None:
+        self._stop = asyncio.Event()
+        self.prompt = PermissionPrompt(
+            RuntimeApprovals(runtime, on_change, self._stop),
+            progress_seconds=progress_seconds,
+            stop=self._stop,
+        )
+        self._authenticate = authenticate
+        self._may_act_for = may_act_for
+        self._manager = StreamableHTTPSessionManager(app=self.prompt.server)
+        self._done = asyncio.Event()
+        self._task: asyncio.Future[None] | None = None
+        self._streams: set[asyncio.Event] = set()
+
+    async def start(self) -> None:
+        """Start the SDK's session manager."""
+        ready = asyncio.Event()
+
+        async def run_manager() -> None:
+            async with self._manager.run():
+                ready.set()
+                await self._done.wait()
+
+        self._task = asyncio.ensure_future(run_manager())
+        await ready.wait()
+
+    def stop_waiting(self) -> None:
+        """Answer the calls that wait, and end the clients' open streams."""
+        self._stop.set()
+        # A client's standalone stream (GET) stays open as long as the client runs: ended
+        # here, as if the client went away, it does not hold up the shutdown.
+        for hangup in list(self._streams):
+            hangup.set()
+
+    async def close(self) -> None:
+        """Close the session manager."""
+        self._done.set()
+        if self._task is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        """Answer one request (GET, POST or DELETE)."""
+        actor = self._authenticate(request)
+        if actor is None:
+            return _error(401, "unauthenticated", "a valid bearer token is required")
+        options = _options(request)
+        if isinstance(options, str):
+            return _error(400, "bad_request", options)
+        if options.on_behalf_of is not None and not self._may_act_for(
+            request, options.on_behalf_of
+        ):
+            return _error(
+                403, "forbidden", f"this token may not ask on behalf of {options.on_behalf_of!r}"
+            )
+        hangup = asyncio.Event()
+        if request.method == "GET":
+            self._streams.add(hangup)
+        try:
+            extra = {_ACTOR_KEY: actor, _OPTIONS_KEY: options}
+            return await _asgi(request, self._manager, extra, hangup)
+        finally:
+            self._streams.discard(hangup)
+
+
 def add_permission_prompt_routes(
     app: web.Application,
     runtime: Runtime,
@@ -471,6 +557,8 @@ def add_permission_prompt_routes(
     3600) and ``?on_behalf_of=`` set how calls are asked. Every request needs a valid
     bearer token (401 otherwise) whose identity asks; bad options are 400, an
     ``on_behalf_of`` the token may not name 403, all before the SDK sees the request.
+    (`adapters.claude_code.prompt_route` serves the same, starting it at the first
+    request.)
 
     Args:
         app: The application to extend.
@@ -484,62 +572,27 @@ def add_permission_prompt_routes(
     Returns:
         The served prompt.
     """
-    stop = asyncio.Event()
-    prompt = PermissionPrompt(
-        RuntimeApprovals(runtime, on_change, stop), progress_seconds=progress_seconds, stop=stop
+    endpoint = PromptEndpoint(
+        runtime,
+        authenticate=authenticate,
+        may_act_for=may_act_for,
+        on_change=on_change,
+        progress_seconds=progress_seconds,
     )
-    manager = StreamableHTTPSessionManager(app=prompt.server)
-    ready = asyncio.Event()
-    done = asyncio.Event()
-
-    async def run_manager() -> None:
-        async with manager.run():
-            ready.set()
-            await done.wait()
 
     async def lifetime(_app: web.Application) -> Any:
-        task = asyncio.ensure_future(run_manager())
-        await ready.wait()
+        await endpoint.start()
         yield
-        done.set()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-    streams: set[asyncio.Event] = set()
+        await endpoint.close()
 
     async def stop_waiting(_app: web.Application) -> None:
-        stop.set()
-        # A client's standalone stream (GET) stays open as long as the client runs: ended
-        # here, as if the client went away, it does not hold up the shutdown.
-        for hangup in list(streams):
-            hangup.set()
+        endpoint.stop_waiting()
 
     app.cleanup_ctx.append(lifetime)
     app.on_shutdown.append(stop_waiting)
-
-    async def handle(request: web.Request) -> web.StreamResponse:
-        actor = authenticate(request)
-        if actor is None:
-            return _error(401, "unauthenticated", "a valid bearer token is required")
-        options = _options(request)
-        if isinstance(options, str):
-            return _error(400, "bad_request", options)
-        if options.on_behalf_of is not None and not may_act_for(request, options.on_behalf_of):
-            return _error(
-                403, "forbidden", f"this token may not ask on behalf of {options.on_behalf_of!r}"
-            )
-        hangup = asyncio.Event()
-        if request.method == "GET":
-            streams.add(hangup)
-        try:
-            extra = {_ACTOR_KEY: actor, _OPTIONS_KEY: options}
-            return await _asgi(request, manager, extra, hangup)
-        finally:
-            streams.discard(hangup)
-
     for method in ("GET", "POST", "DELETE"):
-        app.router.add_route(method, path, handle)
-    return prompt
+        app.router.add_route(method, path, endpoint.handle)
+    return endpoint.prompt
 
 
 async def _asgi(

@@ -191,3 +191,9 @@ def test_calls_are_matched_by_session_and_tool_use_or_by_the_whole_call() -> Non
     assert prompt_key(alone, "other-agent") != prompt_key(alone)
     without_id = {"tool_name": "Bash", "input": {"command": "ls"}}
     assert prompt_key(read_call(without_id, "session-1")) is None
+
+
+def test_the_lazy_route_serves_the_same_path() -> None:
+    from adapters.claude_code import prompt_route
+
+    assert prompt_route.PATH == PATH
