@@ -33,14 +33,20 @@ class PolicyError(SignoffError):
     not one of allow, ask or deny."""
 
 
+REQUESTER_GROUPS = "requester_groups"
+"""The origin key of the groups the requester belonged to when the run started, as the
+edge that started it verified them (the console's and API's token or single sign-on
+groups, an external approval's sender's)."""
+
+
 @dataclass(frozen=True)
 class PolicyCall:
     """Everything a policy sees of one tool call.
 
     Attributes:
         requester: Who started the run (None when nobody did, e.g. a timer).
-        requester_groups: The requester's groups the edge recorded on the run (its
-            origin's ``requester_groups``); empty when it recorded none.
+        requester_groups: The requester's groups recorded on the run when it started
+            (its origin's `REQUESTER_GROUPS`); empty when none were.
         agent: The agent's name.
         agent_version: The agent's version.
         tool: The tool's name.

@@ -15,7 +15,14 @@ from typing import Any
 
 from runtime.domain.agent import Agent
 from runtime.domain.external import ORIGIN_KEY
-from runtime.domain.policies import Policy, PolicyCall, PolicyOutcome, combine, failed_closed
+from runtime.domain.policies import (
+    REQUESTER_GROUPS,
+    Policy,
+    PolicyCall,
+    PolicyOutcome,
+    combine,
+    failed_closed,
+)
 from runtime.domain.tickets import ToolPermission
 from runtime.domain.tools import Permission
 from runtime.engine.journal import record
@@ -47,7 +54,7 @@ def call_of(
 ) -> PolicyCall:
     """The `PolicyCall` of a call `run` of `agent` (or of ``(name, version)``) proposes."""
     name, version = (agent.name, agent.version) if isinstance(agent, Agent) else agent
-    groups = run.origin.get("requester_groups")
+    groups = run.origin.get(REQUESTER_GROUPS)
     return PolicyCall(
         requester=run.requester,
         requester_groups=tuple(sorted(str(g) for g in groups)) if isinstance(groups, list) else (),

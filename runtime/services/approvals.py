@@ -40,6 +40,7 @@ from runtime.domain.external import (
     request_of,
 )
 from runtime.domain.notifications import APPROVAL_RESUME
+from runtime.domain.policies import REQUESTER_GROUPS
 from runtime.domain.states import CallState, RunStatus, TicketStatus
 from runtime.domain.tickets import Actor, Deny, ResumeTicket
 from runtime.domain.tools import Tool
@@ -163,6 +164,8 @@ class Approvals:
             origin[CALLBACK_KEY] = request.callback_url
         if request.resume is not None:
             origin[APPROVAL_RESUME] = dict(request.resume)
+        if request.on_behalf_of is None and actor.groups:
+            origin[REQUESTER_GROUPS] = sorted(actor.groups)
         keys = None
         if idempotency_key is not None:
             scope = f"{IDEMPOTENCY_SCOPE}:{actor.id}"

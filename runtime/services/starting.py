@@ -9,6 +9,7 @@ from typing import Any
 
 from runtime.domain.agent import Agent
 from runtime.domain.errors import AccessDenied, IdempotencyConflict
+from runtime.domain.policies import REQUESTER_GROUPS
 from runtime.domain.states import RunStatus
 from runtime.domain.tickets import Actor
 from runtime.domain.visibility import is_chat_thread, may_join_thread
@@ -71,6 +72,15 @@ class Starter:
         history = []
         if thread_id is not None and opening is None:
             history = await self._history(thread_id, joining_as)
+        origin = dict(origin or {})
+        if (
+            joining_as is not None
+            and joining_as.groups
+            and joining_as.id == requester
+            and REQUESTER_GROUPS not in origin
+        ):
+            # What the edge verified of who starts it, for the agent's policy to read.
+            origin[REQUESTER_GROUPS] = sorted(joining_as.groups)
         run = RunRecord(
             run_id=deps.ids.new_id("run"),
             thread_id=thread_id or deps.ids.new_id("th"),
@@ -81,7 +91,7 @@ class Starter:
             requester=requester,
             created_at=now,
             updated_at=now,
-            origin=dict(origin or {}),
+            origin=origin,
             messages=[*history, {"role": "user", "content": opening or input}],
         )
         # Not waiting, the run goes to a free place of the local worker if there is one.
