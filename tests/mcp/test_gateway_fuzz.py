@@ -166,27 +166,44 @@ async def test_no_input_gets_a_5xx_and_nothing_malformed_creates_anything(
     assert calls(state) == []
 
 
-# Arguments near a tool's schema that still do not fit it (a missing, mistyped or
-# out-of-range parameter), besides arbitrary ones.
+# Calls near a tool's schema that still do not fit it (a missing, mistyped or out-of-range
+# parameter): each paired with its tool, since what misses one tool may fit another
+# (``{"service": "api"}`` is a fine ``lookup``).
 _near_misses = st.sampled_from(
     [
-        {"service": "api"},
-        {"environment": "production"},
-        {"service": 1, "environment": "production"},
-        {"service": "api", "environment": "moon"},
-        {"service": None, "environment": "staging"},
-        {"service": ["api"], "environment": "staging"},
-        {"service": {"name": "api"}},
+        ("deploy", {"service": "api"}),
+        ("deploy", {"environment": "production"}),
+        ("deploy", {"service": 1, "environment": "production"}),
+        ("deploy", {"service": "api", "environment": "moon"}),
+        ("deploy", {"service": None, "environment": "staging"}),
+        ("deploy", {"service": ["api"], "environment": "staging"}),
+        ("lookup", {"service": 1}),
+        ("lookup", {"service": None}),
+        ("lookup", {"service": ["api"]}),
+        ("lookup", {"service": {"name": "api"}}),
+        ("lookup", {"environment": "production"}),
+        ("merge", {"branch": "main"}),
+        ("merge", {"branch": 1, "token": "t"}),
+        ("nope", {"service": "api"}),
+        ("", {"service": "api"}),
     ]
 )
-_call_params = st.fixed_dictionaries(
-    # Not "fail" or "hang": they take no parameters, and their schemas let extra arguments
-    # through, so any call of them is well formed and really runs.
-    {"name": st.sampled_from(["deploy", "lookup", "merge", "nope", ""])},
-    optional={
-        "arguments": _near_misses | st.dictionaries(_key, _json, max_size=4),
-        "_meta": st.dictionaries(st.text(max_size=12), _json, max_size=2),
-    },
+# Not "fail" or "hang": they take no parameters, and their schemas let extra arguments
+# through, so any call of them is well formed and really runs. Arbitrary arguments never
+# name a parameter (`_key`), so they leave a required one out of every tool listed here.
+_named = st.sampled_from(["deploy", "lookup", "merge", "nope", ""])
+_meta = st.dictionaries(st.text(max_size=12), _json, max_size=2)
+_call_params = st.one_of(
+    st.tuples(_near_misses, st.none() | _meta).map(
+        lambda drawn: (
+            {"name": drawn[0][0], "arguments": drawn[0][1]}
+            | ({"_meta": drawn[1]} if drawn[1] is not None else {})
+        )
+    ),
+    st.fixed_dictionaries(
+        {"name": _named},
+        optional={"arguments": st.dictionaries(_key, _json, max_size=4), "_meta": _meta},
+    ),
 )
 _calls = st.fixed_dictionaries(
     {
