@@ -15,43 +15,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
 import pytest
-from aiohttp import web
 
 from adapters.claude_code.route import PATH
 from tests.claude_code.conftest import Asker, page_block
 from tests.claude_code.fake_anthropic import FakeAnthropic
-from tests.claude_code.test_real_claude_code import CLAUDE
+from tests.claude_code.realcli import fake, offline_env, requires_claude, run_claude
 from tests.clients.serving import AGENT_TOKEN, Server
 
 # CI installs it (.ci/run): there, a missing CLI fails the tests instead of skipping them.
-pytestmark = [
-    pytest.mark.skipif(
-        CLAUDE is None and not os.environ.get("CI"),
-        reason="the Claude Code CLI 2.1.x is not installed",
-    ),
-    pytest.mark.timeout(240),
-]
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeAnthropic]:
-    found = FakeAnthropic()
-    runner = web.AppRunner(found.app())
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    found.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    try:
-        yield found
-    finally:
-        await runner.cleanup()
+pytestmark = [requires_claude, pytest.mark.timeout(240)]
+__all__ = ["fake"]  # the fixture, used by name
 
 
 def http_hook_settings(server: Server) -> dict[str, Any]:
@@ -81,39 +59,8 @@ def project(tmp_path: Path, server: Server) -> Path:
 async def claude(server: Server, fake: FakeAnthropic, tmp_path: Path, *args: str) -> dict[str, Any]:
     """One headless ``claude -p`` run; its JSON result. Only the hook's token is in its
     environment: the Authorization header comes from it, or the server refuses."""
-    assert CLAUDE is not None
-    home = tmp_path / "home"
-    home.mkdir(exist_ok=True)
-    env = {
-        "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"]),
-        "HOME": str(home),
-        "ANTHROPIC_BASE_URL": fake.url,
-        "ANTHROPIC_API_KEY": "sk-ant-offline",
-        "DISABLE_TELEMETRY": "1",
-        "DISABLE_AUTOUPDATER": "1",
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "SIGNOFF_TOKEN": AGENT_TOKEN,
-    }
-    process = await asyncio.create_subprocess_exec(
-        CLAUDE,
-        "-p",
-        *args,
-        "--output-format",
-        "json",
-        cwd=tmp_path / "project",
-        env=env,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=120)
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.communicate()
-    assert process.returncode == 0, stderr.decode()
-    return dict(json.loads(stdout))
+    env = offline_env(tmp_path, fake.url, SIGNOFF_TOKEN=AGENT_TOKEN)
+    return await run_claude(*args, cwd=tmp_path / "project", env=env)
 
 
 def tool_result(done: dict[str, Any]) -> dict[str, Any]:

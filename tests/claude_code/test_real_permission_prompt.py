@@ -13,45 +13,23 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shlex
-import sys
 import time
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from aiohttp import web
 
 from tests.claude_code.conftest import ROOT, page_block
 from tests.claude_code.fake_anthropic import FakeAnthropic
-from tests.claude_code.test_real_claude_code import CLAUDE
+from tests.claude_code.realcli import fake, offline_env, requires_claude, run_claude
 from tests.clients.serving import AGENT_TOKEN, Server
 
-pytestmark = [
-    pytest.mark.skipif(
-        CLAUDE is None and not os.environ.get("CI"),
-        reason="the Claude Code CLI 2.1.x is not installed",
-    ),
-    pytest.mark.timeout(180),
-]
+pytestmark = [requires_claude, pytest.mark.timeout(180)]
+__all__ = ["fake"]  # the fixture, used by name
 MARKER = "test_real_permission_prompt.py"
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeAnthropic]:
-    found = FakeAnthropic()
-    runner = web.AppRunner(found.app())
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    found.url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    try:
-        yield found
-    finally:
-        await runner.cleanup()
 
 
 @pytest.fixture(params=["stdio", "http"])
@@ -83,47 +61,20 @@ async def claude(
     server: Server, fake: FakeAnthropic, tmp_path: Path, transport: str, prompt: str
 ) -> dict[str, Any]:
     """One headless ``claude -p`` run with the permission prompt tool; its JSON result."""
-    assert CLAUDE is not None
-    home = tmp_path / "home"
-    home.mkdir(exist_ok=True)
     (tmp_path / "project").mkdir(exist_ok=True)
     config = tmp_path / "signoff-mcp.json"
     config.write_text(json.dumps(mcp_config(server, transport)), encoding="utf-8")
-    env = {
-        "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"]),
-        "HOME": str(home),
-        "ANTHROPIC_BASE_URL": fake.url,
-        "ANTHROPIC_API_KEY": "sk-ant-offline",
-        "DISABLE_TELEMETRY": "1",
-        "DISABLE_AUTOUPDATER": "1",
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    env = offline_env(
+        tmp_path,
+        fake.url,
         # How long Claude Code waits for an alwaysLoad server to connect (5 s by default):
         # plenty, so that a loaded machine starts the command in time.
-        "MCP_CONNECT_TIMEOUT_MS": "60000",
-        "SIGNOFF_URL": server.url,
-        "SIGNOFF_TOKEN": AGENT_TOKEN,
-        "PYTHONPATH": str(ROOT),
-    }
-    process = await asyncio.create_subprocess_exec(
-        CLAUDE,
-        "-p",
-        *command_line(config, prompt),
-        "--output-format",
-        "json",
-        cwd=tmp_path / "project",
-        env=env,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+        MCP_CONNECT_TIMEOUT_MS="60000",
+        SIGNOFF_URL=server.url,
+        SIGNOFF_TOKEN=AGENT_TOKEN,
+        PYTHONPATH=str(ROOT),
     )
-    try:
-        stdout, stderr = await asyncio.wait_for(process.communicate(), timeout=120)
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.communicate()
-    assert process.returncode == 0, stderr.decode()
-    return dict(json.loads(stdout))
+    return await run_claude(*command_line(config, prompt), cwd=tmp_path / "project", env=env)
 
 
 def tool_result(done: dict[str, Any]) -> dict[str, Any]:

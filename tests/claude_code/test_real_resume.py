@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,31 +17,24 @@ import pytest
 
 from tests.claude_code.conftest import ROOT
 from tests.claude_code.fake_anthropic import FakeAnthropic, tool_results
-from tests.claude_code.test_real_claude_code import CLAUDE, claude, fake, hook_inputs
+from tests.claude_code.realcli import CLAUDE, fake, offline_env, requires_claude
+from tests.claude_code.test_real_claude_code import claude, hook_inputs
 from tests.claude_code.test_resume import until
 from tests.clients.serving import AGENT_TOKEN, Server, server_env, signing_key
 
 __all__ = ["fake"]  # the fixture, used by name
 
-pytestmark = pytest.mark.skipif(
-    CLAUDE is None and not os.environ.get("CI"),
-    reason="the Claude Code CLI 2.1.x is not installed",
-)
+pytestmark = requires_claude
 
 
-def claude_env(home: Path, fake_url: str, signoff_url: str) -> dict[str, str]:
-    return {
-        "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"]),
-        "HOME": str(home),
-        "ANTHROPIC_BASE_URL": fake_url,
-        "ANTHROPIC_API_KEY": "sk-ant-offline",
-        "DISABLE_TELEMETRY": "1",
-        "DISABLE_AUTOUPDATER": "1",
-        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-        "SIGNOFF_URL": signoff_url,
-        "SIGNOFF_TOKEN": AGENT_TOKEN,
-        "PYTHONPATH": str(ROOT),
-    }
+def claude_env(tmp_path: Path, fake_url: str, signoff_url: str) -> dict[str, str]:
+    return offline_env(
+        tmp_path,
+        fake_url,
+        SIGNOFF_URL=signoff_url,
+        SIGNOFF_TOKEN=AGENT_TOKEN,
+        PYTHONPATH=str(ROOT),
+    )
 
 
 def toml_table(values: dict[str, str]) -> str:
@@ -59,7 +50,7 @@ async def resuming(tmp_path: Path, fake: FakeAnthropic) -> AsyncIterator[Server]
     key = signing_key()
     env = server_env(tmp_path, key)
     url = f"http://127.0.0.1:{env['SIGNOFF_PORT']}"
-    resume_env = claude_env(tmp_path / "home", fake.url, url)
+    resume_env = claude_env(tmp_path, fake.url, url)
     agents = tmp_path / "claude-code.toml"
     agents.write_text(
         f"""\
