@@ -11,10 +11,11 @@ from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 from runtime.domain.errors import LeaseLost
-from runtime.domain.states import RunStatus, TicketStatus
+from runtime.domain.states import CallState, RunStatus, TicketStatus
 from runtime.domain.tickets import Answer, ResumeTicket
 from runtime.store.base import DuplicateKey
 from runtime.store.ports.audit import AuditEvent
+from runtime.store.ports.leases import Figures
 from runtime.store.records import (
     CALL_CREATED_WITH,
     RUN_CREATED_WITH,
@@ -710,6 +711,25 @@ class MemoryTransaction:
             "outbox_pending": sum(1 for o in outbox if o.state == "pending"),
             "outbox_failed": sum(1 for o in outbox if o.state == "failed"),
         }
+
+    async def figures(self, now: datetime) -> Figures:
+        tickets = [t for t in self._t.tickets.values() if t.status is TicketStatus.OPEN]
+        outbox = list(self._t.outbox.values())
+        runs = list(self._t.runs.values())
+        return Figures(
+            open_tickets=len(tickets),
+            overdue_tickets=sum(1 for t in tickets if t.deadline is not None and t.deadline <= now),
+            outbox_pending=sum(1 for o in outbox if o.state == "pending"),
+            outbox_failed=sum(1 for o in outbox if o.state == "failed"),
+            received_pending=sum(1 for r in self._t.received.values() if r.state == "pending"),
+            runs_queued=sum(1 for r in runs if r.status is RunStatus.QUEUED),
+            runs_lease_expired=sum(
+                1 for r in runs if r.status is RunStatus.RUNNING and _claimable(r, now)
+            ),
+            uncertain_calls=sum(
+                1 for c in self._t.calls.values() if c.state is CallState.UNCERTAIN
+            ),
+        )
 
 
 def _past(at: datetime, item_id: str, after: Position | None) -> bool:

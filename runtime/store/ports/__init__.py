@@ -22,7 +22,7 @@ from runtime.store.ports.events import EventPort
 from runtime.store.ports.grants import GrantPort
 from runtime.store.ports.identities import IdentityPort
 from runtime.store.ports.keys import KeyPort
-from runtime.store.ports.leases import LeasePort
+from runtime.store.ports.leases import Figures, LeasePort
 from runtime.store.ports.outbox import OutboxPort
 from runtime.store.ports.received import ReceivedPort
 from runtime.store.ports.runs import RunPort
@@ -33,6 +33,7 @@ __all__ = [
     "AuditPort",
     "CallPort",
     "EventPort",
+    "Figures",
     "GrantPort",
     "IdentityPort",
     "KeyPort",

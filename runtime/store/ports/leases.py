@@ -2,8 +2,35 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """Database-wide figures for metrics, read at one moment (`LeasePort.figures`).
+
+    Attributes:
+        open_tickets: Tickets waiting for a decision.
+        overdue_tickets: Open tickets whose deadline passed (not expired yet).
+        outbox_pending: Notifications not yet delivered.
+        outbox_failed: Notifications given up on.
+        received_pending: Decisions received from chat, stored and not applied yet.
+        runs_queued: Runs ready for a worker to drive.
+        runs_lease_expired: Running runs whose worker's lease expired (a worker died or
+            stalled); the next worker to look recovers them.
+        uncertain_calls: Tool calls whose outcome is unknown, waiting for a person.
+    """
+
+    open_tickets: int = 0
+    overdue_tickets: int = 0
+    outbox_pending: int = 0
+    outbox_failed: int = 0
+    received_pending: int = 0
+    runs_queued: int = 0
+    runs_lease_expired: int = 0
+    uncertain_calls: int = 0
 
 
 class LeasePort(Protocol):
@@ -30,4 +57,8 @@ class LeasePort(Protocol):
 
     async def stats(self) -> dict[str, int]:
         """Figures for metrics: ``open_tickets``, ``outbox_pending``, ``outbox_failed``."""
+        ...
+
+    async def figures(self, now: datetime) -> Figures:
+        """Every database-wide figure for metrics at `now`, in one read."""
         ...

@@ -16,8 +16,10 @@ from sqlalchemy import (
     update,
 )
 
-from runtime.store.schema import leases, outbox, tickets
-from runtime.store.sql.convert import OPEN, to_micros
+from runtime.domain.states import CallState
+from runtime.store.ports.leases import Figures
+from runtime.store.schema import leases, outbox, received_commands, runs, tickets, tool_calls
+from runtime.store.sql.convert import OPEN, QUEUED, RUNNING, to_micros
 from runtime.store.sql.executing import TransactionCore
 
 _TAKE_LEASE = (
@@ -52,6 +54,20 @@ _STATS = select(
     _count(tickets, tickets.c.status == OPEN).label("open_tickets"),
     _count(outbox, outbox.c.state == "pending").label("outbox_pending"),
     _count(outbox, outbox.c.state == "failed").label("outbox_failed"),
+)
+_FIGURES = select(
+    _count(tickets, tickets.c.status == OPEN).label("open_tickets"),
+    _count(tickets, tickets.c.status == OPEN, tickets.c.deadline <= bindparam("b_now")).label(
+        "overdue_tickets"
+    ),
+    _count(outbox, outbox.c.state == "pending").label("outbox_pending"),
+    _count(outbox, outbox.c.state == "failed").label("outbox_failed"),
+    _count(received_commands, received_commands.c.state == "pending").label("received_pending"),
+    _count(runs, runs.c.status == QUEUED).label("runs_queued"),
+    _count(runs, runs.c.status == RUNNING, runs.c.lease_expires_at <= bindparam("b_now")).label(
+        "runs_lease_expired"
+    ),
+    _count(tool_calls, tool_calls.c.state == CallState.UNCERTAIN.value).label("uncertain_calls"),
 )
 
 
@@ -89,3 +105,17 @@ class LeaseStatements(TransactionCore):
             "outbox_pending": row.outbox_pending,
             "outbox_failed": row.outbox_failed,
         }
+
+    async def figures(self, now: datetime) -> Figures:
+        """Every database-wide figure for metrics at `now`, in one round trip."""
+        row = (await self._execute(_FIGURES, {"b_now": to_micros(now)})).one()
+        return Figures(
+            open_tickets=row.open_tickets,
+            overdue_tickets=row.overdue_tickets,
+            outbox_pending=row.outbox_pending,
+            outbox_failed=row.outbox_failed,
+            received_pending=row.received_pending,
+            runs_queued=row.runs_queued,
+            runs_lease_expired=row.runs_lease_expired,
+            uncertain_calls=row.uncertain_calls,
+        )
