@@ -15,7 +15,12 @@ from runtime.domain.forms import (
     schema_fields,
 )
 from runtime.domain.jsontext import NonFiniteNumber, loads_strict
-from runtime.domain.model import parse_chat_completion
+from runtime.domain.model import (
+    PROVIDER_STATE,
+    chat_messages,
+    parse_chat_completion,
+    provider_state,
+)
 from runtime.domain.notifications import (
     APPROVAL_CALLBACK,
     APPROVAL_CALLBACK_URL,
@@ -66,6 +71,7 @@ __all__ = [
     "MAX_BATCH",
     "NUMERIC",
     "OPERATORS",
+    "PROVIDER_STATE",
     "ApprovalCallback",
     "ApprovalRequested",
     "ArgumentError",
@@ -97,6 +103,7 @@ __all__ = [
     "TicketVoided",
     "UncertainCall",
     "batch_open_ids",
+    "chat_messages",
     "coerce_decide_in",
     "coerce_grants",
     "describe_chain",
@@ -109,6 +116,7 @@ __all__ = [
     "parse_chat_completion",
     "parse_result",
     "passes",
+    "provider_state",
     "read_typed",
     "refusal_of",
     "schema_fields",

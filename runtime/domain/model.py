@@ -4,6 +4,11 @@ A `Model` answers one turn: it gets the run's transcript (OpenAI-shaped chat mes
 and the tools' OpenAI-style function definitions, and returns a `ModelResponse`. Provider
 models (``adapters.models``) translate their SDK's errors into `runtime.ModelError` and
 report how the answer ended (`StopReason`) and what it cost (`Usage`).
+
+What a provider needs back verbatim on later turns (reasoning items, signed thinking
+blocks) rides on the assistant message as opaque `PROVIDER_STATE`: the runtime stores it
+with the transcript and never reads it; the model that wrote it reads it back, others
+ignore it (`chat_messages` drops it for plain Chat Completions).
 """
 
 from __future__ import annotations
@@ -13,6 +18,10 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
+
+PROVIDER_STATE = "provider_state"
+"""The key of an assistant message's opaque provider data: a JSON object
+``{"provider": <name>, ...}`` that only the model of that provider reads."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +143,11 @@ class ModelResponse:
         stop: How the answer ended; ``None`` means an ordinary turn (``tool_calls`` when
             there are calls, else ``end``).
         refusal: The provider's refusal message, when it gave one.
+        reasoning: A readable summary of the model's reasoning (a thinking block's text,
+            a reasoning summary), shown on approval cards when there is no `text`;
+            never signatures or encrypted data.
+        provider_state: Opaque JSON the provider needs back with this turn, stored with
+            the assistant message under `PROVIDER_STATE` (``{"provider": ..., ...}``).
     """
 
     text: str | None
@@ -141,6 +155,13 @@ class ModelResponse:
     usage: Usage = field(default_factory=Usage)
     stop: StopReason | None = None
     refusal: str | None = None
+    reasoning: str | None = None
+    provider_state: dict[str, Any] | None = None
+
+    @property
+    def stated_reason(self) -> str | None:
+        """Why the model asked for its calls: its text, else its reasoning summary."""
+        return self.text or self.reasoning or None
 
     @property
     def stop_reason(self) -> StopReason:
@@ -161,7 +182,24 @@ class ModelResponse:
                 }
                 for c in self.tool_calls
             ]
+        if self.provider_state is not None:
+            message[PROVIDER_STATE] = self.provider_state
         return message
+
+
+def chat_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`messages` without `PROVIDER_STATE`, as plain Chat Completions accepts them."""
+    if not any(PROVIDER_STATE in m for m in messages):
+        return messages
+    return [{k: v for k, v in m.items() if k != PROVIDER_STATE} for m in messages]
+
+
+def provider_state(message: dict[str, Any], provider: str) -> dict[str, Any] | None:
+    """The `PROVIDER_STATE` of an assistant message when `provider` wrote it."""
+    state = message.get(PROVIDER_STATE)
+    if isinstance(state, dict) and state.get("provider") == provider:
+        return state
+    return None
 
 
 @runtime_checkable

@@ -537,7 +537,13 @@ class Driver:
                 self._calls = (run.batch, proposed)
                 for seq, request in enumerate(response.tool_calls):
                     call = await self._propose(
-                        tx, agent, seq, request.id, request.name, request.arguments, response.text
+                        tx,
+                        agent,
+                        seq,
+                        request.id,
+                        request.name,
+                        request.arguments,
+                        response.stated_reason,
                     )
                     proposed.append(call)
                     settled = call.state.settled or call.state is CallState.APPROVED
