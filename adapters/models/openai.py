@@ -3,7 +3,8 @@
 It speaks to OpenAI, and through ``base_url`` to every server with the same API: Azure
 OpenAI's v1 endpoint (``https://<resource>.openai.azure.com/openai/v1/``), vLLM, Ollama
 (``http://localhost:11434/v1``), llama.cpp's server, a LiteLLM proxy. The run's
-transcript is already in this API's shape, so requests carry it as it is.
+transcript is already in this API's shape, so requests carry it as it is (without the
+opaque state other providers' models keep on assistant messages).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from adapters.models.errors import (
 )
 from adapters.models.pricing import Price, priced
 from runtime import ConfigurationError, ModelError, ModelRequest, ModelResponse
-from runtime.edges import parse_chat_completion
+from runtime.edges import chat_messages, parse_chat_completion
 
 PROVIDER = "openai"
 
@@ -86,7 +87,7 @@ class OpenAIModel:
 
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
         """The Chat Completions parameters for one turn."""
-        body: dict[str, Any] = {"model": self.model, "messages": request.messages}
+        body: dict[str, Any] = {"model": self.model, "messages": chat_messages(request.messages)}
         if request.tools:
             body["tools"] = request.tools
         if self.max_tokens is not None:
