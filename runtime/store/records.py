@@ -23,7 +23,9 @@ class RunRecord:
     A sub-agent's run (a child) names its parent run, the parent's delegating call and
     the task key it was started for (unique per parent), its depth (1 for a child of a
     top-level run) and its `lineage`: ``{"run_id", "agent"}`` of every ancestor, the
-    top-level run first.
+    top-level run first. ``trace_context`` is the W3C context (``traceparent``,
+    ``tracestate``) of the trace the run was started in, which every later stretch of
+    it continues (None: started with tracing off).
 
     The transcript (`messages`) only grows: entries are appended, never changed or
     removed, so a store writes only what was appended since it last wrote the run.
@@ -61,6 +63,7 @@ class RunRecord:
     task_key: str | None = None
     depth: int = 0
     lineage: list[dict[str, str]] = field(default_factory=list)
+    trace_context: dict[str, str] | None = None
     messages_sealed: int = field(default=0, compare=False, repr=False)
 
 
@@ -72,6 +75,7 @@ RUN_CREATED_WITH = (
     "requester",
     "created_at",
     "origin",
+    "trace_context",
 )
 """What a run is created with: written by `Transaction.insert_run` only, never updated."""
 

@@ -84,6 +84,8 @@ runs = Table(
     Column("task_key", String(_NAME), nullable=True),
     Column("depth", Integer, nullable=False, server_default="0"),
     Column("lineage", JSON(none_as_null=True), nullable=True),
+    # The W3C trace context the run was started in (tracing on), written once.
+    Column("trace_context", JSON(none_as_null=True), nullable=True),
     # claimable_runs: status filter, oldest update first.
     Index(None, "status", "updated_at"),
     # list_runs(thread_id=...), newest first.

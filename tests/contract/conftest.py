@@ -127,6 +127,9 @@ class Make:
             "updated_at": T0,
             "origin": {"platform": "slack", "channel": "C1", "ts": "1.2"},
             "messages": [{"role": "user", "content": "refund order 42"}],
+            "trace_context": {
+                "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+            },
         }
         values.update(changes)
         return RunRecord(**values)

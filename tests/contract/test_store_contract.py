@@ -174,6 +174,7 @@ async def test_update_run_keeps_what_the_run_was_created_with(store: Store, make
         requester="U2",
         created_at=make.at(-1),
         origin={"platform": "webhook"},
+        trace_context=None,
         turns=2,
     )
     assert {f for f in RUN_CREATED_WITH if getattr(rewritten, f) == getattr(created, f)} == set()

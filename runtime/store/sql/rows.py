@@ -155,6 +155,7 @@ RUNS = RowMap(
     Col("task_key"),
     Col("depth"),
     Col("lineage", write=lambda lineage: lineage or None, read=lambda v: list(v or ())),
+    Col("trace_context"),
 )
 """Runs; a run read from its row holds only the row's own transcript entries until the
 sealed ones are read (`RunStatements._whole`)."""
