@@ -9,6 +9,11 @@ machine): runs, received clicks and outbox items are claimed under leases, messa
 one chat channel are paced in the database, a ``NOTIFY`` from the replica that made
 work ready wakes the others at once (polling stays the fallback), and one replica at a
 time holds the Discord gateway.
+
+A process may also take one role of the two (``SIGNOFF_ROLE``, ``signoff serve --role``):
+``web`` serves the HTTP edges, which store starts and decisions and wake the workers
+through the database, and drives nothing; ``worker`` drives runs and runs the background
+loops, and serves only its health routes (`Parts.of_role`).
 """
 
 from __future__ import annotations
@@ -19,13 +24,15 @@ import errno
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, assert_never
 
 from aiohttp import web
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from bot.console_secrets import ConsoleSecrets, console_secrets
 from bot.health import Metrics, add_health_routes
-from bot.settings import Settings, require_shared_settings
+from bot.settings import Settings, require_shared_settings, uses_sqlite
 from runtime import Agent, Clock, ConfigurationError, IdSource, Model, Runtime
 from runtime.services.delivery import Claim, Notifier, NullNotifier, RetryPolicy, RoutingNotifier
 from runtime.store.base import Store
@@ -48,6 +55,10 @@ about one per second per channel; Discord a burst of five per five seconds, and 
 429s are retried."""
 
 
+Role = Literal["all", "web", "worker"]
+"""What a `signoff serve` process runs (``SIGNOFF_ROLE``): see `Parts.of_role`."""
+
+
 @dataclass(frozen=True, slots=True)
 class Parts:
     """Which parts of the process `Service.start` runs; `signoff serve` runs them all.
@@ -59,7 +70,11 @@ class Parts:
         deadlines: Expire tickets whose deadline passed.
         wake_ups: Listen for other replicas' commits (SQL stores).
         discord: Start the Discord edge when ``SIGNOFF_DISCORD_BOT_TOKEN`` is set.
-        worker: Drive ready runs and apply received clicks.
+        worker: Drive ready runs, apply received clicks, recover runs whose worker's
+            lease expired, and take runs handed over by this process's own commits.
+        web: Serve the HTTP edges (console, JSON API, approvals API, webhooks, Slack, the
+            MCP gateway, Claude Code's routes) and connect Slack Socket Mode. Off,
+            `Service.app` has only ``/healthz``, ``/readyz`` and ``/metrics``.
     """
 
     listen: bool = True
@@ -68,6 +83,68 @@ class Parts:
     wake_ups: bool = True
     discord: bool = True
     worker: bool = True
+    web: bool = True
+
+    @classmethod
+    def of_role(cls, role: Role) -> Parts:
+        """The parts a role runs.
+
+        ``all`` runs everything. ``web`` serves the HTTP edges and nothing else: what
+        they store (starts, decisions, received clicks) is picked up by a worker, woken
+        by the commit's ``NOTIFY`` on PostgreSQL (by polling on SQLite). ``worker``
+        runs everything but the edges.
+        """
+        match role:
+            case "all":
+                return cls()
+            case "web":
+                return cls(
+                    outbox=False, deadlines=False, wake_ups=False, discord=False, worker=False
+                )
+            case "worker":
+                return cls(web=False)
+            case _:
+                assert_never(role)
+
+
+def check_role(settings: Settings) -> str | None:
+    """Refuse a role that cannot work with the settings; warn of one that may not.
+
+    Returns:
+        A warning for the operator, or None.
+
+    Raises:
+        ConfigurationError: ``web`` or ``worker`` on an in-memory database, which no
+            other process can share.
+    """
+    role = settings.role
+    if role == "all":
+        return None
+    if _in_memory(settings):
+        other = "worker" if role == "web" else "web"
+        raise ConfigurationError(
+            f"SIGNOFF_ROLE={role}: an in-memory database is this process's alone, so no "
+            f"{other} process can share it; use SIGNOFF_ROLE=all, or a database file "
+            "(SQLite) or server (PostgreSQL) that both roles open"
+        )
+    if role == "web" and uses_sqlite(settings):
+        return (
+            "SIGNOFF_ROLE=web drives no runs and delivers no cards: nothing runs until a "
+            "`signoff serve --role worker` opens the same SQLite file on this machine (it "
+            "finds new work by polling, every SIGNOFF_POLL_SECONDS)"
+        )
+    return None
+
+
+def _in_memory(settings: Settings) -> bool:
+    """Whether the database is SQLite in this process's memory."""
+    if not uses_sqlite(settings):
+        return False
+    try:
+        name = make_url(settings.database_url).database or ""
+    except ArgumentError:
+        return False  # the store reports the bad URL
+    return name in ("", ":memory:") or "mode=memory" in settings.database_url
 
 
 @dataclass
@@ -94,6 +171,7 @@ class Service:
     discord: DiscordEdge | None = None
     loaded: LoadedAgents | None = None
     owns_store: bool = True
+    role: Role = "all"
     _outbox_wake: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def start(self) -> str:
@@ -172,6 +250,13 @@ class Service:
         port = int(addresses[0][1]) if addresses else self.settings.port
         shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
         return f"http://{shown}:{port}"
+
+    def stopped_loops(self) -> list[str]:
+        """The background loops that ended while the process still serves (each one
+        a reason `/readyz` is not ready: the work of this role is not being done)."""
+        if self._stop.is_set():
+            return []
+        return [f"the {task.get_name()} loop stopped" for task in self._tasks if task.done()]
 
     def _woken(self, kinds: frozenset[str]) -> None:
         """Another replica (or this one) committed work: look at once."""
@@ -260,11 +345,13 @@ async def build_service(
         outbox_policy: Retries of failed deliveries (default: the outbox's).
         pacing: Seconds between two messages to one chat channel, by platform.
         worker_type: The class of the worker (a subclass observes it).
-        parts: Which parts `Service.start` runs (default: all).
+        parts: Which parts `Service.start` runs (default: those of ``SIGNOFF_ROLE``,
+            see `Parts.of_role`).
 
     Raises:
-        ConfigurationError: A setting is invalid, or one every replica must share is
-            missing (a database other than SQLite).
+        ConfigurationError: A setting is invalid, one every replica must share is
+            missing (a database other than SQLite), or the role cannot work with the
+            database (`check_role`).
     """
     from adapters.claude_code.resume import PLATFORM as RESUME_PLATFORM
     from adapters.claude_code.resume import ResumeConfig, ResumeNotifier, resume_agents
@@ -273,6 +360,8 @@ async def build_service(
     from bot.wiring import build_runtime, load_agent_set
 
     require_shared_settings(settings)
+    check_role(settings)
+    parts = parts or Parts.of_role(settings.role)
     metrics = Metrics()
     observe: Checkpoint = metrics.observe
     if checkpoint is not None:
@@ -327,30 +416,38 @@ async def build_service(
         if loaded is not None:
             await loaded.close()
         raise
-    add_health_routes(built.app, runtime, metrics)
-    if built.auth is not None:
-        mount_gateways(built.app, runtime, built.auth, worker.wake_runs, gateways)
-    return Service(
+    if parts.web:
+        app = built.app
+        if built.auth is not None:
+            mount_gateways(app, runtime, built.auth, worker.wake_runs, gateways)
+    else:
+        # The edges' notifiers are delivered to; their routes (and Slack Socket Mode,
+        # which connects when its application starts) are not served here.
+        app = web.Application()
+    service = Service(
         settings=settings,
         runtime=runtime,
         store=store,
         metrics=metrics,
         worker=worker,
-        app=built.app,
+        app=app,
         notifiers={
             **built.notifiers,
             RESUME_PLATFORM: ResumeNotifier(runtime, resumes, worker.wake_runs),
             **(notifiers or {}),
         },
         slack=built.slack,
-        parts=parts or Parts(),
+        parts=parts,
         pacing=pacing,
         outbox_policy=outbox_policy,
         operator_token=kept.operator_token,
         console_secrets=kept,
         loaded=loaded,
         owns_store=owns_store,
+        role=settings.role,
     )
+    add_health_routes(app, runtime, metrics, role=settings.role, checks=service.stopped_loops)
+    return service
 
 
 @asynccontextmanager
@@ -393,4 +490,4 @@ async def open_runtime(
             await store.close()
 
 
-__all__ = ["PACING", "Parts", "Service", "build_service", "open_runtime"]
+__all__ = ["PACING", "Parts", "Role", "Service", "build_service", "check_role", "open_runtime"]

@@ -97,7 +97,14 @@ class Metrics:
         self.outbox_failed.set(stats.get("outbox_failed", 0))
 
 
-def add_health_routes(app: web.Application, runtime: Runtime, metrics: Metrics) -> None:
+def add_health_routes(
+    app: web.Application,
+    runtime: Runtime,
+    metrics: Metrics,
+    *,
+    role: str | None = None,
+    checks: Callable[[], list[str]] | None = None,
+) -> None:
     """``/healthz`` (alive), ``/readyz`` (database reachable, schema usable), ``/metrics``.
 
     ``/readyz`` is ready when the database answers and its schema is this version's
@@ -105,6 +112,14 @@ def add_health_routes(app: web.Application, runtime: Runtime, metrics: Metrics) 
     says which revision it sees (``schema.revision``) next to this version's
     (``schema.code_revision``). ``/healthz`` never reads the database: the process is
     alive while it cannot be reached. Also installs `storage_errors` for every route.
+
+    Args:
+        app: Where to add the routes.
+        runtime: Whose database to read.
+        metrics: The figures ``/metrics`` reports.
+        role: The process's role (``all``, ``web``, ``worker``), said by ``/readyz``.
+        checks: What else keeps the process from being ready (e.g. a loop of its
+            role that stopped); each one is listed by ``/readyz``.
     """
 
     async def healthz(request: web.Request) -> web.Response:
@@ -136,7 +151,11 @@ def add_health_routes(app: web.Application, runtime: Runtime, metrics: Metrics) 
                     }
                     if not status.usable:
                         problems.append(status.describe())
+        if checks is not None:
+            problems.extend(checks())
         body: dict[str, Any] = {"status": "unavailable" if problems else "ready"}
+        if role is not None:
+            body["role"] = role
         if problems:
             body["problems"] = problems
         if schema is not None:

@@ -155,6 +155,12 @@ class Settings(BaseSettings):
         port: TCP port of the HTTP server (0 picks a free one).
         log_level: ``DEBUG``, ``INFO``, ``WARNING``, ``ERROR`` or ``CRITICAL``.
         workers: Runs `signoff serve` drives at the same time.
+        role: What `signoff serve` runs: ``all`` (everything in one process), ``web``
+            (the HTTP edges and Slack Socket Mode: they store starts and decisions and
+            drive nothing) or ``worker`` (drives runs, applies received clicks,
+            delivers the outbox, expires tickets, recovers runs, holds the Discord
+            gateway; serves only ``/healthz``, ``/readyz`` and ``/metrics``).
+            ``signoff serve --role`` wins over it.
         event_loop: The event loop `signoff serve` runs on: ``auto`` (uvloop when
             installed, else asyncio's), ``uvloop`` or ``asyncio``.
         max_queued_runs: Webhooks answer 503 with ``Retry-After`` while this many runs
@@ -292,6 +298,7 @@ class Settings(BaseSettings):
     port: int = Field(default=8080, ge=0, le=65535)
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "WARNING"
     workers: int = Field(default=4, ge=1, le=256)
+    role: Literal["all", "web", "worker"] = "all"
     event_loop: EventLoopChoice = "auto"
     max_queued_runs: int = Field(default=1000, ge=0)
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)

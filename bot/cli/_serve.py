@@ -12,7 +12,16 @@ from runtime.store.sql import SchemaStatus
 
 @click.command()
 @database_option
-def serve(database_url: str | None) -> None:
+@click.option(
+    "--role",
+    type=click.Choice(["all", "web", "worker"]),
+    default=None,
+    help="What this process runs (default: SIGNOFF_ROLE, else all): all; web (the HTTP "
+    "edges and Slack Socket Mode, which store starts and decisions); worker (drives "
+    "runs, delivers cards, expires tickets, holds the Discord gateway; serves only "
+    "/healthz, /readyz and /metrics).",
+)
+def serve(database_url: str | None, role: str | None) -> None:
     """Serve signoff: web console, JSON API, webhooks and the run workers.
 
     One process runs the HTTP server (console at /, JSON API under /api, signed
@@ -21,6 +30,16 @@ def serve(database_url: str | None) -> None:
     memory: they wait in the database. SIGTERM or Ctrl-C stops taking work, lets
     running tools settle (SIGNOFF_SHUTDOWN_GRACE_SECONDS) and exits; a restart picks
     everything up again.
+
+    Roles split that work over processes sharing one database. --role web serves the
+    console, the JSON and approvals APIs, webhooks, Slack (HTTP or Socket Mode), the
+    MCP gateway and Claude Code's routes: they store starts and decisions and drive
+    nothing. --role worker drives the runs, applies received clicks, delivers the
+    outbox, expires tickets, recovers runs whose worker died and holds the Discord
+    gateway, and serves only /healthz, /readyz and /metrics on SIGNOFF_PORT. A commit
+    of a web process wakes the workers at once on PostgreSQL; on SQLite (one machine)
+    workers find it by polling (SIGNOFF_POLL_SECONDS). /readyz says the role. Without
+    any worker nothing runs; an in-memory database cannot be shared (exit 3).
 
     Without SIGNOFF_OPERATOR_TOKEN a sign-in token is made up and printed (SQLite
     only). On PostgreSQL any number of replicas may serve one database; each needs the
@@ -35,11 +54,16 @@ def serve(database_url: str | None) -> None:
       SIGNOFF_MODEL=anthropic:claude-sonnet-4-5 SIGNOFF_ANTHROPIC_API_KEY=sk-ant-... signoff serve
       SIGNOFF_PORT=0 SIGNOFF_OPERATOR_TOKEN=change-me-0123456789 signoff serve
       signoff --config /etc/signoff/signoff.toml serve
+      signoff serve --role web       # the HTTP edges; scale with requests
+      signoff serve --role worker    # drives the runs; scale with runs in flight
+      SIGNOFF_ROLE=worker SIGNOFF_PORT=9090 signoff serve
     """
     from bot.logs import configure_logging
     from bot.serve import serve as serve_forever
 
     settings = cli_state().settings(database_url)
+    if role is not None:
+        settings = settings.model_copy(update={"role": role})
     configure_logging(settings.log_level)
     event_loop.run(serve_forever(settings), settings.event_loop)
 
