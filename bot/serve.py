@@ -70,12 +70,12 @@ async def serve(settings: Settings) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     print(f"signoff serving at {url}", flush=True)
-    if settings.role != "all":
-        print(f"  role: {settings.role} ({_ROLES[settings.role]})", flush=True)
     if service.parts.web:
         print(f"  console: {url}/login", flush=True)
         if settings.operator_token is None:
             print(f"  sign-in token: {service.operator_token}", flush=True)
+    if settings.role != "all":
+        print(f"  role: {settings.role} ({_ROLES[settings.role]})", flush=True)
     try:
         await stop.wait()
     finally:
