@@ -43,7 +43,8 @@ def read_identities(path: Path) -> dict[str, list[str]]:
 
 async def apply_identities(settings: Settings, runtime: Runtime) -> None:
     """Apply the identity settings to `runtime`: how unlinked chat users are treated,
-    and the links of ``SIGNOFF_IDENTITIES_FILE`` (added or moved, in one transaction).
+    and the links of ``SIGNOFF_IDENTITIES_FILE`` (added, moved, and removed when the file
+    no longer lists them, in one transaction; links made another way stay).
 
     Raises:
         ConfigurationError: The identities file is unreadable or malformed.
@@ -51,7 +52,7 @@ async def apply_identities(settings: Settings, runtime: Runtime) -> None:
     runtime.identities.configure(unlinked=settings.identity_unlinked)
     if settings.identities_file is not None:
         people = read_identities(settings.identities_file)
-        await runtime.identities.link_all(people, "file")
+        await runtime.identities.link_all(people, "file", exact=True)
 
 
 __all__ = ["apply_identities", "read_identities"]

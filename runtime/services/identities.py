@@ -49,11 +49,30 @@ class Identities:
             if await tx.person_of(identity) != person:
                 await tx.link_identity(identity, person, source, now)
 
-    async def link_all(self, people: Mapping[str, Sequence[str]], source: LinkSource) -> int:
-        """Link every id listed under each person (the identities file); how many."""
+    async def link_all(
+        self, people: Mapping[str, Sequence[str]], source: LinkSource, *, exact: bool = False
+    ) -> int:
+        """Link every id listed under each person (the identities file); how many.
+
+        Args:
+            people: Each person with the ids that are them.
+            source: Where the links come from.
+            exact: Also remove the links made from `source` earlier whose id `people`
+                no longer lists (a line taken out of the identities file); links made
+                another way stay.
+
+        Returns:
+            How many links were added, moved or removed.
+        """
         now = self._deps.clock.now()
         count = 0
+        listed = {identity for identities in people.values() for identity in identities}
         async with self._deps.store.transaction() as tx:
+            if exact:
+                for identity in await tx.links_from(source):
+                    if identity not in listed:
+                        await tx.unlink_identity(identity)
+                        count += 1
             for person, identities in people.items():
                 for identity in identities:
                     if identity != person and await tx.person_of(identity) != person:

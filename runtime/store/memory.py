@@ -48,6 +48,7 @@ class _Tables:
         self.leases: dict[str, tuple[str, int, datetime]] = {}
         self.grants: dict[str, GrantRecord] = {}
         self.links: dict[str, str] = {}
+        self.link_sources: dict[str, str] = {}
         self.link_codes: dict[str, tuple[str, datetime]] = {}
 
     def snapshot(self) -> _Tables:
@@ -66,6 +67,7 @@ class _Tables:
         other.leases = dict(self.leases)
         other.grants = dict(self.grants)
         other.links = dict(self.links)
+        other.link_sources = dict(self.link_sources)
         other.link_codes = dict(self.link_codes)
         return other
 
@@ -541,9 +543,11 @@ class MemoryTransaction:
     async def link_identity(self, identity: str, person: str, source: str, at: datetime) -> None:
         self.wrote = True
         self._t.links[identity] = person
+        self._t.link_sources[identity] = source
 
     async def unlink_identity(self, identity: str) -> bool:
         found = self._t.links.pop(identity, None) is not None
+        self._t.link_sources.pop(identity, None)
         self.wrote = self.wrote or found
         return found
 
@@ -552,6 +556,9 @@ class MemoryTransaction:
 
     async def identities_of(self, person: str) -> list[str]:
         return sorted(i for i, p in self._t.links.items() if p == person)
+
+    async def links_from(self, source: str) -> dict[str, str]:
+        return {i: self._t.links[i] for i, s in sorted(self._t.link_sources.items()) if s == source}
 
     async def insert_link_code(self, digest: str, person: str, expires_at: datetime) -> None:
         if digest in self._t.link_codes:
@@ -778,6 +785,7 @@ class MemoryStore:
                 self._tables.revoked = before.revoked
                 self._tables.grants = before.grants
                 self._tables.links = before.links
+                self._tables.link_sources = before.link_sources
                 self._tables.link_codes = before.link_codes
                 raise
             if tx.wrote:

@@ -25,6 +25,10 @@ class IdentityPort(Protocol):
         """Every identity linked to `person`, sorted."""
         ...
 
+    async def links_from(self, source: str) -> dict[str, str]:
+        """Every link made from `source` (``file``, ``email`` ...): identity to person."""
+        ...
+
     async def insert_link_code(self, digest: str, person: str, expires_at: datetime) -> None:
         """Keep a link code (by its digest) that links its redeemer to `person`."""
         ...

@@ -18,6 +18,11 @@ _IDENTITIES_OF = (
     .where(identity_links.c.person == bindparam("person"))
     .order_by(identity_links.c.identity)
 )
+_LINKS_FROM = (
+    select(identity_links.c.identity, identity_links.c.person)
+    .where(identity_links.c.source == bindparam("source"))
+    .order_by(identity_links.c.identity)
+)
 _UNLINK = identity_links.delete().where(identity_links.c.identity == bindparam("identity"))
 _LINK = insert(identity_links)
 _INSERT_CODE = insert(link_codes)
@@ -58,6 +63,11 @@ class IdentityStatements(TransactionCore):
         """Every identity linked to `person`, sorted."""
         rows = (await self._execute(_IDENTITIES_OF, {"person": person})).all()
         return [str(row.identity) for row in rows]
+
+    async def links_from(self, source: str) -> dict[str, str]:
+        """Every link made from `source` (``file``, ``email`` ...): identity to person."""
+        rows = (await self._execute(_LINKS_FROM, {"source": source})).all()
+        return {str(row.identity): str(row.person) for row in rows}
 
     async def insert_link_code(self, digest: str, person: str, expires_at: datetime) -> None:
         """Keep a link code (by its digest) that links its redeemer to `person`."""
