@@ -243,7 +243,7 @@ def _error(what: str, status: int, data: Mapping[str, Any], retry_header: str | 
     )
     if status == 429:
         retry_after = _seconds(data.get("retry_after")) or _seconds(retry_header) or 1.0
-        return DeliveryError(message, retry_after=retry_after)
+        return DeliveryError(message, retry_after=retry_after, rate_limited=True)
     if code == UNKNOWN_MESSAGE and what.startswith("PATCH"):
         return _MessageGone(message)
     if 400 <= status < 500:

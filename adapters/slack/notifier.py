@@ -165,6 +165,7 @@ def delivery_error(exc: Exception, what: str) -> DeliveryError:
             return DeliveryError(
                 f"{what}: rate limited by Slack (retry after {retry_after:g}s)",
                 retry_after=retry_after,
+                rate_limited=True,
             )
         if code in PERMANENT_ERRORS:
             return DeliveryError(f"{what}: Slack refused it: {code}", permanent=True)

@@ -215,7 +215,11 @@ async def post_callback(
         return status
     message = f"{what} to {url} answered HTTP {status}"
     if status >= 500 or status in _TRANSIENT_STATUSES:
-        raise DeliveryError(message, retry_after=retry_after_seconds(retry_after, clock.now()))
+        raise DeliveryError(
+            message,
+            retry_after=retry_after_seconds(retry_after, clock.now()),
+            rate_limited=status == 429,
+        )
     if 300 <= status < 400:
         message += " (redirects are not followed)"
     raise DeliveryError(message, permanent=True)

@@ -12,6 +12,7 @@ from runtime.domain.clock import Clock, IdSource
 from runtime.domain.errors import ConfigurationError
 from runtime.domain.identity import IdentityRules
 from runtime.domain.model import Model
+from runtime.domain.tracing import NO_TRACER, Tracer
 from runtime.engine.handoff import Slot, Slots
 from runtime.store.base import Store
 from runtime.store.records import CallRecord
@@ -20,8 +21,13 @@ from runtime.store.records import CallRecord
 class Checkpoint(Protocol):
     """Called at named points of execution (crash tests kill the process there).
 
-    Points: ``dispatch_committed``, ``tool_returned`` (before its result is committed),
-    ``result_committed``, ``model_call_committed``, ``decision_committed``.
+    Points: ``dispatch_committed``, ``tool_returned`` (before its result is committed;
+    with its ``outcome`` and ``seconds``), ``result_committed``, ``call_uncertain``,
+    ``model_answered`` (with ``seconds`` and tokens), ``model_failed`` (with ``kind``),
+    ``model_call_committed``, ``decision_committed`` (with ``latency_seconds``, ``edge``
+    and ``ticket_kind``), ``ticket_expired`` (with ``action``), ``run_recovered``,
+    ``run_driven`` (with the ``status`` it was left in) and, from the outbox,
+    ``notification_delivered`` and ``notification_failed`` (with ``outcome``).
     """
 
     def __call__(self, point: str, info: dict[str, Any]) -> None:
@@ -58,6 +64,8 @@ class Deps:
     """A local worker that takes runs claimed in the commit that made them ready."""
     identity: IdentityRules = field(default_factory=IdentityRules)
     """How people's ids are treated (`runtime.domain.identity`)."""
+    tracer: Tracer = NO_TRACER
+    """Where spans go (`runtime.domain.tracing`; by default nowhere)."""
 
     def reserve_slot(self) -> Slot | None:
         """A free place in the local worker, if one is attached and has one."""

@@ -34,7 +34,7 @@ from runtime.domain.tools import (
     ReplayPolicy,
     describe_permission,
 )
-from runtime.engine import delegation, grants
+from runtime.engine import delegation, grants, measure
 from runtime.engine.batching import offer_batch
 from runtime.engine.cancelling import cancel_in
 from runtime.engine.deps import Deps, ResultMiddlewareInput
@@ -189,6 +189,7 @@ class Driver:
                 else:
                     await self._replay(tx, call, now)
             await self._save(tx)
+        measure.recovered(self.deps, self.run.run_id, orphaned)
         return calls
 
     async def _save_call(
@@ -267,7 +268,7 @@ class Driver:
             )
             await self._save(tx)
         self.deps.reach("dispatch_committed", call_id=call.call_id, tool=call.tool)
-
+        mark = measure.started()
         tool = agent.tools.get(call.tool)
         outcome: Any
         failed: str | None = None
@@ -301,7 +302,7 @@ class Driver:
                 failed = failure_text(exc)
             finally:
                 _leave(token)
-        self.deps.reach("tool_returned", call_id=call.call_id, tool=call.tool)
+        measure.tool_returned(self.deps, call, mark, failed, unknown)
         if failed is not None:
             self.deps.reach("tool_failed", call_id=call.call_id, tool=call.tool)
 
@@ -337,7 +338,7 @@ class Driver:
                 self._fold_batch([call if c.call_id == call.call_id else c for c in batch])
                 self._mark_model_call()
             await self._save(tx)
-        self.deps.reach("result_committed", call_id=call.call_id, tool=call.tool)
+        measure.result_committed(self.deps, call)
         return call
 
     async def _delegate(self, agent: Agent, call: CallRecord) -> CallRecord:
@@ -430,7 +431,7 @@ class Driver:
             attempt=self.run.model_attempt,
         )
         try:
-            response = await model.complete(request)
+            response = await measure.complete(self.deps, model, request)
         except asyncio.CancelledError:
             raise
         except ModelError as exc:

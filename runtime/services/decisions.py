@@ -406,6 +406,8 @@ class Decisions:
             ticket_id=command.ticket_id,
             decision=command.answer.kind,
             latency_seconds=(command.at - ticket.created_at).total_seconds(),
+            edge=command.actor.platform,
+            ticket_kind=ticket.target.kind,
         )
         if claimed_calls is not None and slot is not None:
             slot.use(run.run_id, self._driving.proceed(run, calls=claimed_calls))

@@ -57,6 +57,7 @@ from runtime.domain.notifications import (
     read_notification,
 )
 from runtime.domain.states import TicketStatus
+from runtime.engine.deps import Checkpoint
 from runtime.engine.journal import record
 from runtime.store.base import Store, Transaction
 from runtime.store.records import OutboxRecord, channel_key, pacing_key
@@ -71,14 +72,21 @@ class DeliveryError(SignoffError):
         message: What went wrong.
         permanent: Retrying cannot help (e.g. the channel does not exist).
         retry_after: Seconds the platform asked us to wait, if it said.
+        rate_limited: The platform refused for its rate limit (HTTP 429).
     """
 
     def __init__(
-        self, message: str, *, permanent: bool = False, retry_after: float | None = None
+        self,
+        message: str,
+        *,
+        permanent: bool = False,
+        retry_after: float | None = None,
+        rate_limited: bool = False,
     ) -> None:
         super().__init__(message)
         self.permanent = permanent
         self.retry_after = retry_after
+        self.rate_limited = rate_limited
 
 
 class Notifier(Protocol):
@@ -171,11 +179,21 @@ class Claim:
         pacing: Seconds between two messages to one channel, by platform
             (``{"slack": 1.0}``), shared by every process on the database; 0 (or less)
             leaves the platform unpaced.
+        checkpoint: Told each delivery's outcome (``notification_delivered``, and
+            ``notification_failed`` with ``outcome``: ``retried``, ``rate_limited`` or
+            ``failed``; both with ``platform`` and ``kind``), e.g. for metrics.
     """
 
     owner: str = "outbox"
     lease_seconds: float = 60.0
     pacing: Mapping[str, float] = field(default_factory=dict)
+    checkpoint: Checkpoint | None = None
+
+    def reach(self, point: str, item: OutboxRecord, **info: Any) -> None:
+        """Report `point` of `item` to the checkpoint, if there is one."""
+        if self.checkpoint is not None:
+            platform = str(item.destination.get("platform") or "console")
+            self.checkpoint(point, {"platform": platform, "kind": item.kind, **info})
 
     def __post_init__(self) -> None:
         # The store claims one item per channel for every platform in the map: an
@@ -264,7 +282,7 @@ async def deliver_round(
     )
     delivered = sum(counts)
     if silent:
-        delivered += await _record_silent(store, clock, silent, retry)
+        delivered += await _record_silent(store, clock, silent, retry, how)
     return Round(len(due), delivered, look_again)
 
 
@@ -319,7 +337,7 @@ def _posts_nothing(notifier: Notifier, item: OutboxRecord) -> bool:
 
 
 async def _record_silent(
-    store: Store, clock: Clock, items: Sequence[OutboxRecord], retry: RetryPolicy
+    store: Store, clock: Clock, items: Sequence[OutboxRecord], retry: RetryPolicy, how: Claim
 ) -> int:
     """Record items a `NullNotifier` accepts as delivered, all in one transaction.
 
@@ -331,7 +349,7 @@ async def _record_silent(
         try:
             read_notification(item.kind, item.payload)
         except UnreadableNotification as exc:
-            await _failed(store, clock, item, DeliveryError(str(exc), permanent=True), retry)
+            await _failed(store, clock, item, DeliveryError(str(exc), permanent=True), retry, how)
         else:
             readable.append(item)
     if not readable:
@@ -340,14 +358,16 @@ async def _record_silent(
     fences = [item.fence for item in readable]
     for item in readable:
         _mark_delivered(item, now, None)
-    recorded = 0
+    recorded: list[OutboxRecord] = []
     async with store.transaction() as tx:
         for item, fence in zip(readable, fences, strict=True):
             if await tx.update_outbox(item, fence=fence):
-                recorded += 1
+                recorded.append(item)
             else:
                 _superseded(item)
-    return recorded
+    for item in recorded:
+        how.reach("notification_delivered", item)
+    return len(recorded)
 
 
 def _mark_delivered(item: OutboxRecord, now: datetime, reference: dict[str, Any] | None) -> None:
@@ -424,20 +444,22 @@ async def _deliver_one(
             delivery = dataclasses.replace(delivery, pace=pace)
         reference = await notifier.deliver(note, delivery)
     except UnreadableNotification as exc:
-        await _failed(store, clock, item, DeliveryError(str(exc), permanent=True), retry)
+        await _failed(store, clock, item, DeliveryError(str(exc), permanent=True), retry, how)
         return False
     except DeliveryError as exc:
-        await _failed(store, clock, item, exc, retry)
+        await _failed(store, clock, item, exc, retry, how)
         return False
     except Exception as exc:  # a notifier bug must not stop the loop
         log.exception("notifier crashed on outbox item %s", item.outbox_id)
-        await _failed(store, clock, item, DeliveryError(repr(exc)), retry)
+        await _failed(store, clock, item, DeliveryError(repr(exc)), retry, how)
         return False
     _mark_delivered(item, clock.now(), reference)
     async with store.transaction() as tx:
         recorded = await tx.update_outbox(item, fence=fence)
     if not recorded:
         _superseded(item)
+    else:
+        how.reach("notification_delivered", item)
     return recorded
 
 
@@ -531,7 +553,12 @@ def _superseded(item: OutboxRecord) -> None:
 
 
 async def _failed(
-    store: Store, clock: Clock, item: OutboxRecord, exc: DeliveryError, retry: RetryPolicy
+    store: Store,
+    clock: Clock,
+    item: OutboxRecord,
+    exc: DeliveryError,
+    retry: RetryPolicy,
+    how: Claim | None = None,
 ) -> None:
     now = clock.now()
     fence = item.fence
@@ -544,6 +571,10 @@ async def _failed(
         item.state = "failed"
     else:
         item.next_attempt_at = now + timedelta(seconds=wait)
+    if how is not None:
+        # Ahead of the commit below, which may still fail: this attempt failed either way.
+        outcome = "failed" if give_up else "rate_limited" if exc.rate_limited else "retried"
+        how.reach("notification_failed", item, outcome=outcome)
     async with store.transaction() as tx:
         if not await tx.update_outbox(item, fence=fence):
             _superseded(item)

@@ -130,7 +130,9 @@ class Driving:
             await driver.drive()
         except LeaseLost:
             # Another worker took the run over; it owns the outcome now.
+            self._deps.reach("run_driven", run_id=run.run_id, status="taken_over")
             return None
+        self._deps.reach("run_driven", run_id=run.run_id, status=driver.run.status.value)
         if driver.run.status.finished and driver.run.parent_run_id is not None:
             await self._continue_parent(driver.run.parent_run_id)
         return driver.run

@@ -38,11 +38,13 @@ class Expiry:
                     ticket.ticket_id, status=TicketStatus.EXPIRED, at=now
                 ):
                     continue
-                await self._expire(tx, run, ticket)
+                action = await self._expire(tx, run, ticket)
             expired.append(ticket.ticket_id)
+            deps.reach("ticket_expired", ticket_id=ticket.ticket_id, action=action)
         return expired
 
-    async def _expire(self, tx: Transaction, run: RunRecord, ticket: ResumeTicket) -> None:
+    async def _expire(self, tx: Transaction, run: RunRecord, ticket: ResumeTicket) -> str:
+        """Expire `ticket`; what was done: ``deny``, ``cancel`` or ``escalate``."""
         deps = self._deps
         now = deps.clock.now()
         agent = deps.agents.get(ticket.agent)
@@ -51,7 +53,7 @@ class Expiry:
         action = agent.on_expiry_for(tool) if agent is not None else ExpiryAction.DENY
         if isinstance(action, Escalate) and call is not None and agent is not None:
             if await self._escalate(tx, run, ticket, call, agent, tool, action):
-                return
+                return "escalate"
             action = ExpiryAction.DENY
         outcome = "cancel" if action is ExpiryAction.CANCEL else "deny"
         await record(
@@ -68,7 +70,7 @@ class Expiry:
             run.fence += 1
             run.updated_at = now
             await tx.update_run(run)
-            return
+            return outcome
         if call is not None and not call.state.settled:
             move(call, CallState.DENIED)
             call.result = blocked_text("the request expired without a decision")
@@ -80,6 +82,7 @@ class Expiry:
             move_run(run, RunStatus.QUEUED)
             run.updated_at = now
             await tx.update_run(run)
+        return outcome
 
     async def _escalate(
         self,
