@@ -536,15 +536,10 @@ class Driver:
                 run.batch += 1
                 proposed: list[CallRecord] = []
                 self._calls = (run.batch, proposed)
+                why = response.stated_reason
                 for seq, request in enumerate(response.tool_calls):
                     call = await self._propose(
-                        tx,
-                        agent,
-                        seq,
-                        request.id,
-                        request.name,
-                        request.arguments,
-                        response.stated_reason,
+                        tx, agent, seq, request.id, request.name, request.arguments, why
                     )
                     proposed.append(call)
                     settled = call.state.settled or call.state is CallState.APPROVED
