@@ -45,7 +45,7 @@ from runtime.domain.tickets import (
     ResumeCommand,
     ResumeTicket,
 )
-from runtime.engine.deps import Checkpoint, Deps, ResultMiddlewareInput
+from runtime.engine.deps import NO_TRACER, Checkpoint, Deps, ResultMiddlewareInput, Tracer
 from runtime.engine.grants import Grant
 from runtime.engine.handoff import Slots
 from runtime.engine.results import PendingEntry, RunResult
@@ -99,6 +99,7 @@ class Runtime(ExternalApprovals):
             registered: ``any`` (an `ExternalAgent` with the defaults is synthesised for
             it: every tool asks, the requester decides, cards in the console) or
             ``declared`` (refused with `ApprovalRefused`).
+        tracer: Where spans go (`runtime.edges.Tracer`, see ``docs/tracing.md``; default none).
     """
 
     def __init__(
@@ -114,6 +115,7 @@ class Runtime(ExternalApprovals):
         result_middleware: Sequence[Callable[[ResultMiddlewareInput], str]] = (),
         model_resolver: Callable[[str], Model] | None = None,
         undeclared_agents: UndeclaredAgents = "declared",
+        tracer: Tracer = NO_TRACER,
     ) -> None:
         if lease_seconds <= 0:
             raise ConfigurationError("lease_seconds must be positive")
@@ -130,6 +132,7 @@ class Runtime(ExternalApprovals):
             lease_seconds=lease_seconds,
             checkpoint=checkpoint,
             result_middleware=list(result_middleware),
+            tracer=tracer,
         )
         self._deps = deps
         self._model_resolver = model_resolver

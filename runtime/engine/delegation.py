@@ -41,6 +41,7 @@ from runtime.engine.deps import Deps
 from runtime.engine.journal import chain_of, describe_ticket, record
 from runtime.engine.moves import claim_new, move, move_run
 from runtime.engine.results import Totals
+from runtime.engine.traces import start_trace
 from runtime.store.base import Transaction
 from runtime.store.records import CallRecord, RunRecord
 
@@ -163,6 +164,8 @@ async def start_child(
             depth=parent.depth + 1,
             lineage=[*parent.lineage, {"run_id": parent.run_id, "agent": parent.agent}],
         )
+        # In the parent's trace: started while the parent's stretch is the current span.
+        child.trace_context = start_trace(deps, child)
         # This worker drives it next, as a start that waits does.
         claim_new(deps, child, now)
         await tx.insert_run(child)

@@ -86,3 +86,13 @@ class Deps:
         """Report a named execution point."""
         if self.checkpoint is not None:
             self.checkpoint(point, info)
+
+
+__all__ = [
+    "NO_TRACER",
+    "Checkpoint",
+    "Deps",
+    "ResultMiddleware",
+    "ResultMiddlewareInput",
+    "Tracer",
+]

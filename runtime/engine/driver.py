@@ -48,6 +48,7 @@ from runtime.engine.journal import (
 )
 from runtime.engine.moves import move, move_run
 from runtime.engine.policies import judge
+from runtime.engine.traces import drive_span, invoke_tool, traced_model, turn_span
 from runtime.engine.turns import (
     batch_open,
     blocked_text,
@@ -124,7 +125,8 @@ class Driver:
             if self.agent is None:
                 await self._fail(f"agent {self.run.agent!r} is not loaded")
                 return
-            await self._loop(self.agent)
+            with drive_span(self.deps, self.run):
+                await self._loop(self.agent)
         finally:
             beat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -165,8 +167,9 @@ class Driver:
             if self.run.turns >= agent.max_turns:
                 await self._fail(f"the agent used all {agent.max_turns} turns without finishing")
                 return
-            if not await self._model_turn(agent):
-                return
+            with turn_span(self.deps, self.run):
+                if not await self._model_turn(agent):
+                    return
 
     def _batch_open(self) -> bool:
         return batch_open(self.run)
@@ -290,7 +293,7 @@ class Driver:
             )
             token = _enter(context)
             try:
-                outcome = await tool.invoke(call.args)
+                outcome = await invoke_tool(self.deps, tool, call)
             except asyncio.CancelledError:
                 raise
             except ToolOutcomeUnknown as exc:
@@ -423,7 +426,7 @@ class Driver:
         return await self._call_model(agent)
 
     async def _call_model(self, agent: Agent) -> bool:
-        model = self.deps.model_of(agent)
+        model = traced_model(self.deps.model_of(agent), self.deps, self.run)
         request = ModelRequest(
             model=model.name,
             messages=[{"role": "system", "content": agent.instructions}, *self.run.messages],

@@ -43,6 +43,7 @@ from runtime.engine.journal import display_args, notify, record, record_claim, t
 from runtime.engine.moves import move, move_run
 from runtime.engine.people import as_person
 from runtime.engine.results import PendingEntry, RunResult
+from runtime.engine.traces import record_wait
 from runtime.engine.turns import blocked_text
 from runtime.services.driving import Driving
 from runtime.services.queries import Queries
@@ -401,6 +402,7 @@ class Decisions:
                     move_run(run, RunStatus.QUEUED)
                 run.updated_at = command.at
                 await tx.update_run(run)
+        record_wait(deps, run, ticket, "decided", command)
         deps.reach(
             "decision_committed",
             ticket_id=command.ticket_id,

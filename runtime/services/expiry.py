@@ -12,6 +12,7 @@ from runtime.engine.cancelling import cancel_in
 from runtime.engine.deps import Deps
 from runtime.engine.journal import notify, open_ticket, record
 from runtime.engine.moves import move, move_run
+from runtime.engine.traces import record_wait
 from runtime.engine.turns import blocked_text
 from runtime.store.base import Transaction
 from runtime.store.records import CallRecord, RunRecord
@@ -40,6 +41,7 @@ class Expiry:
                     continue
                 action = await self._expire(tx, run, ticket)
             expired.append(ticket.ticket_id)
+            record_wait(deps, run, ticket, "expired", action=action)
             deps.reach("ticket_expired", ticket_id=ticket.ticket_id, action=action)
         return expired
 

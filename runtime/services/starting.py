@@ -17,6 +17,7 @@ from runtime.engine.deps import Deps
 from runtime.engine.journal import record, record_claim
 from runtime.engine.moves import claim_new
 from runtime.engine.results import RunResult, run_result
+from runtime.engine.traces import start_trace
 from runtime.services.driving import Driving
 from runtime.services.queries import Queries
 from runtime.store.base import DuplicateKey, Transaction
@@ -94,6 +95,7 @@ class Starter:
             origin=origin,
             messages=[*history, {"role": "user", "content": opening or input}],
         )
+        run.trace_context = start_trace(deps, run)
         # Not waiting, the run goes to a free place of the local worker if there is one.
         slot = None if wait else deps.reserve_slot()
         try:

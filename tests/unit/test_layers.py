@@ -73,6 +73,7 @@ ADAPTERS = (
     "client",
     "claude_code",
     "policies",
+    "telemetry",
 )
 PLATFORM_LIBRARIES = (
     "aiohttp",
@@ -84,6 +85,7 @@ PLATFORM_LIBRARIES = (
     "mcp",
     "httpx",
     "jinja2",
+    "opentelemetry",
 )
 STORE_LIBRARIES = ("sqlalchemy", "alembic", "aiosqlite", "asyncpg")
 MAX_LINES = 800
