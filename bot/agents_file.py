@@ -66,7 +66,7 @@ from adapters.mcp import (
 from adapters.mcp.config import MAX_LISTING_BYTES, MAX_TOOLS
 from adapters.mcp.rules import check_arguments
 from adapters.models import PROVIDERS as SPEC_PROVIDERS
-from adapters.models import canonical
+from adapters.models import canonical, with_options
 from bot.imports import import_object
 from bot.policies import PolicySpec, attach_policies, build_policies
 from runtime import (
@@ -200,6 +200,7 @@ class AgentSpec(_Strict):
     external: Literal[False] = False
     instructions: str
     model: str = Field(min_length=1)
+    model_options: dict[str, str | bool | int | float] = Field(default_factory=dict)
     description: str = ""
     version: str = Field(default="1", min_length=1)
     tools: list[str] = Field(default_factory=list)
@@ -527,7 +528,7 @@ class _Builder:
             agent = Agent(
                 name,
                 spec.instructions,
-                self.model(spec.model, "agents", name, "model"),
+                self.model(spec.model, "agents", name, "model", options=spec.model_options),
                 tools,
                 version=spec.version,
                 approvers=spec.approvers,
@@ -657,7 +658,9 @@ class _Builder:
                     )
         return found
 
-    def model(self, spec: str, *loc: str | int) -> Model | str:
+    def model(
+        self, spec: str, *loc: str | int, options: Mapping[str, object] | None = None
+    ) -> Model | str:
         here = self.at(*loc)
         provider, sep, rest = spec.partition(":")
         if not sep or not provider.strip() or not rest.strip():
@@ -666,7 +669,19 @@ class _Builder:
                 "or provider:model"
             )
         if provider.strip() in PROVIDERS:
+            if options:
+                try:
+                    spec = with_options(spec, options)
+                except ConfigurationError as exc:
+                    raise ConfigurationError(
+                        f"{self.at(*loc[:-1], 'model_options')}: {exc}"
+                    ) from None
             return _provider_model(spec, here)
+        if options:
+            raise ConfigurationError(
+                f"{self.at(*loc[:-1], 'model_options')}: only provider:model specs take "
+                f"model options; {spec} builds its own model"
+            )
         target = import_object(spec, here)
         if callable(target) and not isinstance(target, Model):
             try:

@@ -110,6 +110,7 @@ class SettingsModelResolver(ModelResolver):
 
     _KEYS = {
         "openai": ("openai_api_key", "SIGNOFF_OPENAI_API_KEY", "OPENAI_API_KEY"),
+        "openai-responses": ("openai_api_key", "SIGNOFF_OPENAI_API_KEY", "OPENAI_API_KEY"),
         "anthropic": ("anthropic_api_key", "SIGNOFF_ANTHROPIC_API_KEY", "ANTHROPIC_API_KEY"),
     }
 

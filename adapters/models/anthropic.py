@@ -2,7 +2,10 @@
 
 The run's transcript stays OpenAI-shaped inside signoff; `adapters.models.
 anthropic_transcript` translates it into Messages (system prompt, ``tool_use`` and
-``tool_result`` blocks) and the answer back.
+``tool_result`` blocks) and the answer back. With extended thinking
+(``thinking_budget``), the answer's thinking blocks are kept with the transcript and sent
+back unchanged with their turn, so a run parked between a tool call and its result
+continues on any process.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from runtime import ConfigurationError, ModelError, ModelRequest, ModelResponse
 
 PROVIDER = "anthropic"
 DEFAULT_MAX_TOKENS = 4096
+MIN_THINKING_BUDGET = 1024
 
 
 class AnthropicModel:
@@ -43,11 +47,15 @@ class AnthropicModel:
         cache_prompt: Mark the system prompt and the tool definitions for Anthropic's
             prompt cache (``cache_control: ephemeral``): later turns read them at the
             cached price.
+        thinking_budget: Turn extended thinking on with this many tokens for it
+            (``thinking: {"type": "enabled", "budget_tokens": N}``): at least 1024 and
+            below `max_tokens`. The API then takes no `temperature`.
         default_headers: Extra headers on every request (a beta flag, a gateway's ...).
         name: The name recorded with every call (default ``anthropic:<model>``).
 
     Raises:
-        ConfigurationError: No API key was given and ``ANTHROPIC_API_KEY`` is not set.
+        ConfigurationError: No API key was given and ``ANTHROPIC_API_KEY`` is not set, or
+            a thinking budget the API would refuse.
     """
 
     def __init__(
@@ -62,6 +70,7 @@ class AnthropicModel:
         temperature: float | None = None,
         price: Price | None = None,
         cache_prompt: bool = False,
+        thinking_budget: int | None = None,
         default_headers: Mapping[str, str] | None = None,
         name: str | None = None,
     ) -> None:
@@ -69,12 +78,23 @@ class AnthropicModel:
             raise ConfigurationError("AnthropicModel needs a model name")
         if max_tokens < 1:
             raise ConfigurationError("AnthropicModel: max_tokens must be at least 1")
+        if thinking_budget is not None:
+            if not MIN_THINKING_BUDGET <= thinking_budget < max_tokens:
+                raise ConfigurationError(
+                    f"AnthropicModel: thinking_budget must be at least {MIN_THINKING_BUDGET} "
+                    f"and below max_tokens ({max_tokens}), not {thinking_budget}"
+                )
+            if temperature is not None and temperature != 1:
+                raise ConfigurationError(
+                    "AnthropicModel: extended thinking takes no temperature (leave it unset)"
+                )
         self.model = model.strip()
         self.name = name or f"{PROVIDER}:{self.model}"
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.price = price
         self.cache_prompt = cache_prompt
+        self.thinking_budget = thinking_budget
         self._timeout = timeout
         try:
             self.client = anthropic.AsyncAnthropic(
@@ -113,6 +133,8 @@ class AnthropicModel:
             body["tools"] = tools
         if self.temperature is not None:
             body["temperature"] = self.temperature
+        if self.thinking_budget is not None:
+            body["thinking"] = {"type": "enabled", "budget_tokens": self.thinking_budget}
         return body
 
     async def complete(self, request: ModelRequest) -> ModelResponse:

@@ -11,7 +11,12 @@ Pure functions, so the translation is tested on recorded payloads:
   the results the runtime writes for a failed or refused call (``Error: ...``,
   ``Permission denied...``) carry ``is_error``;
 - tool call ids are kept, with characters Anthropic does not accept replaced, the same
-  way on both sides.
+  way on both sides;
+- with extended thinking, the answer's ``thinking`` and ``redacted_thinking`` blocks
+  (signature and data included) are kept as the assistant message's
+  `runtime.edges.PROVIDER_STATE` (``{"provider": "anthropic", "blocks": [...]}``) and
+  open that assistant turn again, unchanged, on every later request: the API checks
+  them against their signatures when the turn has tool calls.
 """
 
 from __future__ import annotations
@@ -21,6 +26,15 @@ import re
 from typing import Any
 
 from runtime import ModelResponse, StopReason, ToolCallRequest, Usage
+from runtime.edges import provider_state
+
+PROVIDER = "anthropic"
+
+# The fields of each thinking block kind, as the API sends them and wants them back.
+_THINKING_FIELDS = {
+    "thinking": ("type", "thinking", "signature"),
+    "redacted_thinking": ("type", "data"),
+}
 
 _ID_FORBIDDEN = re.compile(r"[^a-zA-Z0-9_-]")
 
@@ -94,7 +108,12 @@ def to_messages(transcript: list[dict[str, Any]]) -> tuple[str, list[dict[str, A
             text = _text(message.get("content"))
             add("user", [{"type": "text", "text": text}] if text.strip() else [])
         elif role == "assistant":
-            blocks: list[dict[str, Any]] = []
+            state = provider_state(message, PROVIDER) or {}
+            blocks: list[dict[str, Any]] = [
+                dict(block)
+                for block in state.get("blocks") or []
+                if isinstance(block, dict) and block.get("type") in _THINKING_FIELDS
+            ]
             text = _text(message.get("content"))
             if text.strip():
                 blocks.append({"type": "text", "text": text})
@@ -142,16 +161,24 @@ def from_message(payload: dict[str, Any]) -> ModelResponse:
     """Read an Anthropic ``Message`` (as JSON) into a `ModelResponse`.
 
     Raises:
-        ValueError: The payload is not a message with content blocks.
+        ValueError: The payload is not a message with content blocks, or a thinking
+            block lacks its signature or data.
     """
     blocks = payload.get("content")
     if not isinstance(blocks, list):
         raise ValueError("the message has no content blocks")
     texts: list[str] = []
+    thoughts: list[str] = []
+    kept: list[dict[str, Any]] = []
     calls: list[ToolCallRequest] = []
     for block in blocks:
         kind = block.get("type")
-        if kind == "text":
+        fields = _THINKING_FIELDS.get(str(kind))
+        if fields is not None:
+            kept.append({name: block[name] for name in fields})
+            if kind == "thinking" and str(block.get("thinking") or "").strip():
+                thoughts.append(str(block["thinking"]).strip())
+        elif kind == "text":
             texts.append(str(block.get("text") or ""))
         elif kind == "tool_use":
             calls.append(
@@ -180,4 +207,7 @@ def from_message(payload: dict[str, Any]) -> ModelResponse:
         ),
         stop=stop,
         refusal=text if stop is StopReason.REFUSAL else None,
+        # The readable thinking only: never a signature or redacted data.
+        reasoning="\n\n".join(thoughts) or None,
+        provider_state={"provider": PROVIDER, "blocks": kept} if kept else None,
     )

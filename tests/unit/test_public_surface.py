@@ -130,29 +130,25 @@ RUNTIME = (
 )
 
 ADAPTERS_MODELS = (
+    "MODEL_OPTIONS",
     "PROVIDERS",
     "AnthropicModel",
     "ModelOptions",
     "ModelResolver",
     "OpenAIModel",
+    "OpenAIResponsesModel",
     "Price",
     "canonical",
     "model_from_spec",
     "parse_spec",
     "priced",
+    "spec_options",
+    "with_options",
 )
 
 # What the edges may use beyond the public package (`runtime.edges`).
 EDGES = (
     "APPROVAL_CALLBACK",
-    "AttributeValue",
-    "Attributes",
-    "Carrier",
-    "NO_TRACER",
-    "NoTracer",
-    "Span",
-    "SpanKind",
-    "Tracer",
     "APPROVAL_CALLBACK_URL",
     "ApprovalCallback",
     "ApprovalRequested",
@@ -174,6 +170,7 @@ EDGES = (
     "Notification",
     "OPERATORS",
     "OnExpiry",
+    "PROVIDER_STATE",
     "OutcomeNotification",
     "PermissionRule",
     "PolicyAnswer",
@@ -189,6 +186,7 @@ EDGES = (
     "TicketVoided",
     "UncertainCall",
     "batch_open_ids",
+    "chat_messages",
     "coerce_decide_in",
     "coerce_grants",
     "describe_chain",
@@ -201,6 +199,7 @@ EDGES = (
     "parse_chat_completion",
     "parse_result",
     "passes",
+    "provider_state",
     "read_typed",
     "refusal_of",
     "schema_fields",
