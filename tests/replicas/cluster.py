@@ -40,6 +40,11 @@ class Cluster:
         self.ledger = tmp_path / "ledger.jsonl"
         self.replicas: list[Served] = []
         self.settings: dict[str, str] = {}
+        self.roles: dict[int, str] = {}
+        """SIGNOFF_ROLE of each replica by process id (``all`` unless started with one)."""
+        self.split = 0
+        """With a number, `start` without a role starts web replicas, and before the
+        first ones that many workers (a layout of split roles)."""
 
     def env(self) -> dict[str, str]:
         """The environment of a replica."""
@@ -66,18 +71,33 @@ class Cluster:
         )
         return env
 
-    async def start(self, count: int) -> list[Served]:
-        """Start `count` more replicas at once; return them once each serves."""
+    async def start(self, count: int, role: str | None = None) -> list[Served]:
+        """Start `count` more replicas at once, of `role` (SIGNOFF_ROLE: ``all``, ``web``
+        or ``worker``; see `split` without one); return them once each serves."""
+        if role is None and self.split:
+            if not any(r == "worker" for r in self.roles.values()):
+                await self.start(self.split, "worker")
+            role = "web"
+        env = self.env() if role is None else {**self.env(), "SIGNOFF_ROLE": role}
         started = await asyncio.gather(
-            *(Served.start(self.env()) for _ in range(count)), return_exceptions=True
+            *(Served.start(env) for _ in range(count)), return_exceptions=True
         )
         for served in started:
             if isinstance(served, Served):
                 self.replicas.append(served)
+                self.roles[served.process.pid] = role or "all"
         for served in started:
             if isinstance(served, BaseException):
                 raise served
         return [s for s in started if isinstance(s, Served)]
+
+    def serving(self) -> list[Served]:
+        """The replicas still running that serve the API (role ``all`` or ``web``)."""
+        return [r for r in self.replicas if self.roles[r.process.pid] != "worker"]
+
+    def driving(self) -> list[Served]:
+        """The replicas still running that drive runs (role ``all`` or ``worker``)."""
+        return [r for r in self.replicas if self.roles[r.process.pid] != "web"]
 
     def worker_id(self, served: Served) -> str:
         """How a replica names itself in leases."""

@@ -1,4 +1,8 @@
-"""Three `signoff serve` replicas on one PostgreSQL: decisions, wake-ups and kills."""
+"""Three `signoff serve` replicas on one PostgreSQL: decisions, wake-ups and kills.
+
+Each test runs twice: on replicas that do everything (``SIGNOFF_ROLE=all``), and on web
+replicas (the API) with two worker replicas that drive the runs.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,14 @@ import sys
 from collections import Counter
 from typing import Any
 
+import pytest
 from cluster import ROOT, Api, Cluster, eventually
+
+
+@pytest.fixture(autouse=True, params=["all", "web+worker"])
+def layout(request: pytest.FixtureRequest, cluster: Cluster) -> None:
+    if request.param == "web+worker":
+        cluster.split = 2
 
 
 async def start_run(api: Api, url: str, agent: str, text: str) -> str:
@@ -90,7 +101,7 @@ async def test_a_decision_stored_elsewhere_wakes_a_replica_at_once(
     decided = next(r["at"] for r in rows if r["kind"] == "ticket_decided")
     claims = [r for r in rows if r["kind"] == "run_claimed"]
     assert len(claims) == 2
-    assert cluster.worker_id(replica) in claims[1]["data"]
+    assert any(cluster.worker_id(r) in claims[1]["data"] for r in cluster.driving())
     latency = (claims[1]["at"] - decided) / 1e6
     assert latency < 5, f"resumed {latency:.2f}s after the decision"
 
@@ -105,9 +116,9 @@ async def test_a_replica_killed_mid_tool_is_recovered_by_another(
         return cluster.ledger_entries()
 
     [first] = await eventually(first_execution, "the tool running")
-    runner = next(r for r in replicas if r.process.pid == first["pid"])
+    runner = next(r for r in cluster.replicas if r.process.pid == first["pid"])
     cluster.kill(runner)  # mid-tool: the dispatch is committed, no result recorded
-    survivor = cluster.replicas[0]
+    survivor = cluster.serving()[0]
     done = await until_status(api, survivor.url, run_id, "done")
     assert done["text"] == "Stock synced."
     entries = cluster.ledger_entries()
