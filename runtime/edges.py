@@ -46,6 +46,7 @@ from runtime.domain.notifications import (
 )
 from runtime.domain.policies import (
     DEFAULT_POLICY_TIMEOUT,
+    REQUESTER_GROUPS,
     PolicyAnswer,
     PolicyCall,
     PolicyError,
@@ -83,6 +84,7 @@ __all__ = [
     "NUMERIC",
     "OPERATORS",
     "PROVIDER_STATE",
+    "REQUESTER_GROUPS",
     "ApprovalCallback",
     "ApprovalRequested",
     "ArgumentError",

@@ -56,7 +56,7 @@ from runtime import (
     UnknownTicket,
     classify,
 )
-from runtime.edges import parse_result
+from runtime.edges import REQUESTER_GROUPS, parse_result
 
 log = logging.getLogger("signoff.discord")
 
@@ -127,6 +127,10 @@ class Handlers:
             }
             if interaction.guild_id is not None:
                 origin["guild_id"] = str(interaction.guild_id)
+            groups = self._actor(interaction).groups
+            if groups:
+                # The roles the interaction carries, for the agent's policy to read.
+                origin[REQUESTER_GROUPS] = sorted(groups)
             # A Discord thread is one conversation: later runs there see earlier ones.
             thread = (
                 f"discord:{interaction.channel_id}"

@@ -99,7 +99,7 @@ from runtime import (
     ToolPermission,
     Uncertain,
 )
-from runtime.edges import parse_result
+from runtime.edges import REQUESTER_GROUPS, parse_result
 
 log = logging.getLogger("signoff.slack")
 
@@ -378,7 +378,15 @@ class _SlackEdge:
         """Start the run (or find the one this delivery started before); None if the
         delivery id was reused for another request."""
         scope, key = idempotency
-        origin = {"platform": SOURCE, "channel": channel, "thread_ts": thread_ts, "user": user}
+        origin: dict[str, Any] = {
+            "platform": SOURCE,
+            "channel": channel,
+            "thread_ts": thread_ts,
+            "user": user,
+        }
+        groups = await self._starter_groups(user)
+        if groups:
+            origin[REQUESTER_GROUPS] = groups
         try:
             result = await self._runtime.start(
                 agent,
@@ -399,6 +407,20 @@ class _SlackEdge:
         )
         self._on_change()
         return result
+
+    async def _starter_groups(self, user: str) -> list[str]:
+        """The named approver groups (``SIGNOFF_SLACK_APPROVER_GROUPS``) Slack says
+        `user` is in, for the agent's policy; none when a look-up fails or times out."""
+        named = [f"group:{name}" for name in self._config.approver_groups]
+        if not named:
+            return []
+        try:
+            async with asyncio.timeout(self._config.lookup_timeout_seconds):
+                actor = await self._directory.actor(user, named)
+        except TimeoutError:
+            log.warning("Slack membership look-up for %s timed out; no groups", user)
+            return []
+        return sorted(actor.groups)
 
     # -- the slash command -------------------------------------------------------------
     async def on_command(

@@ -177,6 +177,7 @@ EDGES = (
     "PolicyCall",
     "PolicyError",
     "PostedCard",
+    "REQUESTER_GROUPS",
     "RunCallback",
     "RunFinished",
     "RunPaused",
