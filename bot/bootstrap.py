@@ -30,10 +30,12 @@ from aiohttp import web
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from adapters.telemetry import start_from_env
 from bot.console_secrets import ConsoleSecrets, console_secrets
 from bot.health import Metrics, add_health_routes
 from bot.settings import Settings, require_shared_settings, uses_sqlite
 from runtime import Agent, Clock, ConfigurationError, IdSource, Model, Runtime
+from runtime.edges import NO_TRACER
 from runtime.services.delivery import Claim, Notifier, NullNotifier, RetryPolicy, RoutingNotifier
 from runtime.store.base import Store
 from runtime.store.sql import WAKE_OUTBOX, WAKE_RUNS, SQLStore
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
     from slack_sdk.web.async_client import AsyncWebClient
 
     from adapters.slack import ChannelLimiter, SlackConfig
+    from adapters.telemetry.otel import Telemetry
     from adapters.web import TokenAuth
     from bot.app import SlackEdge
     from bot.discord_wiring import DiscordEdge
@@ -173,6 +176,7 @@ class Service:
     owns_store: bool = True
     role: Role = "all"
     _outbox_wake: asyncio.Event = field(default_factory=asyncio.Event)
+    telemetry: Telemetry | None = None
 
     async def start(self) -> str:
         """Bind the HTTP server, start the loops; return the server's base URL.
@@ -270,7 +274,15 @@ class Service:
         routes.update(self.notifiers)
         if self.discord is not None:
             routes["discord"] = self.discord.notifier
+        if self.telemetry is not None:
+            routes = self.telemetry.notifiers(routes, self._trace_of)
         return RoutingNotifier(routes)
+
+    async def _trace_of(self, run_id: str) -> dict[str, str] | None:
+        """The trace context `run_id` was started with (its deliveries join that trace)."""
+        async with self.store.transaction() as tx:
+            run = await tx.get_run(run_id)
+        return run.trace_context if run is not None else None
 
     async def stop(self, grace_seconds: float | None = None) -> None:
         """Stop taking work, let running tools settle, then close everything.
@@ -293,6 +305,11 @@ class Service:
         if self._runner is not None:
             await self._runner.cleanup()
         await self.runtime.aclose()
+        if self.telemetry is not None:
+            from bot.logs import set_trace_ids
+
+            set_trace_ids(None)
+            await asyncio.to_thread(self.telemetry.shutdown)  # sends what is buffered
         if self.owns_store:
             await self.store.close()
 
@@ -362,6 +379,11 @@ async def build_service(
     require_shared_settings(settings)
     check_role(settings)
     parts = parts or Parts.of_role(settings.role)
+    telemetry = start_from_env()  # None unless the OTEL_* variables turn tracing on
+    if telemetry is not None:
+        from bot.logs import set_trace_ids
+
+        set_trace_ids(telemetry.ids)
     metrics = Metrics()
     observe: Checkpoint = metrics.observe
     if checkpoint is not None:
@@ -395,6 +417,7 @@ async def build_service(
             ids=ids,
             worker_id=worker_id,
             resolver=model_resolver,
+            tracer=telemetry.tracer if telemetry is not None else NO_TRACER,
         )
         worker = worker_type(
             runtime, concurrency=settings.workers, poll_seconds=settings.poll_seconds
@@ -445,7 +468,10 @@ async def build_service(
         loaded=loaded,
         owns_store=owns_store,
         role=settings.role,
+        telemetry=telemetry,
     )
+    if telemetry is not None:
+        app.middlewares.insert(0, telemetry.middleware())  # outermost: every request
     add_health_routes(app, runtime, metrics, role=settings.role, checks=service.stopped_loops)
     return service
 

@@ -1,4 +1,8 @@
-"""Logging set-up: JSON lines when not on a terminal, readable lines on one."""
+"""Logging set-up: JSON lines when not on a terminal, readable lines on one.
+
+While tracing is on (``docs/tracing.md``), a line logged inside a span carries the
+span's ``trace_id`` and ``span_id`` (`set_trace_ids`), in both formats.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import json
 import logging
 import re
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -61,6 +66,29 @@ class RedactingFilter(logging.Filter):
         return True
 
 
+TraceIds = Callable[[], tuple[str, str] | None]
+"""The current span's trace and span ids in hex (None: no span is current)."""
+
+_trace_ids: TraceIds | None = None
+
+
+def set_trace_ids(ids: TraceIds | None) -> None:
+    """Stamp every line logged inside a span with ``trace_id`` and ``span_id`` as `ids`
+    reads them (None: stop). Set when tracing starts; off, no line pays for it."""
+    global _trace_ids
+    _trace_ids = ids
+
+
+def _fields(record: logging.LogRecord) -> dict[str, Any]:
+    """The record's extra fields, then the current span's ids (when tracing is on)."""
+    fields = {k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")}
+    ids = _trace_ids() if _trace_ids is not None else None
+    if ids is not None:
+        fields.setdefault("trace_id", ids[0])
+        fields.setdefault("span_id", ids[1])
+    return fields
+
+
 def _exception_text(formatter: logging.Formatter, record: logging.LogRecord) -> str | None:
     if record.exc_info:
         return redact(formatter.formatException(record.exc_info))
@@ -77,9 +105,7 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
-        for key, value in vars(record).items():
-            if key not in _STANDARD and not key.startswith("_"):
-                entry[key] = value
+        entry.update(_fields(record))
         exception = _exception_text(self, record)
         if exception:
             entry["exception"] = exception
@@ -90,11 +116,7 @@ class TextFormatter(logging.Formatter):
     """``time level logger: message key=value ...`` for people at a terminal."""
 
     def format(self, record: logging.LogRecord) -> str:
-        extras = " ".join(
-            f"{k}={v}"
-            for k, v in vars(record).items()
-            if k not in _STANDARD and not k.startswith("_")
-        )
+        extras = " ".join(f"{k}={v}" for k, v in _fields(record).items())
         stamp = datetime.fromtimestamp(record.created).strftime("%H:%M:%S")
         line = f"{stamp} {record.levelname:<7} {record.name}: {record.getMessage()}"
         if extras:

@@ -25,6 +25,7 @@ from runtime import (
     SignoffError,
     StorageError,
 )
+from runtime.edges import NO_TRACER, Tracer
 from runtime.store.sql import SQLStore
 
 if TYPE_CHECKING:
@@ -350,6 +351,7 @@ async def build_runtime(
     ids: IdSource | None = None,
     worker_id: str | None = None,
     resolver: Callable[[str], Model] | None = None,
+    tracer: Tracer = NO_TRACER,
 ) -> tuple[Runtime, Store]:
     """Build a `Runtime` over a migrated SQL store.
 
@@ -365,6 +367,7 @@ async def build_runtime(
         worker_id: Names this process in leases (default: host and process id).
         resolver: Builds agents' models from their specs (default: from the
             ``SIGNOFF_*`` model settings).
+        tracer: Where the runtime's spans go (default: nowhere; see ``docs/tracing.md``).
 
     Returns:
         The runtime and its store; when done, close the runtime (`Runtime.aclose`: the
@@ -394,6 +397,7 @@ async def build_runtime(
             checkpoint=checkpoint,
             model_resolver=resolve,
             undeclared_agents=settings.external_agents,
+            tracer=tracer,
         )
         await apply_identities(settings, runtime)
     except BaseException:
