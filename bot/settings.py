@@ -57,6 +57,7 @@ DEFAULT_APP = "examples:demo_agents"
 _SENSITIVE = frozenset(
     {
         "database_url",
+        "database_listen_url",
         "operator_token",
         "api_tokens",
         "hooks",
@@ -136,6 +137,20 @@ class Settings(BaseSettings):
         database_url: SQLAlchemy URL of the store. The default is a SQLite file
             ``signoff.db`` relative to the working directory; ``sqlite://`` URLs get the
             aiosqlite driver automatically.
+        database_pool_size: PostgreSQL: connections each process keeps open for its
+            transactions.
+        database_max_overflow: PostgreSQL: connections opened beyond the pool size when
+            every one is busy (closed again when returned).
+        database_pool_timeout_seconds: PostgreSQL: how long a transaction waits for a
+            free connection before it fails.
+        database_pool_recycle_seconds: PostgreSQL: a connection older than this is
+            opened anew when next taken (``0``: never).
+        database_pooler: PostgreSQL: ``none``, or ``transaction`` when
+            ``database_url`` goes through a pooler in transaction mode (PgBouncer's
+            ``pool_mode = transaction``).
+        database_listen_url: PostgreSQL: where the connection listening for other
+            replicas' wake-ups goes (default: ``database_url``); required with
+            ``database_pooler = "transaction"``.
         app: ``package.module:attr`` naming the agents to load: a list or tuple of
             `runtime.Agent`, or a zero-argument callable returning one. Its default (the
             bundled examples) is loaded only when no agents file is set.
@@ -293,6 +308,12 @@ class Settings(BaseSettings):
     mcp_headers: dict[str, dict[str, SecretStr]] = Field(default_factory=dict)
     sqlite_busy_timeout_ms: int = Field(default=750, ge=0, le=600_000)
     sqlite_synchronous: Literal["full", "normal"] = "full"
+    database_pool_size: int = Field(default=5, ge=1, le=1000)
+    database_max_overflow: int = Field(default=10, ge=0, le=1000)
+    database_pool_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
+    database_pool_recycle_seconds: int = Field(default=1800, ge=0)
+    database_pooler: Literal["none", "transaction"] = "none"
+    database_listen_url: str | None = Field(default=None, min_length=1)
     lease_seconds: float = Field(default=30.0, gt=0)
     bind_host: str = Field(default="127.0.0.1", min_length=1)
     port: int = Field(default=8080, ge=0, le=65535)
@@ -522,6 +543,47 @@ class Settings(BaseSettings):
                 "(for a file: sqlite+aiosqlite:///relative/path.db or "
                 "sqlite+aiosqlite:////absolute/path.db)"
             )
+        return value
+
+    @field_validator("database_pooler", mode="before")
+    @classmethod
+    def _lower_pooler(cls, value: Any) -> Any:
+        return value.strip().lower() if isinstance(value, str) else value
+
+    @field_validator("database_pooler")
+    @classmethod
+    def _pooler_of_postgres(cls, value: str, info: ValidationInfo) -> str:
+        url = info.data.get("database_url")
+        if value != "none" and url is not None and _scheme(url) == "sqlite":
+            raise ValueError("a pooler stands in front of PostgreSQL, not SQLite")
+        return value
+
+    @field_validator("database_listen_url")
+    @classmethod
+    def _listen_url(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if "database_pooler" not in info.data or "database_url" not in info.data:
+            return value  # reported on their own
+        if value is None:
+            if info.data["database_pooler"] == "transaction":
+                raise ValueError(
+                    "required with SIGNOFF_DATABASE_POOLER=transaction: LISTEN needs a "
+                    "session of its own, so give a URL that reaches PostgreSQL directly "
+                    "(or through a pooler in session mode)"
+                )
+            return None
+        value = value.strip()
+        if _scheme(value) not in ("postgresql", "postgres"):
+            raise ValueError(
+                "expected a PostgreSQL URL such as postgresql+asyncpg://user@db-host:5432/db"
+            )
+        from sqlalchemy.engine import make_url  # the store's; not loaded without a URL
+
+        try:
+            make_url(value)
+        except Exception as exc:  # SQLAlchemy's ArgumentError, a bad port's ValueError
+            raise ValueError(f"not a database URL ({type(exc).__name__})") from None
+        if _scheme(info.data["database_url"]) == "sqlite":
+            raise ValueError("only for PostgreSQL (SIGNOFF_DATABASE_URL is SQLite)")
         return value
 
     @field_validator("approval_callback_secret")
@@ -766,7 +828,12 @@ def _json_value(field: str, text: str) -> Any:
 
 def uses_sqlite(settings: Settings) -> bool:
     """Whether the store is a SQLite file (one machine) rather than a shared server."""
-    return settings.database_url.split(":", 1)[0].split("+", 1)[0].lower() == "sqlite"
+    return _scheme(settings.database_url) == "sqlite"
+
+
+def _scheme(url: str) -> str:
+    """The database a URL names, without its driver (``sqlite``, ``postgresql``)."""
+    return url.split(":", 1)[0].split("+", 1)[0].strip().lower()
 
 
 def require_shared_settings(settings: Settings) -> None:

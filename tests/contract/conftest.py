@@ -1,9 +1,12 @@
 """Fixtures for the store contract: one suite, every store.
 
-``store`` runs each test over `MemoryStore`, `SQLStore` on a fresh SQLite file and
+``store`` runs each test over `MemoryStore`, `SQLStore` on a fresh SQLite file,
 `SQLStore` on a fresh PostgreSQL database (made from the cluster named by
-``SIGNOFF_TEST_POSTGRES_URL`` and dropped after the test; see ``tests/support/pgtest.py``).
-Without that variable the PostgreSQL cases skip, except under ``CI=true``, where they fail.
+``SIGNOFF_TEST_POSTGRES_URL`` and dropped after the test; see ``tests/support/pgtest.py``)
+and `SQLStore` on such a database through PgBouncer in transaction mode
+(``SIGNOFF_TEST_PGBOUNCER_URL``, listening on the direct URL; see
+``tests/support/pgbouncer.py``). Without those variables the PostgreSQL cases skip,
+except under ``CI=true``, where they fail.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pgbouncer import through_pgbouncer
 from pgtest import close_databases, fresh_database, module_database, truncate
 
 from runtime.domain.states import CallState, RunStatus
@@ -24,7 +28,7 @@ from runtime.store.records import CallRecord, EventRecord, OutboxRecord, RunReco
 from runtime.store.sql import SQLStore
 
 SQL_STORES = ["sqlite", "postgresql"]
-STORES = ["memory", *SQL_STORES]
+STORES = ["memory", *SQL_STORES, "pgbouncer"]
 
 # Microseconds on purpose: the SQL store keeps them exactly.
 T0 = datetime(2026, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)
@@ -60,6 +64,11 @@ async def open_store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) 
         store = MemoryStore()
     elif kind == "sqlite":
         store = SQLStore.sqlite(tmp_path / "signoff.db")
+    elif kind == "pgbouncer":
+        direct = await _postgres_url(request)
+        store = SQLStore.from_url(
+            through_pgbouncer(direct), pooler="transaction", listen_url=direct
+        )
     else:
         store = SQLStore.from_url(await _postgres_url(request))
     await store.migrate()

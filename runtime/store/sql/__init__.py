@@ -19,6 +19,8 @@ statement aborts the transaction, so let such an error end it.
 The modules:
 
 - `store`: `SQLStore`, which opens transactions, migrates and listens for wake-ups;
+- `dialects`: what differs between SQLite and PostgreSQL, and PostgreSQL's connections
+  (`PoolOptions`, a `Pooler` in transaction mode, the ``LISTEN`` connection's URL);
 - `transaction`: `SQLTransaction`, put together from one part per aggregate: `runs`,
   `calls`, `tickets` (and their deciders), `events`, `outbox`, `keys` (idempotency keys
   and revoked sessions), `received` (received commands), `grants`, `leases` (and the
@@ -31,6 +33,7 @@ The modules:
 """
 
 from runtime.store.sql.convert import from_micros, to_micros
+from runtime.store.sql.dialects import POOLERS, Pooler, PoolOptions
 from runtime.store.sql.failures import unreachable
 from runtime.store.sql.migrating import (
     MIGRATIONS_DIR,
@@ -46,11 +49,14 @@ from runtime.store.sql.wake import WAKE_CHANNEL, WAKE_OUTBOX, WAKE_RUNS
 
 __all__ = [
     "MIGRATIONS_DIR",
+    "POOLERS",
     "RECENT_MESSAGES",
     "SCHEMA_HEAD",
     "WAKE_CHANNEL",
     "WAKE_OUTBOX",
     "WAKE_RUNS",
+    "PoolOptions",
+    "Pooler",
     "SQLStore",
     "SQLTransaction",
     "SchemaState",

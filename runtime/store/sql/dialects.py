@@ -4,7 +4,14 @@ A transaction (`SQLTransaction`) takes from its subclass the statements only one
 database has (``INSERT ... ON CONFLICT`` of its dialect, ``FOR UPDATE SKIP LOCKED``)
 and what it does about concurrent transactions; the store (`SQLStore`) takes from a
 `Database` how transactions of one process queue, how migrations are serialised and how
-wake-ups are heard.
+wake-ups are heard, and PostgreSQL's engines from `postgres_engines`.
+
+Behind a pooler in transaction mode (PgBouncer's ``pool_mode = transaction``) each
+transaction may run on another server connection, so nothing may outlive a transaction
+on one: what the store relies on is transaction-scoped already (``SET LOCAL``,
+``pg_advisory_xact_lock``, row locks, ``NOTIFY``, which is sent at commit), asyncpg's
+statements are unnamed and parsed again for each execution, and ``LISTEN``, which holds a
+session, uses a connection of its own (`PoolOptions`, ``listen_url``).
 """
 
 from __future__ import annotations
@@ -16,11 +23,14 @@ import logging
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal, assert_never
 
 from sqlalchemy import bindparam, select, text, update
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import OperationalError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.pool import NullPool
 
 from runtime.domain.errors import StorageError
 from runtime.store.schema import runs
@@ -178,12 +188,16 @@ class SQLite(Database):
 
 
 class PostgreSQL(Database):
-    """A server that replicas share, telling each other of commits with ``NOTIFY``."""
+    """A server that replicas share, telling each other of commits with ``NOTIFY``.
+
+    Args:
+        listen: The engine of the ``LISTEN`` connection (see `postgres_engines`).
+    """
 
     transaction = PostgresTransaction
 
-    def __init__(self, engine: AsyncEngine) -> None:
-        self._engine = engine
+    def __init__(self, listen: AsyncEngine) -> None:
+        self._listen = listen
 
     def lock(self) -> AbstractAsyncContextManager[Any]:
         return contextlib.nullcontext()
@@ -200,11 +214,15 @@ class PostgreSQL(Database):
     async def listen(
         self, on_wake: Callable[[frozenset[str]], object], stop: asyncio.Event, retry: float
     ) -> None:
-        await listen_for_wakeups(self._engine, on_wake, stop, retry)
+        await listen_for_wakeups(self._listen, on_wake, stop, retry)
 
 
-def database_of(engine: AsyncEngine) -> Database:
+def database_of(engine: AsyncEngine, listen: AsyncEngine | None = None) -> Database:
     """What the store does differently on the database of `engine`.
+
+    Args:
+        engine: The engine of the store's transactions.
+        listen: PostgreSQL: the engine of the ``LISTEN`` connection (default: `engine`).
 
     Raises:
         StorageError: The store does not run on this database.
@@ -213,6 +231,120 @@ def database_of(engine: AsyncEngine) -> Database:
         case "sqlite":
             return SQLite()
         case "postgresql":
-            return PostgreSQL(engine)
+            return PostgreSQL(listen if listen is not None else engine)
         case other:
             raise StorageError(f"signoff's store runs on SQLite and PostgreSQL, not {other}")
+
+
+Pooler = Literal["none", "transaction"]
+"""What stands between the store and PostgreSQL: ``none`` (the server itself, or a pooler
+in session mode) or ``transaction`` (a pooler in transaction mode, e.g. PgBouncer's
+``pool_mode = transaction``)."""
+POOLERS: tuple[Pooler, ...] = ("none", "transaction")
+
+
+@dataclass(frozen=True)
+class PoolOptions:
+    """How many connections a PostgreSQL store keeps, and for how long.
+
+    A store holds at most ``size + max_overflow`` connections for its transactions, and
+    one more while it listens for wake-ups (`SQLStore.listen`).
+
+    Attributes:
+        size: Connections kept open in the pool.
+        max_overflow: Connections opened beyond `size` when all are busy, closed again
+            when returned.
+        timeout_seconds: How long a transaction waits for a free connection before it
+            fails with `StorageError`.
+        recycle_seconds: A connection older than this is closed and opened anew when
+            next taken (for servers, poolers and firewalls that drop idle connections);
+            None keeps connections for ever.
+    """
+
+    size: int = 5
+    max_overflow: int = 10
+    timeout_seconds: float = 30.0
+    recycle_seconds: int | None = 1800
+
+    def __post_init__(self) -> None:
+        if self.size < 1:
+            raise ValueError(f"the pool size must be at least 1, not {self.size}")
+        if self.max_overflow < 0:
+            raise ValueError(f"max_overflow cannot be negative, not {self.max_overflow}")
+        if not self.timeout_seconds > 0:
+            raise ValueError(f"the pool timeout must be positive, not {self.timeout_seconds}")
+        if self.recycle_seconds is not None and not self.recycle_seconds > 0:
+            raise ValueError(
+                f"recycle_seconds must be positive (or None: never), not {self.recycle_seconds}"
+            )
+
+
+def _unnamed() -> str:
+    # The empty name is PostgreSQL's unnamed statement, which the next Parse replaces; with
+    # asyncpg's statement cache off asyncpg parses it again at each execution, so no
+    # statement is left on a server connection a pooler hands to another client.
+    return ""
+
+
+def async_postgres_url(url: str | URL) -> URL:
+    """`url` with the asyncpg driver when it names none (``postgresql://``, ``postgres://``)."""
+    parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+asyncpg")
+    return parsed
+
+
+def postgres_engines(
+    url: URL,
+    *,
+    pool: PoolOptions,
+    pooler: Pooler,
+    listen_url: str | URL | None,
+    echo: bool,
+) -> tuple[AsyncEngine, AsyncEngine]:
+    """The engines of a PostgreSQL store: its transactions', and its ``LISTEN`` connection's.
+
+    Args:
+        url: The database, possibly through a pooler.
+        pool: How many connections the transactions' engine keeps.
+        pooler: What stands between `url` and the server.
+        listen_url: Where the ``LISTEN`` connection goes; None: `url`. Required with a
+            pooler in transaction mode, which would hand the listening session to others.
+        echo: Log every statement.
+
+    Raises:
+        ValueError: `listen_url` is missing, or is not PostgreSQL.
+    """
+    connect_args: dict[str, Any]
+    match pooler:
+        case "none":
+            connect_args = {}
+        case "transaction":
+            if listen_url is None:
+                raise ValueError(
+                    "a pooler in transaction mode cannot LISTEN: give a listen URL that "
+                    "reaches PostgreSQL directly (or through a pooler in session mode)"
+                )
+            connect_args = {
+                "statement_cache_size": 0,
+                "prepared_statement_cache_size": 0,
+                "prepared_statement_name_func": _unnamed,
+            }
+        case _:
+            assert_never(pooler)
+    target = async_postgres_url(listen_url) if listen_url is not None else url
+    if target.get_backend_name() != "postgresql":
+        raise ValueError(f"the listen URL must be PostgreSQL's, not {target.get_backend_name()}")
+    engine = create_async_engine(
+        url,
+        echo=echo,
+        pool_size=pool.size,
+        max_overflow=pool.max_overflow,
+        pool_timeout=pool.timeout_seconds,
+        pool_recycle=-1 if pool.recycle_seconds is None else pool.recycle_seconds,
+        connect_args=connect_args,
+    )
+    # Not pooled: the connection is held for as long as the store listens, and a session
+    # that listened is never handed to anything else.
+    listen = create_async_engine(target, echo=echo, poolclass=NullPool)
+    return engine, listen

@@ -19,7 +19,13 @@ from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from runtime.domain.errors import StorageError
-from runtime.store.sql.dialects import database_of
+from runtime.store.sql.dialects import (
+    Pooler,
+    PoolOptions,
+    async_postgres_url,
+    database_of,
+    postgres_engines,
+)
 from runtime.store.sql.failures import (
     describe_database,
     driver_reason,
@@ -62,12 +68,21 @@ class SQLStore:
         engine: The async engine to use; the store disposes it on `close`.
         writer: SQLite only: the connection the store's transactions share (made by
             `from_url`). Without it, every transaction takes a connection of the engine.
+        listen: PostgreSQL only: the engine of the ``LISTEN`` connection (see `listen`);
+            the store disposes it on `close`. Without it, `engine` listens.
     """
 
-    def __init__(self, engine: AsyncEngine, writer: SQLiteWriter | None = None) -> None:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        writer: SQLiteWriter | None = None,
+        *,
+        listen: AsyncEngine | None = None,
+    ) -> None:
         self._engine = engine
         self._writer = writer
-        self._database = database_of(engine)
+        self._listen_engine = listen
+        self._database = database_of(engine, listen)
         self._where = describe_database(engine.url)
         self._busy_timeout_ms = 0
         self._lock = self._database.lock()
@@ -83,6 +98,9 @@ class SQLStore:
         busy_timeout_ms: int = 750,
         synchronous: str = "full",
         echo: bool = False,
+        pool: PoolOptions | None = None,
+        pooler: Pooler = "none",
+        listen_url: str | URL | None = None,
     ) -> SQLStore:
         """Open a store on a database URL.
 
@@ -96,17 +114,36 @@ class SQLStore:
                 (WAL default; a power loss may lose the last commits, never corrupts).
             echo: Log every statement (of the engine; on SQLite the store's own
                 transactions do not go through it).
+            pool: PostgreSQL only: how many connections to keep (default `PoolOptions()`).
+            pooler: PostgreSQL only: ``transaction`` when `url` goes through a pooler in
+                transaction mode such as PgBouncer (see `runtime.store.sql.dialects`).
+            listen_url: PostgreSQL only: where the ``LISTEN`` connection of `listen`
+                goes (default: `url`); required with ``pooler="transaction"``.
 
         Returns:
             The store. Call `migrate` before first use.
+
+        Raises:
+            ValueError: An option does not fit the database, or a value is out of range.
         """
         parsed = make_url(url)
         if parsed.drivername == "sqlite":
             parsed = parsed.set(drivername="sqlite+aiosqlite")
-        elif parsed.drivername in ("postgresql", "postgres"):
-            parsed = parsed.set(drivername="postgresql+asyncpg")
+        else:
+            parsed = async_postgres_url(parsed)
         if parsed.get_backend_name() != "sqlite":
-            return cls(create_async_engine(parsed, echo=echo))
+            if parsed.get_backend_name() != "postgresql":
+                return cls(create_async_engine(parsed, echo=echo))
+            shared, listen = postgres_engines(
+                parsed,
+                pool=pool if pool is not None else PoolOptions(),
+                pooler=pooler,
+                listen_url=listen_url,
+                echo=echo,
+            )
+            return cls(shared, listen=listen)
+        if pooler != "none" or listen_url is not None:
+            raise ValueError("a pooler and a listen URL are PostgreSQL's, not SQLite's")
         if synchronous.lower() not in SYNCHRONOUS:
             raise ValueError(f"synchronous must be one of {SYNCHRONOUS}, not {synchronous!r}")
         if busy_timeout_ms < 0:
@@ -389,7 +426,8 @@ class SQLStore:
     ) -> None:
         """Report wake-ups (work a commit made ready) until `stop` is set.
 
-        Holds one connection that ``LISTEN``s on `WAKE_CHANNEL`; every ``NOTIFY`` a
+        Holds one connection (to the listen URL, see `from_url`; not one of the pool's)
+        that ``LISTEN``s on `WAKE_CHANNEL`; every ``NOTIFY`` a
         committed transaction sent (see `SQLTransaction.flush`) calls `on_wake` with
         what became ready (`WAKE_RUNS`, `WAKE_OUTBOX`). A lost connection is opened
         again after `retry_seconds`, and `on_wake` is then called with everything, for
@@ -404,6 +442,8 @@ class SQLStore:
             await self._writer.close()
         self._sync_engine = self._sync_for = None
         await self._engine.dispose()
+        if self._listen_engine is not None:
+            await self._listen_engine.dispose()
 
 
 def check_directory(url: URL) -> None:
