@@ -11,6 +11,8 @@ from __future__ import annotations
 import configparser
 import re
 import shlex
+import shutil
+import subprocess
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -241,3 +243,96 @@ def test_every_setting_the_kit_mentions_exists() -> None:
             # Patterns such as SIGNOFF_SLACK_* name groups, not settings.
             for name in set(re.findall(r"\bSIGNOFF_[A-Z0-9_]+\b(?!\*)", path.read_text())):
                 check_variable(name, str(path.relative_to(ROOT)))
+
+
+# --- Kubernetes, roles split --------------------------------------------------------------
+
+SPLIT = DEPLOY / "kubernetes-split"
+
+
+def split_manifests(resources: list[str]) -> list[dict[str, Any]]:
+    """The manifests the split adds to the base kit (its resources that are files)."""
+    found: list[dict[str, Any]] = []
+    for resource in resources:
+        path = SPLIT / resource
+        if path.is_file():
+            found.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
+    return found
+
+
+def selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return selector.items() <= labels.items()
+
+
+def test_kubernetes_split_roles() -> None:
+    kustomization = yaml.safe_load((SPLIT / "kustomization.yaml").read_text())
+    resources = kustomization["resources"]
+    assert "../kubernetes" in resources  # the base kit, unchanged
+    for resource in resources:
+        assert (SPLIT / resource).exists(), resource
+    [base] = by_kind("Deployment")
+    [base_container] = base["spec"]["template"]["spec"]["containers"]
+    base_env = container_env(base_container)
+    # The base Deployment, behind the Service, becomes the web role.
+    [patch_entry] = kustomization["patches"]
+    patch = yaml.safe_load((SPLIT / patch_entry["path"]).read_text())
+    assert (patch["kind"], patch["metadata"]["name"]) == ("Deployment", base["metadata"]["name"])
+    [patched] = patch["spec"]["template"]["spec"]["containers"]
+    assert patched["name"] == base_container["name"]
+    assert container_env(patched) == {"SIGNOFF_ROLE": "web"}
+    assert "SIGNOFF_ROLE" not in base_env  # the base kit stays role all
+
+    documents = split_manifests(resources)
+    [worker] = [d for d in documents if d["kind"] == "Deployment"]
+    pod = worker["spec"]["template"]
+    labels = pod["metadata"]["labels"]
+    assert selects(worker["spec"]["selector"]["matchLabels"], labels)
+    assert not selects(base["spec"]["selector"]["matchLabels"], labels)
+    assert not selects(
+        worker["spec"]["selector"]["matchLabels"], base["spec"]["template"]["metadata"]["labels"]
+    )
+    # Workers answer only health routes: the Service and the web budget never pick them.
+    [service] = by_kind("Service")
+    assert not selects(service["spec"]["selector"], labels)
+    [base_pdb] = by_kind("PodDisruptionBudget")
+    assert not selects(base_pdb["spec"]["selector"]["matchLabels"], labels)
+    [pdb] = [d for d in documents if d["kind"] == "PodDisruptionBudget"]
+    assert selects(pdb["spec"]["selector"]["matchLabels"], labels)
+    assert pdb["spec"]["minAvailable"] < worker["spec"]["replicas"]
+
+    [container] = pod["spec"]["containers"]
+    assert container["image"] == base_container["image"]
+    check_command(container["args"], "worker Deployment")
+    env = container_env(container)
+    check_environment(env, "worker Deployment")
+    assert Settings.model_validate({"role": env["SIGNOFF_ROLE"]}).role == "worker"
+    # Both roles take the same settings: a worker delivers the cards of the web pods.
+    for name, value in base_env.items():
+        assert env.get(name) == value, f"worker Deployment: {name} differs from the base"
+    port = int(env["SIGNOFF_PORT"])
+    [http] = container["ports"]
+    assert http["containerPort"] == port
+    assert pod["metadata"]["annotations"]["prometheus.io/path"] == "/metrics"
+    assert pod["metadata"]["annotations"]["prometheus.io/port"] == str(port)
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    grace = float(env["SIGNOFF_SHUTDOWN_GRACE_SECONDS"])
+    assert pod["spec"]["terminationGracePeriodSeconds"] > grace
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert pod["spec"]["volumes"] == base["spec"]["template"]["spec"]["volumes"]
+    assert container["volumeMounts"] == base_container["volumeMounts"]
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+def test_kubernetes_split_renders_a_web_and_a_worker_deployment() -> None:
+    rendered = subprocess.run(
+        ["kubectl", "kustomize", str(SPLIT)], capture_output=True, text=True, timeout=60
+    )
+    assert rendered.returncode == 0, rendered.stderr
+    documents = [d for d in yaml.safe_load_all(rendered.stdout) if d]
+    roles = {}
+    for deployment in (d for d in documents if d["kind"] == "Deployment"):
+        [container] = deployment["spec"]["template"]["spec"]["containers"]
+        roles[deployment["metadata"]["name"]] = container_env(container).get("SIGNOFF_ROLE")
+    assert roles == {"signoff": "web", "signoff-worker": "worker"}
+    assert {d["kind"] for d in documents} >= {"Job", "Service", "PodDisruptionBudget"}
