@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from adapters.models import ModelOptions, ModelResolver, Price, parse_spec
 from bot.identities import apply_identities
 from bot.imports import import_object
-from bot.settings import Settings
+from bot.settings import Settings, uses_sqlite
 from runtime import (
     Agent,
     Clock,
@@ -26,7 +26,7 @@ from runtime import (
     StorageError,
 )
 from runtime.edges import NO_TRACER, Tracer
-from runtime.store.sql import SQLStore
+from runtime.store.sql import PoolOptions, SQLStore
 
 if TYPE_CHECKING:
     from adapters.mcp.hub import McpHub
@@ -300,10 +300,22 @@ def open_store(settings: Settings) -> SQLStore:
         ConfigurationError: The URL cannot be used (malformed, or its driver is missing).
     """
     try:
+        if uses_sqlite(settings):
+            return SQLStore.from_url(
+                settings.database_url,
+                busy_timeout_ms=settings.sqlite_busy_timeout_ms,
+                synchronous=settings.sqlite_synchronous,
+            )
         return SQLStore.from_url(
             settings.database_url,
-            busy_timeout_ms=settings.sqlite_busy_timeout_ms,
-            synchronous=settings.sqlite_synchronous,
+            pool=PoolOptions(
+                size=settings.database_pool_size,
+                max_overflow=settings.database_max_overflow,
+                timeout_seconds=settings.database_pool_timeout_seconds,
+                recycle_seconds=settings.database_pool_recycle_seconds or None,
+            ),
+            pooler=settings.database_pooler,
+            listen_url=settings.database_listen_url,
         )
     except SignoffError:
         raise
