@@ -1,8 +1,9 @@
 """Fixtures of the model tests: the fake LLM provider and real SDK models pointed at it.
 
 `fake` serves `fake_llm.FakeLLM` on 127.0.0.1; `provider` runs a test once per protocol
-(``openai`` and ``anthropic``); `models` builds `OpenAIModel` / `AnthropicModel` on the
-official SDKs with their ``base_url`` at the fake, and closes them after the test.
+(``openai`` and ``anthropic``); `models` builds `OpenAIModel` / `AnthropicModel` (and for
+``responses``, `OpenAIResponsesModel`) on the official SDKs with their ``base_url`` at the
+fake, and closes them after the test.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 from fake_llm import API_KEY, FakeLLM, Protocol
 
-from adapters.models import AnthropicModel, OpenAIModel
+from adapters.models import AnthropicModel, OpenAIModel, OpenAIResponsesModel
 from runtime import Model
 
 _STRAY = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
@@ -55,16 +56,18 @@ ModelFactory = Callable[..., Model]
 @pytest.fixture
 async def models(fake: FakeLLM) -> AsyncIterator[ModelFactory]:
     """``models(protocol, **options)``: a real SDK model talking to the fake."""
-    made: list[OpenAIModel | AnthropicModel] = []
+    made: list[OpenAIModel | OpenAIResponsesModel | AnthropicModel] = []
 
     def build(protocol: Protocol, **options: Any) -> Model:
         options.setdefault("api_key", API_KEY)
         options.setdefault("base_url", fake.base_url(protocol))
         options.setdefault("max_retries", 0)
         options.setdefault("timeout", 10.0)
-        model: OpenAIModel | AnthropicModel
+        model: OpenAIModel | OpenAIResponsesModel | AnthropicModel
         if protocol == "openai":
             model = OpenAIModel("gpt-test", **options)
+        elif protocol == "responses":
+            model = OpenAIResponsesModel("gpt-test", **options)
         else:
             model = AnthropicModel("claude-test", **options)
         made.append(model)

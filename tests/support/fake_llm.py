@@ -1,13 +1,21 @@
-"""A fake LLM provider on 127.0.0.1: OpenAI Chat Completions and Anthropic Messages.
+"""A fake LLM provider on 127.0.0.1: OpenAI Chat Completions and Responses, Anthropic Messages.
 
 The real ``openai`` and ``anthropic`` SDKs talk to it through their ``base_url``
 (`FakeLLM.openai_base_url`, `FakeLLM.anthropic_base_url`); nothing is patched. It speaks
-``POST /v1/chat/completions`` and ``POST /v1/messages`` closely enough for them: auth
-headers, tool calls (several per answer), usage with cached tokens, error bodies in each
-provider's shape, ``Retry-After``, request ids. It checks what it is sent the way the
-real APIs do (every tool call answered by a result in the next turn, Anthropic's
-alternating roles, non-empty text blocks ...) and answers a violation with 400, so a bad
-translation fails the test.
+``POST /v1/chat/completions``, ``POST /v1/responses`` and ``POST /v1/messages`` closely
+enough for them: auth headers, tool calls (several per answer), usage with cached (and
+reasoning) tokens, error bodies in each provider's shape, ``Retry-After``, request ids.
+It checks what it is sent the way the real APIs do (every tool call answered by a result
+in the next turn, Anthropic's alternating roles, non-empty text blocks, strict tool
+schemas ...) and answers a violation with 400, so a bad translation fails the test.
+
+Reasoning is checked like the real APIs check it. A Responses answer carries a reasoning
+item (its summary is `Turn.thinking`; with ``include: ["reasoning.encrypted_content"]``
+an encrypted content the fake signed); a later request must give each function call the
+reasoning item it came with, unchanged, and with ``store: false`` one with its encrypted
+content. With Anthropic's ``thinking`` enabled an answer opens with a signed ``thinking``
+block (and a ``redacted_thinking`` one with `Turn.redacted`); a later request must open
+that assistant turn with exactly those blocks (a changed text or signature is refused).
 
 Answers are scripted per test as protocol-neutral `Turn` values, rendered in the
 protocol of the request they answer::
@@ -23,7 +31,10 @@ recorded in `FakeLLM.requests`; `wait_requests` waits for a count of them.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import hashlib
+import hmac
 import itertools
 import json
 import time
@@ -37,7 +48,7 @@ from aiohttp import web
 API_KEY = "sk-test-fake-0123456789"
 ANTHROPIC_VERSION = "2023-06-01"
 
-Protocol = Literal["openai", "anthropic"]
+Protocol = Literal["openai", "anthropic", "responses"]
 Stop = Literal["end", "length", "refusal"]
 
 # Anthropic's error types by status.
@@ -51,9 +62,13 @@ _ANTHROPIC_ERRORS = {
     500: "api_error",
     529: "overloaded_error",
 }
+_OPENAI_TOO_LONG = (
+    "This model's maximum context length is 128000 tokens. However, your "
+    "messages resulted in 131072 tokens. Please reduce the length of the messages."
+)
 _TOO_LONG = {
-    "openai": "This model's maximum context length is 128000 tokens. However, your "
-    "messages resulted in 131072 tokens. Please reduce the length of the messages.",
+    "openai": _OPENAI_TOO_LONG,
+    "responses": _OPENAI_TOO_LONG,
     "anthropic": "prompt is too long: 210000 tokens > 200000 maximum",
 }
 
@@ -85,7 +100,11 @@ class Turn:
         hold: Never answer (until the fake stops or the client goes away).
         raw: A body sent as it is, instead of a rendered one.
         usage: ``prompt_tokens``, ``completion_tokens``, ``cached_tokens``,
-            ``cache_write_tokens`` to report (default: from the request's size).
+            ``cache_write_tokens``, ``reasoning_tokens`` to report (default: from the
+            request's size).
+        thinking: The reasoning: an Anthropic ``thinking`` block's text when the request
+            enables thinking, a Responses reasoning item's summary.
+        redacted: Anthropic: also a ``redacted_thinking`` block.
     """
 
     text: str | None = None
@@ -100,16 +119,25 @@ class Turn:
     hold: bool = False
     raw: str | None = None
     usage: dict[str, int] = field(default_factory=dict)
+    thinking: str | None = None
+    redacted: bool = False
 
     @classmethod
-    def say(cls, text: str, **usage: int) -> Turn:
+    def say(cls, text: str, *, thinking: str | None = None, **usage: int) -> Turn:
         """A final answer."""
-        return cls(text=text, usage=usage)
+        return cls(text=text, usage=usage, thinking=thinking)
 
     @classmethod
-    def ask(cls, *calls: Call, text: str | None = None, **usage: int) -> Turn:
+    def ask(
+        cls,
+        *calls: Call,
+        text: str | None = None,
+        thinking: str | None = None,
+        redacted: bool = False,
+        **usage: int,
+    ) -> Turn:
         """An answer asking for tool calls, optionally with the model's reason."""
-        return cls(text=text, calls=calls, usage=usage)
+        return cls(text=text, calls=calls, usage=usage, thinking=thinking, redacted=redacted)
 
     @classmethod
     def fail(
@@ -147,8 +175,9 @@ class Request:
 
     @property
     def messages(self) -> list[dict[str, Any]]:
-        """The request's ``messages``."""
-        value = self.body.get("messages") if isinstance(self.body, dict) else None
+        """The request's ``messages`` (Responses: its ``input`` items)."""
+        key = "input" if self.protocol == "responses" else "messages"
+        value = self.body.get(key) if isinstance(self.body, dict) else None
         return value if isinstance(value, list) else []
 
     @property
@@ -159,9 +188,24 @@ class Request:
             names.append(spec["function"]["name"] if "function" in spec else spec["name"])
         return names
 
+    def items(self, kind: str) -> list[dict[str, Any]]:
+        """Responses: the input items of a type (``reasoning``, ``function_call`` ...)."""
+        return [item for item in self.messages if item.get("type") == kind]
+
+    def blocks(self, kind: str) -> list[dict[str, Any]]:
+        """Anthropic: the content blocks of a type in every message, in order."""
+        found: list[dict[str, Any]] = []
+        for message in self.messages:
+            content = message.get("content")
+            if isinstance(content, list):
+                found.extend(b for b in content if b.get("type") == kind)
+        return found
+
     def tool_results(self) -> list[str]:
         """The text of every tool result in the transcript, in order."""
         results: list[str] = []
+        if self.protocol == "responses":
+            return [str(item.get("output")) for item in self.items("function_call_output")]
         for message in self.messages:
             if self.protocol == "openai":
                 if message.get("role") == "tool":
@@ -180,6 +224,8 @@ class Request:
 
     def system(self) -> str:
         """The system prompt."""
+        if self.protocol == "responses":
+            return str((self.body or {}).get("instructions") or "")
         if self.protocol == "openai":
             return "\n".join(
                 str(m.get("content")) for m in self.messages if m.get("role") == "system"
@@ -223,12 +269,19 @@ class FakeLLM:
         self._runner: web.AppRunner | None = None
         self._closing = asyncio.Event()
         self._seen = asyncio.Condition()
+        # What the fake issued, to check it comes back unchanged: Responses reasoning
+        # items by id, and the reasoning item each function call came with.
+        self.reasoning_items: dict[str, dict[str, Any]] = {}
+        self._reasoning_of_call: dict[str, str] = {}
+        # Anthropic: the thinking blocks each tool_use came with.
+        self.thinking_of_use: dict[str, list[dict[str, Any]]] = {}
 
     # -- serving ---------------------------------------------------------------------------
     async def start(self) -> str:
         """Serve on a free port; returns the base URL."""
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._openai)
+        app.router.add_post("/v1/responses", self._responses)
         app.router.add_post("/v1/messages", self._anthropic)
         # Handlers of held or slow answers are cancelled when the client goes away.
         self._runner = web.AppRunner(
@@ -259,7 +312,7 @@ class FakeLLM:
 
     def base_url(self, protocol: Protocol) -> str:
         """The SDK's ``base_url`` for `protocol`."""
-        return self.openai_base_url if protocol == "openai" else self.anthropic_base_url
+        return self.anthropic_base_url if protocol == "anthropic" else self.openai_base_url
 
     # -- scripting ---------------------------------------------------------------------------
     def script(self, *turns: Turn) -> None:
@@ -330,6 +383,46 @@ class FakeLLM:
             return _json(400, _openai_error(seen.problem, None))
         return await self._answer(seen, self._next(seen))
 
+    async def _responses(self, request: web.Request) -> web.Response:
+        seen = await self._record("responses", request)
+        auth = seen.headers.get("authorization", "")
+        if auth != f"Bearer {self.api_key}":
+            return _json(
+                401,
+                _openai_error("Incorrect API key provided.", "invalid_api_key"),
+                {"x-should-retry": "false"},
+            )
+        seen.problem = _check_responses(seen.body) or self._check_reasoning(seen.body)
+        if seen.problem is not None:
+            return _json(400, _openai_error(seen.problem, None))
+        return await self._answer(seen, self._next(seen))
+
+    def _check_reasoning(self, body: dict[str, Any]) -> str | None:
+        """Each function call with the reasoning item it came with, both unchanged."""
+        given: set[str] = set()
+        for item in body.get("input") or []:
+            kind = item.get("type")
+            if kind == "reasoning":
+                issued = self.reasoning_items.get(str(item.get("id")))
+                if issued is None:
+                    return f"Invalid reasoning item: {item.get('id')!r} was never issued"
+                if not body.get("store", True) and "encrypted_content" not in issued:
+                    return (
+                        f"Item with id {item.get('id')!r} not found. Items are not "
+                        "persisted when `store` is set to false."
+                    )
+                if item != issued:
+                    return f"Reasoning item {item.get('id')!r} does not match what was issued"
+                given.add(str(item["id"]))
+            elif kind == "function_call":
+                needed = self._reasoning_of_call.get(str(item.get("call_id")))
+                if needed is not None and needed not in given:
+                    return (
+                        f"Item {item.get('call_id')!r} of type 'function_call' was provided "
+                        f"without its required 'reasoning' item: {needed!r}."
+                    )
+        return None
+
     async def _anthropic(self, request: web.Request) -> web.Response:
         seen = await self._record("anthropic", request)
         # Older SDKs send the key as ``x-api-key``, newer ones as a bearer token.
@@ -338,10 +431,40 @@ class FakeLLM:
             return _json(401, _anthropic_error(401, "invalid x-api-key"))
         if not seen.headers.get("anthropic-version"):
             return _json(400, _anthropic_error(400, "anthropic-version: header is required"))
-        seen.problem = _check_anthropic(seen.body)
+        seen.problem = _check_anthropic(seen.body) or self._check_thinking(seen.body)
         if seen.problem is not None:
             return _json(400, _anthropic_error(400, seen.problem))
         return await self._answer(seen, self._next(seen))
+
+    def _check_thinking(self, body: dict[str, Any]) -> str | None:
+        """Signed thinking blocks, and each tool_use turn opened by exactly its own."""
+        for index, message in enumerate(body.get("messages") or []):
+            content = message.get("content")
+            if message.get("role") != "assistant" or not isinstance(content, list):
+                continue
+            for block in content:
+                kind = block.get("type")
+                if kind == "thinking" and block.get("signature") != _sign(
+                    "thinking", str(block.get("thinking"))
+                ):
+                    return f"messages.{index}.content: Invalid `signature` in `thinking` block"
+                if kind == "redacted_thinking" and not _redacted_ok(str(block.get("data"))):
+                    return f"messages.{index}.content: Invalid `data` in `redacted_thinking` block"
+            uses = [str(b.get("id")) for b in content if b.get("type") == "tool_use"]
+            expected = next(
+                (self.thinking_of_use[u] for u in uses if u in self.thinking_of_use), None
+            )
+            if expected is None or (body.get("thinking") or {}).get("type") != "enabled":
+                continue
+            opening = [b for b in content if b.get("type") in ("thinking", "redacted_thinking")]
+            if content[: len(expected)] != expected or opening != expected:
+                return (
+                    f"messages.{index}.content.0.type: Expected `thinking` or "
+                    "`redacted_thinking`, but found another block. When `thinking` is "
+                    "enabled, an assistant message with tool_use must start with the "
+                    "thinking blocks it was given, unchanged."
+                )
+        return None
 
     async def _answer(self, seen: Request, turn: Turn) -> web.Response:
         if turn.hold or turn.delay:
@@ -353,7 +476,7 @@ class FakeLLM:
                 return _json(503, {"error": {"message": "the fake stopped"}})
         n = next(self._ids)
         headers = dict(turn.headers)
-        headers["x-request-id" if seen.protocol == "openai" else "request-id"] = f"req_{n}"
+        headers["request-id" if seen.protocol == "anthropic" else "x-request-id"] = f"req_{n}"
         if turn.retry_after is not None:
             headers["retry-after"] = f"{turn.retry_after:g}"
         if turn.raw is not None:
@@ -362,11 +485,33 @@ class FakeLLM:
             )
         if turn.status != 200:
             message = turn.message or _TOO_LONG[seen.protocol]
-            if seen.protocol == "openai":
+            if seen.protocol != "anthropic":
                 return _json(turn.status, _openai_error(message, turn.code), headers)
             return _json(turn.status, _anthropic_error(turn.status, message), headers)
-        render = _openai_completion if seen.protocol == "openai" else _anthropic_message
-        return _json(200, render(seen, turn, n), headers)
+        if seen.protocol == "responses":
+            return _json(200, self._response(seen, turn, n), headers)
+        if seen.protocol == "openai":
+            return _json(200, _openai_completion(seen, turn, n), headers)
+        return _json(200, self._message(seen, turn, n), headers)
+
+    def _response(self, seen: Request, turn: Turn, n: int) -> dict[str, Any]:
+        body = _responses_body(seen, turn, n)
+        for item in body["output"]:
+            if item["type"] == "reasoning":
+                self.reasoning_items[item["id"]] = item
+                for call in body["output"]:
+                    if call["type"] == "function_call":
+                        self._reasoning_of_call[call["call_id"]] = item["id"]
+        return body
+
+    def _message(self, seen: Request, turn: Turn, n: int) -> dict[str, Any]:
+        body = _anthropic_message(seen, turn, n)
+        thinking = [b for b in body["content"] if b["type"] in ("thinking", "redacted_thinking")]
+        if thinking:
+            for block in body["content"]:
+                if block["type"] == "tool_use":
+                    self.thinking_of_use[block["id"]] = thinking
+        return body
 
 
 # -- rendering -------------------------------------------------------------------------------
@@ -374,6 +519,27 @@ class FakeLLM:
 
 def _json(status: int, body: Any, headers: dict[str, str] | None = None) -> web.Response:
     return web.json_response(body, status=status, headers=headers)
+
+
+_SECRET = b"the fake's signing key"
+
+
+def _sign(kind: str, text: str) -> str:
+    digest = hmac.new(_SECRET, f"{kind}:{text}".encode(), hashlib.sha256).digest()
+    return base64.b64encode(digest).decode()
+
+
+def _redacted(n: int) -> str:
+    token = f"redacted-{n}"
+    return base64.b64encode(f"{token}:{_sign('redacted', token)}".encode()).decode()
+
+
+def _redacted_ok(data: str) -> bool:
+    try:
+        token, _, signature = base64.b64decode(data).decode().partition(":")
+    except ValueError:
+        return False
+    return signature == _sign("redacted", token)
 
 
 def _openai_error(message: str, code: str | None) -> dict[str, Any]:
@@ -394,6 +560,7 @@ def _usage(seen: Request, turn: Turn) -> dict[str, int]:
         "completion_tokens": 5 + len(turn.text or "") // 4 + 10 * len(turn.calls),
         "cached_tokens": 0,
         "cache_write_tokens": 0,
+        "reasoning_tokens": len(turn.thinking or "") // 4,
     }
     values.update(turn.usage)
     return values
@@ -437,9 +604,76 @@ def _openai_completion(seen: Request, turn: Turn, n: int) -> dict[str, Any]:
     }
 
 
+def _responses_body(seen: Request, turn: Turn, n: int) -> dict[str, Any]:
+    usage = _usage(seen, turn)
+    body = seen.body
+    output: list[dict[str, Any]] = []
+    if body.get("reasoning") is not None or turn.thinking is not None:
+        summary = [{"type": "summary_text", "text": turn.thinking}] if turn.thinking else []
+        item: dict[str, Any] = {"id": f"rs_{n}", "type": "reasoning", "summary": summary}
+        if "reasoning.encrypted_content" in (body.get("include") or []):
+            item["encrypted_content"] = _sign("reasoning", f"rs_{n}:{turn.thinking}")
+        output.append(item)
+    if turn.stop == "refusal":
+        content: list[dict[str, Any]] = [{"type": "refusal", "refusal": turn.text or ""}]
+    else:
+        content = [{"type": "output_text", "text": turn.text, "annotations": []}]
+    if turn.text or turn.stop == "refusal":
+        output.append(
+            {
+                "id": f"msg_{n}",
+                "type": "message",
+                "status": "completed",
+                "role": "assistant",
+                "content": content,
+            }
+        )
+    for index, call in enumerate(turn.calls):
+        output.append(
+            {
+                "id": f"fc_{n}_{index}",
+                "type": "function_call",
+                "status": "completed",
+                "call_id": call.id or f"call_{n}_{index}",
+                "name": call.name,
+                "arguments": _arguments(call),
+            }
+        )
+    cut = turn.stop == "length"
+    return {
+        "id": f"resp_{n}",
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": "incomplete" if cut else "completed",
+        "incomplete_details": {"reason": "max_output_tokens"} if cut else None,
+        "error": None,
+        "model": body.get("model"),
+        "output": output,
+        "parallel_tool_calls": body.get("parallel_tool_calls", True),
+        "tool_choice": body.get("tool_choice", "auto"),
+        "tools": body.get("tools") or [],
+        "store": body.get("store", True),
+        "usage": {
+            "input_tokens": usage["prompt_tokens"],
+            "input_tokens_details": {"cached_tokens": usage["cached_tokens"]},
+            # Reasoning tokens are part of the output tokens.
+            "output_tokens": usage["completion_tokens"] + usage["reasoning_tokens"],
+            "output_tokens_details": {"reasoning_tokens": usage["reasoning_tokens"]},
+            "total_tokens": usage["prompt_tokens"]
+            + usage["completion_tokens"]
+            + usage["reasoning_tokens"],
+        },
+    }
+
+
 def _anthropic_message(seen: Request, turn: Turn, n: int) -> dict[str, Any]:
     usage = _usage(seen, turn)
     content: list[dict[str, Any]] = []
+    if (seen.body.get("thinking") or {}).get("type") == "enabled":
+        text = turn.thinking or f"Thinking about turn {n}."
+        content.append({"type": "thinking", "thinking": text, "signature": _sign("thinking", text)})
+        if turn.redacted:
+            content.append({"type": "redacted_thinking", "data": _redacted(n)})
     if turn.text:
         content.append({"type": "text", "text": turn.text})
     for index, call in enumerate(turn.calls):
@@ -574,6 +808,9 @@ def _check_anthropic(body: Any) -> str | None:
                 if role != "user":
                     return f"messages.{index}: tool_result blocks belong to user turns"
                 results.append(str(block.get("tool_use_id")))
+            elif kind in ("thinking", "redacted_thinking"):
+                if role != "assistant":
+                    return f"messages.{index}: {kind} blocks belong to assistant turns"
             else:
                 return f"messages.{index}: unknown content block type {kind!r}"
         if role == "user" and sorted(results) != sorted(previous_uses):
@@ -584,4 +821,110 @@ def _check_anthropic(body: Any) -> str | None:
         previous_uses = uses if role == "assistant" else []
     if previous_uses:
         return "the last assistant turn has tool_use blocks without results"
+    thinking = body.get("thinking")
+    if thinking is not None:
+        budget = thinking.get("budget_tokens")
+        if thinking.get("type") != "enabled" or not isinstance(budget, int) or budget < 1024:
+            return "thinking.budget_tokens: Input should be greater than or equal to 1024"
+        if budget >= body["max_tokens"]:
+            return "`max_tokens` must be greater than `thinking.budget_tokens`"
+        if body.get("temperature") not in (None, 1):
+            return "`temperature` may only be set to 1 when thinking is enabled"
     return _check_tools(body.get("tools"), anthropic=True)
+
+
+def _check_responses(body: Any) -> str | None:
+    if not isinstance(body, dict):
+        return "the body must be a JSON object"
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        return "Missing required parameter: 'model'."
+    items = body.get("input")
+    if not isinstance(items, list) or not items:
+        return "Missing required parameter: 'input'."
+    open_calls: list[str] = []
+    for index, item in enumerate(items):
+        kind = item.get("type", "message")
+        if kind == "message":
+            if item.get("role") not in ("user", "assistant", "system", "developer"):
+                return f"Invalid value for 'input[{index}].role'."
+            if open_calls:
+                return f"No tool output found for function call {open_calls[0]}."
+        elif kind == "function_call":
+            if not isinstance(item.get("arguments"), str) or not item.get("call_id"):
+                return f"input[{index}]: a function_call needs a call_id and string arguments"
+            open_calls.append(str(item["call_id"]))
+        elif kind == "function_call_output":
+            if item.get("call_id") not in open_calls:
+                return (
+                    "No tool call found for function call output with call_id "
+                    f"{item.get('call_id')}."
+                )
+            open_calls.remove(item["call_id"])
+            if not isinstance(item.get("output"), str):
+                return f"input[{index}].output: expected a string"
+        elif kind == "reasoning":
+            if not item.get("id"):
+                return f"input[{index}]: a reasoning item needs its id"
+        else:
+            return (
+                f"Invalid value: {kind!r}. Supported values are: 'message', "
+                "'function_call', 'function_call_output', 'reasoning'."
+            )
+    if open_calls:
+        return f"No tool output found for function call {open_calls[0]}."
+    include = body.get("include") or []
+    if "reasoning.encrypted_content" in include and body.get("store", True):
+        return "Encrypted reasoning content is only returned with store set to false."
+    for index, tool in enumerate(body.get("tools") or []):
+        if tool.get("type") != "function" or not tool.get("name"):
+            return f"tools[{index}]: expected a function with a name"
+        if tool.get("strict"):
+            problem = _strict_problem(tool.get("parameters"), "")
+            if problem is not None:
+                return f"Invalid schema for function {tool['name']!r}: {problem}"
+    return None
+
+
+def _strict_problem(schema: Any, path: str) -> str | None:
+    """What strict mode refuses in `schema` (the rules of OpenAI's structured outputs)."""
+    if not isinstance(schema, dict):
+        return f"In context=({path}), a schema must be an object."
+    for key in ("default", "minLength", "maxLength", "patternProperties", "oneOf", "not"):
+        if key in schema:
+            return f"In context=({path}), '{key}' is not permitted."
+    if "$ref" in schema:
+        return None
+    if not any(k in schema for k in ("type", "anyOf", "enum", "const")):
+        return f"In context=({path}), schema must have a 'type' key."
+    kinds = schema.get("type")
+    kinds = kinds if isinstance(kinds, list) else [kinds]
+    if "object" in kinds:
+        if schema.get("additionalProperties") is not False:
+            return (
+                f"In context=({path}), 'additionalProperties' is required to be supplied "
+                "and to be false."
+            )
+        properties = schema.get("properties") or {}
+        missing = [k for k in properties if k not in (schema.get("required") or [])]
+        if missing:
+            return (
+                f"In context=({path}), 'required' is required to be supplied and to be an "
+                f"array including every key in properties. Missing '{missing[0]}'."
+            )
+        for name, sub in properties.items():
+            problem = _strict_problem(sub, f"{path}, {name!r}" if path else repr(name))
+            if problem:
+                return problem
+    if "array" in kinds:
+        problem = _strict_problem(schema.get("items"), f"{path}, 'items'")
+        if problem:
+            return problem
+    for index, sub in enumerate(schema.get("anyOf") or []):
+        problem = _strict_problem(sub, f"{path}, 'anyOf', {index}")
+        if problem:
+            return problem
+    for name, sub in (schema.get("$defs") or {}).items():
+        problem = _strict_problem(sub, f"$defs, {name!r}")
+        if problem:
+            return problem
+    return None
