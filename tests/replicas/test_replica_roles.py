@@ -2,14 +2,21 @@
 
 Web replicas (``SIGNOFF_ROLE=web``) serve the API and store starts and decisions; worker
 replicas (``SIGNOFF_ROLE=worker``) drive the runs. A worker killed mid-tool is recovered
-by another worker; a web replica killed after it answered leaves its work to the workers.
+by another worker; a web replica killed after it answered leaves its work to the workers;
+only workers hold the Discord gateway.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
 from cluster import Api, Cluster, eventually
+from discord_harness import ALICE, ROLES
+from fake_discord import TOKEN, FakeDiscord
+
+from bot.discord_wiring import GATEWAY_LEASE
 
 
 async def start_run(api: Api, url: str, agent: str, text: str) -> dict[str, Any]:
@@ -90,3 +97,68 @@ async def test_a_web_replica_killed_after_it_answered_loses_nothing(
         "SELECT count(*) FROM events WHERE run_id = $1 AND kind = 'ticket_decided'", run_id
     )
     assert decided == 1
+
+
+@pytest.fixture
+async def discord() -> AsyncIterator[FakeDiscord]:
+    server = FakeDiscord(roles=ROLES)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.close()
+
+
+async def test_only_workers_hold_the_discord_gateway(
+    discord: FakeDiscord, cluster: Cluster
+) -> None:
+    cluster.settings.update(
+        {
+            "SIGNOFF_DISCORD_BOT_TOKEN": TOKEN,
+            "SIGNOFF_DISCORD_API_BASE_URL": discord.api_base_url,
+            "SIGNOFF_DISCORD_GATEWAY_URL": discord.gateway_url,
+            "SIGNOFF_DISCORD_GUILD_READY_TIMEOUT": "0.1",
+            "SIGNOFF_DISCORD_GATEWAY_LEASE_SECONDS": "2",
+        }
+    )
+    webs = await cluster.start(2, "web")
+    workers = await cluster.start(2, "worker")
+
+    async def holder() -> Any:
+        return await cluster.value("SELECT owner FROM leases WHERE name = $1", GATEWAY_LEASE)
+
+    owner = await eventually(holder, "a gateway holder")
+    assert owner in {cluster.worker_id(w) for w in workers}
+    assert discord.connected == 1
+    assert len(discord.identifies) == 1
+    first = next(w for w in workers if cluster.worker_id(w) == owner)
+
+    started = await discord.interact(discord.slash(ALICE, "run", agent="payments", prompt="pay"))
+    await discord.answered(started)
+    [card] = await discord.wait_for(lambda: discord.cards(), what="the approval card")
+
+    async def recorded() -> bool:
+        state = await cluster.value("SELECT state FROM outbox WHERE kind = 'approval_requested'")
+        return bool(state == "delivered")
+
+    await eventually(recorded, "the card's delivery recorded")
+    cluster.kill(first)
+    [second] = [w for w in workers if w is not first]
+
+    async def taken_over() -> bool:
+        ready = discord.connected == 1 and len(discord.identifies) == 2
+        return ready and await holder() == cluster.worker_id(second)
+
+    await eventually(taken_over, "the other worker holding the gateway", 20)
+    click = await discord.interact(discord.click(ALICE, card, "Allow"))
+    assert "recorded" in (await discord.answered(click)).lower()
+
+    async def finished() -> bool:
+        return bool(await cluster.value("SELECT status FROM runs") == "done")
+
+    await eventually(finished, "the run finished")
+    assert len(cluster.ledger_entries()) == 1
+    # Two connections in all, one per worker holding the lease: web replicas never connect.
+    assert len(discord.identifies) == 2
+    assert await holder() == cluster.worker_id(second)
+    assert all(web.process.poll() is None for web in webs)
