@@ -336,3 +336,86 @@ def test_kubernetes_split_renders_a_web_and_a_worker_deployment() -> None:
         roles[deployment["metadata"]["name"]] = container_env(container).get("SIGNOFF_ROLE")
     assert roles == {"signoff": "web", "signoff-worker": "worker"}
     assert {d["kind"] for d in documents} >= {"Job", "Service", "PodDisruptionBudget"}
+
+
+# --- agents ConfigMap, image ids, systemd extras, PostgreSQL version ---------------------
+
+
+def pod_specs() -> list[tuple[str, dict[str, Any]]]:
+    """Every pod template of the kit and of the roles split, by where it is."""
+    specs = [
+        (f"{m['kind']} {m['metadata']['name']}", m["spec"]["template"]["spec"])
+        for m in manifests()
+        if m["kind"] in ("Deployment", "Job")
+    ]
+    resources = yaml.safe_load((SPLIT / "kustomization.yaml").read_text())["resources"]
+    specs += [
+        (f"split {d['kind']} {d['metadata']['name']}", d["spec"]["template"]["spec"])
+        for d in split_manifests(resources)
+        if d["kind"] == "Deployment"
+    ]
+    return specs
+
+
+def test_kubernetes_agents_file_is_a_config_map() -> None:
+    from bot.agents_file import load_agents_file
+
+    kustomization = yaml.safe_load((DEPLOY / "kubernetes" / "kustomization.yaml").read_text())
+    generated = {g["name"]: g["files"] for g in kustomization["configMapGenerator"]}
+    [source] = generated["signoff-agents"]
+    # The file is the product's own agents file, valid as it is shipped.
+    agents = load_agents_file(DEPLOY / "kubernetes" / source)
+    assert agents.agents and all(server.url for server in agents.servers)
+    served = [(where, spec) for where, spec in pod_specs() if "Job" not in where]
+    assert len(served) == 2  # the kit's Deployment and the split's worker Deployment
+    for where, spec in served:
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        [container] = spec["containers"]
+        env = container_env(container)
+        folder, _, name = env["SIGNOFF_AGENTS"].rpartition("/")
+        assert name == Path(source).name, where
+        [mount] = [m for m in container["volumeMounts"] if m["mountPath"] == folder]
+        assert mount.get("readOnly") is True, where
+        assert volumes[mount["name"]]["configMap"]["name"] == "signoff-agents", where
+        assert "SIGNOFF_APP" not in env, f"{where}: the agents come from the file"
+        # The model the file names has its key in the Secret.
+        assert env["SIGNOFF_OPENAI_API_KEY_FILE"].startswith("/run/secrets/signoff/"), where
+
+
+def test_image_user_and_group_are_the_pods() -> None:
+    run = " ".join(rest for instruction, rest in dockerfile() if instruction == "RUN")
+    [gid] = re.findall(r"groupadd [^&]*--gid (\d+) signoff", run)
+    [(uid, user_gid)] = re.findall(r"useradd [^&]*--uid (\d+) --gid (\d+)", run)
+    assert user_gid == gid
+    users = [rest for instruction, rest in dockerfile() if instruction == "USER"]
+    assert users[-1] == f"{uid}:{gid}"
+    for where, spec in pod_specs():
+        context = spec.get("securityContext", {})
+        if where.startswith("Job"):  # the Job may leave the image's user as it is
+            context = context or {"runAsUser": int(uid), "runAsGroup": int(gid)}
+        assert context.get("runAsUser") == int(uid), where
+        assert context.get("runAsGroup") == int(gid), where
+        assert context.get("fsGroup", int(gid)) == int(gid), where
+
+
+def test_systemd_install_line_has_the_postgres_extra() -> None:
+    readme = (DEPLOY / "README.md").read_text()
+    section = readme.split("## systemd", 1)[1].split("\n## ", 1)[0]
+    unit = (DEPLOY / "systemd" / "signoff.service").read_text()
+    lines = [line for line in (section + unit).splitlines() if "pip install" in line]
+    assert len(lines) >= 2, lines
+    for line in lines:
+        [extras] = re.findall(r"signoff\[([a-z,-]+)\]", line)
+        assert "postgres" in extras.split(","), line
+
+
+def test_compose_runs_the_postgresql_the_docs_name() -> None:
+    compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
+    image = compose["services"]["postgres"]["image"]
+    match = re.fullmatch(r"postgres:(\d+)(?:[.-][\w.-]*)?", image)
+    assert match, image
+    major = match.group(1)
+    storage = (ROOT / "docs" / "storage-and-replicas.md").read_text()
+    assert re.findall(r"Tested with PostgreSQL (\d+)", storage) == [major]
+    assert f"`postgres:{major}`" in storage
+    assert f"PostgreSQL {major}" in (ROOT / "docs" / "deploy.md").read_text()
