@@ -241,11 +241,9 @@ def start_telemetry(
         ConfigurationError: An exporter or protocol signoff does not ship.
     """
     env = os.environ if env is None else env
-    attributes: dict[str, str] = {}
-    if not env.get("OTEL_SERVICE_NAME", "").strip():
-        attributes[SERVICE_NAME] = DEFAULT_SERVICE_NAME
-    # Resource.create also reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES itself.
-    provider = TracerProvider(resource=Resource.create(attributes))
+    service = env.get("OTEL_SERVICE_NAME", "").strip() or DEFAULT_SERVICE_NAME
+    # Resource.create adds OTEL_RESOURCE_ATTRIBUTES' attributes (the service name wins).
+    provider = TracerProvider(resource=Resource.create({SERVICE_NAME: service}))
     if processors:
         for processor in processors:
             provider.add_span_processor(processor)

@@ -372,3 +372,30 @@ async def test_tracing_asked_for_without_the_sdk_stops_the_start(tmp_path: Path)
     assert "OTEL_EXPORTER_OTLP_ENDPOINT asks for OpenTelemetry traces" in done.stderr
     assert "pip install 'signoff[otel]'" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+async def test_mcp_tool_calls_are_client_spans_inside_their_tool_span(
+    collector: tuple[Collector, str], tmp_path: Path
+) -> None:
+    received, endpoint = collector
+    env = _env(tmp_path) | {
+        "SIGNOFF_APP": "examples:demo_agents",
+        "SIGNOFF_AGENTS": "examples/mcp/agents.toml",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+        "OTEL_BSP_SCHEDULE_DELAY": "50",
+    }
+    del env["SIGNOFF_HOOKS"]
+    server = await asyncio.to_thread(Server, env)
+    try:
+        body = json.dumps({"agent": "infra", "input": "Deploy search 2.0 to staging"}).encode()
+        status, started = await asyncio.to_thread(server.call, "POST", "/api/runs", body)
+        assert status == 202, started
+        done = await asyncio.to_thread(server.wait_for, started["run_id"], "done")
+        assert done["text"] == "Done: deployed search 2.0 to staging."
+    finally:
+        await asyncio.to_thread(server.terminate)
+    await received.until("execute_tool deploy", "MCP send tools/call deploy")
+    (tool,) = received.named("execute_tool deploy")
+    (sent,) = received.named("MCP send tools/call deploy")
+    assert (sent.trace_id, sent.parent, sent.kind) == (tool.trace_id, tool.span_id, 3)
+    assert sent.attributes["mcp.method.name"] == "tools/call"
