@@ -58,8 +58,9 @@ def resume(
 
     async def body() -> RunResult:
         async with opened_runtime(database_url) as runtime:
-            run_id = await _controlled(runtime, run_or_thread, actor, "resume", threads=True)
-            done: RunResult = await runtime.resume(run_id, actor=actor)
+            person = await runtime.identities.as_person(actor)
+            run_id = await _controlled(runtime, run_or_thread, person, "resume", threads=True)
+            done: RunResult = await runtime.resume(run_id, actor=person)
             return done
 
     print_run(run_coroutine(body()))
@@ -82,8 +83,9 @@ def pause(run_id: str, as_user: str | None, operator: bool, database_url: str | 
 
     async def body() -> RunResult:
         async with opened_runtime(database_url) as runtime:
-            await _controlled(runtime, run_id, actor, "pause")
-            done: RunResult = await runtime.pause(run_id, actor=actor)
+            person = await runtime.identities.as_person(actor)
+            await _controlled(runtime, run_id, person, "pause")
+            done: RunResult = await runtime.pause(run_id, actor=person)
             return done
 
     result = run_coroutine(body())
@@ -115,8 +117,9 @@ def cancel(
 
     async def body() -> RunResult:
         async with opened_runtime(database_url) as runtime:
-            await _controlled(runtime, run_id, actor, "cancel")
-            done: RunResult = await runtime.cancel(run_id, actor=actor, reason=reason)
+            person = await runtime.identities.as_person(actor)
+            await _controlled(runtime, run_id, person, "cancel")
+            done: RunResult = await runtime.cancel(run_id, actor=person, reason=reason)
             return done
 
     result = run_coroutine(body())

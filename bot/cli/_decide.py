@@ -336,7 +336,7 @@ def batch(
         async with opened_runtime(database_url) as runtime:
             chosen = list(ticket_ids)
             if run_id is not None:
-                found = await runtime.get(run_id, viewer=actor)
+                found = await runtime.get(run_id, viewer=await runtime.identities.as_person(actor))
                 chosen += [p.ticket_id for p in found.pending if p.status == "approval"]
             chosen = list(dict.fromkeys(chosen))
             if not chosen:

@@ -100,7 +100,7 @@ def grants_list(
     async def body() -> list[Grant]:
         async with opened_runtime(database_url) as runtime:
             found: list[Grant] = await runtime.grants(
-                viewer=viewer,
+                viewer=await runtime.identities.as_person(viewer),
                 run_id=run_id,
                 thread_id=thread_id,
                 active=not show_all,
@@ -153,7 +153,8 @@ def grants_revoke(
 
     async def body() -> Grant:
         async with opened_runtime(database_url) as runtime:
-            done: Grant = await runtime.revoke_grant(grant_id, actor=actor)
+            person = await runtime.identities.as_person(actor)
+            done: Grant = await runtime.revoke_grant(grant_id, actor=person)
             return done
 
     revoked: Grant = run_coroutine(body())

@@ -93,9 +93,10 @@ def runs_list(
         async with opened_runtime(database_url) as runtime:
             rows = []
             wanted = [RunStatus(s) for s in statuses]
+            person = await runtime.identities.as_person(viewer)
             visible = [
                 r.run_id
-                for r in await runtime.list_runs(statuses=wanted, limit=limit, viewer=viewer)
+                for r in await runtime.list_runs(statuses=wanted, limit=limit, viewer=person)
             ]
             async with runtime.store.transaction() as tx:
                 for run_id in visible:
@@ -180,14 +181,15 @@ def runs_show(
 
     async def body() -> None:
         async with opened_runtime(database_url) as runtime:
+            person = await runtime.identities.as_person(viewer)
             if jsonl:
-                click.echo(await runtime.export_events(run_id, viewer=viewer), nl=False)
+                click.echo(await runtime.export_events(run_id, viewer=person), nl=False)
                 return
-            result = await runtime.get(run_id, viewer=viewer)
+            result = await runtime.get(run_id, viewer=person)
             async with runtime.store.transaction() as tx:
                 record = await tx.get_run(run_id)
                 calls = await tx.calls_for_run(run_id)
-            events = await runtime.events(run_id, viewer=viewer)
+            events = await runtime.events(run_id, viewer=person)
             agent = runtime.agents.get(result.agent)
         assert record is not None
         fields = [

@@ -36,7 +36,8 @@ def tickets(
 
     async def body() -> list[PendingEntry]:
         async with opened_runtime(database_url) as runtime:
-            found: list[PendingEntry] = await runtime.open_tickets(limit=limit, viewer=viewer)
+            person = await runtime.identities.as_person(viewer)
+            found: list[PendingEntry] = await runtime.open_tickets(limit=limit, viewer=person)
             return found
 
     entries: list[PendingEntry] = run_coroutine(body())

@@ -54,18 +54,27 @@ class Grants:
         fetch = limit
         async with self._deps.store.transaction() as tx:
             while True:
-                found = await tx.list_grants(
-                    run_id=run_id,
-                    thread_id=thread_id,
-                    involving=viewer.id if restricted and viewer is not None else None,
-                    active_at=now if active else None,
-                    limit=fetch,
+                found: dict[str, GrantRecord] = {}
+                exhausted = True
+                # Each id of the person (their linked ids too) is one indexed read.
+                for involving in sorted(viewer.ids) if restricted and viewer else [None]:
+                    part = await tx.list_grants(
+                        run_id=run_id,
+                        thread_id=thread_id,
+                        involving=involving,
+                        active_at=now if active else None,
+                        limit=fetch,
+                    )
+                    found.update((grant.grant_id, grant) for grant in part)
+                    exhausted = exhausted and len(part) < fetch
+                newest = sorted(
+                    found.values(), key=lambda g: (g.created_at, g.grant_id), reverse=True
                 )
-                shown = await self._views(tx, [g for g in found if sees_grant(viewer, g)], now)
+                shown = await self._views(tx, [g for g in newest if sees_grant(viewer, g)], now)
                 if active:
                     # The store knows expiry and revocation, not whether a run ended.
                     shown = [g for g in shown if g.state == "active"]
-                if len(shown) >= limit or len(found) < fetch:
+                if len(shown) >= limit or exhausted:
                     return shown[:limit]
                 fetch *= 4
 

@@ -99,6 +99,12 @@ def decode_cursor(listing: str, viewer: Actor | None, cursor: str | None) -> Pos
     return position
 
 
+def person_keys(viewer: Actor) -> tuple[str, ...]:
+    """The decider keys of every id of `viewer` (`Actor.ids`: their linked ids too)."""
+    keys = (key for identity in sorted(viewer.ids) for key in viewer_keys(identity, viewer.groups))
+    return tuple(dict.fromkeys(keys))
+
+
 def _seq(entry: PendingEntry, calls: dict[str, CallRecord]) -> int:
     call = calls.get(entry.call.call_id)
     return call.seq if call is not None else -1
@@ -237,20 +243,25 @@ class Queries:
         """
         wanted = [RunStatus(s) for s in statuses]
         before = decode_cursor("runs", viewer, cursor)
+        found: list[RunRecord] = []
         async with self._deps.store.transaction() as tx:
             if viewer is None or viewer.operator:
                 found = await tx.list_runs(
                     statuses=wanted, thread_id=thread_id, limit=limit + 1, before=before
                 )
             else:
-                found = await tx.list_runs(
-                    statuses=wanted,
-                    thread_id=thread_id,
-                    limit=limit + 1,
-                    involving=viewer.id,
-                    deciders=viewer_keys(viewer.id, viewer.groups),
-                    before=before,
-                )
+                # Each id of the person (their linked ids too) is one indexed read.
+                for identity in sorted(viewer.ids):
+                    found += await tx.list_runs(
+                        statuses=wanted,
+                        thread_id=thread_id,
+                        limit=limit + 1,
+                        involving=identity,
+                        deciders=person_keys(viewer),
+                        before=before,
+                    )
+                unique = {run.run_id: run for run in found}.values()
+                found = sorted(unique, key=lambda r: (r.created_at, r.run_id), reverse=True)
         shown = found[:limit]
         more = len(found) > limit and bool(shown)
         following = (
@@ -312,7 +323,7 @@ class Queries:
                 tickets = await tx.open_tickets(limit=limit + 1, after=after)
             else:
                 tickets = await tx.decidable_tickets(
-                    deciders=viewer_keys(viewer.id, viewer.groups),
+                    deciders=person_keys(viewer),
                     viewer=viewer.id,
                     limit=limit + 1,
                     after=after,
