@@ -729,6 +729,18 @@ def _check_tools(tools: Any, anthropic: bool) -> str | None:
     return None
 
 
+_CHAT_MESSAGE_KEYS = {
+    "role",
+    "content",
+    "name",
+    "tool_calls",
+    "tool_call_id",
+    "refusal",
+    "audio",
+    "function_call",
+}
+
+
 def _check_openai(body: Any) -> str | None:
     if not isinstance(body, dict):
         return "the body must be a JSON object"
@@ -742,6 +754,12 @@ def _check_openai(body: Any) -> str | None:
         role = message.get("role")
         if role not in ("system", "developer", "user", "assistant", "tool"):
             return f"messages[{index}].role: invalid value {role!r}"
+        unknown = sorted(set(message) - _CHAT_MESSAGE_KEYS)
+        if unknown:
+            return (
+                f"Additional properties are not allowed ({unknown[0]!r} was unexpected) - "
+                f"'messages.{index}'"
+            )
         if role == "tool":
             if message.get("tool_call_id") not in open_calls:
                 return (
