@@ -32,7 +32,8 @@ from sqlalchemy.exc import ArgumentError
 
 from adapters.telemetry import start_from_env
 from bot.console_secrets import ConsoleSecrets, console_secrets
-from bot.health import Metrics, add_health_routes
+from bot.health import add_health_routes
+from bot.metrics import Metrics, ack_timing, figures_loop
 from bot.settings import Settings, require_shared_settings, uses_sqlite
 from runtime import Agent, Clock, ConfigurationError, IdSource, Model, Runtime
 from runtime.edges import NO_TRACER
@@ -193,16 +194,20 @@ class Service:
             # The edge is loaded only when on.
             from bot.discord_wiring import DiscordEdge
 
-            edge = DiscordEdge(self.runtime, self.worker, self.settings)
+            edge = DiscordEdge(
+                self.runtime, self.worker, self.settings, acked=self.metrics.acknowledged
+            )
             await edge.start()
             self.discord = edge
         if self.parts.worker:
+            self.metrics.watch_worker(lambda: self.worker.active, self.settings.workers)
             self._tasks.append(asyncio.create_task(self.worker.run(self._stop), name="worker"))
         if self.parts.outbox:
             claim = Claim(
                 owner=self.runtime.worker_id,
                 lease_seconds=self.settings.outbox_lease_seconds,
                 pacing=self.pacing,
+                checkpoint=self.metrics.observe,
             )
             outbox = outbox_loop(
                 self.runtime,
@@ -223,6 +228,9 @@ class Service:
         if self.discord is not None:
             hold = self.discord.hold(self._stop)
             self._tasks.append(asyncio.create_task(hold, name="discord-lease"))
+        interval = self.settings.metrics_interval_seconds
+        figures = figures_loop(self.metrics, self.runtime, self._stop, seconds=interval)
+        self._tasks.append(asyncio.create_task(figures, name="metrics"))
         self.worker.wake()
         return self.url
 
@@ -473,6 +481,8 @@ async def build_service(
     if telemetry is not None:
         app.middlewares.insert(0, telemetry.middleware())  # outermost: every request
     add_health_routes(app, runtime, metrics, role=settings.role, checks=service.stopped_loops)
+    app.middlewares.append(ack_timing(metrics))
+    metrics.known_tools.update(name for agent in runtime.agents.values() for name in agent.tools)
     return service
 
 

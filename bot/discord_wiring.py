@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -75,6 +76,7 @@ async def start_discord(
     settings: Settings,
     *,
     backoff: tuple[float, float] = (1.0, 60.0),
+    acked: Callable[[str, float], None] | None = None,
 ) -> DiscordHandle:
     """Log in, register the commands and connect the gateway; return once it is ready,
     or after ``settings.discord_ready_timeout`` while it goes on connecting.
@@ -95,7 +97,7 @@ async def start_discord(
 
     config = discord_config(settings)
     configure_endpoints(config.api_base_url, config.gateway_url)
-    client = DiscordBot(Handlers(runtime, worker.wake, config), config)
+    client = DiscordBot(Handlers(runtime, worker.wake, config, acked=acked), config)
     logged_in = False
     try:
         await client.login(config.bot_token)
@@ -208,9 +210,18 @@ class DiscordEdge:
         runtime: The runtime (its store holds the lease).
         worker: Woken when a click was stored.
         settings: The process settings (its ``discord_*`` fields).
+        acked: Told how long each decision took to acknowledge (edge, seconds).
     """
 
-    def __init__(self, runtime: Runtime, worker: Worker, settings: Settings) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        worker: Worker,
+        settings: Settings,
+        *,
+        acked: Callable[[str, float], None] | None = None,
+    ) -> None:
+        self._acked = acked
         self._runtime = runtime
         self._worker = worker
         self._settings = settings
@@ -243,7 +254,9 @@ class DiscordEdge:
         self._notifier = DiscordNotifier(discord_config(self._settings))
         if await self._take():
             try:
-                self.gateway = await start_discord(self._runtime, self._worker, self._settings)
+                self.gateway = await start_discord(
+                    self._runtime, self._worker, self._settings, acked=self._acked
+                )
             except BaseException:
                 await self._drop()
                 raise
@@ -280,7 +293,9 @@ class DiscordEdge:
         if held and self.gateway is None:
             log.warning("taking over the Discord gateway")
             try:
-                self.gateway = await start_discord(self._runtime, self._worker, self._settings)
+                self.gateway = await start_discord(
+                    self._runtime, self._worker, self._settings, acked=self._acked
+                )
             except Exception:
                 await self._drop()
                 raise

@@ -1,5 +1,7 @@
 """Health, readiness and Prometheus metrics routes, and the answer every route gives
-while the database cannot be reached (503 ``storage_unavailable`` with ``Retry-After``)."""
+while the database cannot be reached (503 ``storage_unavailable`` with ``Retry-After``).
+
+The metrics themselves are `bot.metrics`'s."""
 
 from __future__ import annotations
 
@@ -8,11 +10,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from adapters.webhook.routes import STORAGE_RETRY_AFTER
-from runtime import RunStatus, Runtime, StorageError
+from bot.metrics import Metrics
+from runtime import Runtime, StorageError
 from runtime.store.sql import SQLStore
 
 log = logging.getLogger("signoff.http")
@@ -41,60 +44,6 @@ async def storage_errors(
     except StorageError as exc:
         log.error("%s %s: the database failed: %s", request.method, request.path, exc)
         return storage_unavailable("The database did not answer; try again")
-
-
-class Metrics:
-    """The process's Prometheus metrics. Figures from the database are read per scrape."""
-
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        self.runs = Gauge("signoff_runs", "Runs by status.", ["status"], registry=self.registry)
-        self.open_tickets = Gauge(
-            "signoff_open_tickets", "Tickets waiting for a decision.", registry=self.registry
-        )
-        self.outbox_backlog = Gauge(
-            "signoff_outbox_backlog",
-            "Notifications not yet delivered.",
-            registry=self.registry,
-        )
-        self.outbox_failed = Gauge(
-            "signoff_outbox_failed",
-            "Notifications given up on.",
-            registry=self.registry,
-        )
-        self.decision_latency = Histogram(
-            "signoff_decision_latency_seconds",
-            "Time from a ticket opening to its decision.",
-            buckets=(1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600, float("inf")),
-            registry=self.registry,
-        )
-        self.decisions = Counter(
-            "signoff_decisions", "Decisions applied.", ["decision"], registry=self.registry
-        )
-        self.tool_failures = Counter(
-            "signoff_tool_failures", "Tool calls that raised.", ["tool"], registry=self.registry
-        )
-
-    def observe(self, point: str, info: dict[str, Any]) -> None:
-        """A runtime checkpoint observer feeding the counters."""
-        if point == "decision_committed":
-            latency = info.get("latency_seconds")
-            if isinstance(latency, int | float):
-                self.decision_latency.observe(max(float(latency), 0.0))
-            self.decisions.labels(decision=str(info.get("decision", "unknown"))).inc()
-        elif point == "tool_failed":
-            self.tool_failures.labels(tool=str(info.get("tool", "unknown"))).inc()
-
-    async def refresh(self, runtime: Runtime) -> None:
-        """Read the database figures."""
-        async with runtime.store.transaction() as tx:
-            counts = await tx.count_runs()
-            stats = await tx.stats()
-        for status in RunStatus:
-            self.runs.labels(status=status.value).set(counts.get(status.value, 0))
-        self.open_tickets.set(stats.get("open_tickets", 0))
-        self.outbox_backlog.set(stats.get("outbox_pending", 0))
-        self.outbox_failed.set(stats.get("outbox_failed", 0))
 
 
 def add_health_routes(
@@ -134,8 +83,10 @@ def add_health_routes(
                 await tx.count_runs()
         except Exception as exc:
             unreachable = True
+            metrics.storage_failed()
             problems.append(f"database unreachable: {exc}")
         else:
+            metrics.storage_worked()
             store = runtime.store
             if isinstance(store, SQLStore):
                 try:
@@ -167,11 +118,7 @@ def add_health_routes(
         return web.json_response(body, status=503 if problems else 200, headers=headers)
 
     async def metrics_route(request: web.Request) -> web.Response:
-        try:
-            await metrics.refresh(runtime)
-        except StorageError as exc:
-            log.error("metrics: the database failed: %s", exc)
-            return storage_unavailable("The database did not answer; no figures to report")
+        # Reads no database: the figures from it are `bot.metrics.figures_loop`'s.
         body = generate_latest(metrics.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 

@@ -268,6 +268,8 @@ class Settings(BaseSettings):
         discord_gateway_lease_seconds: How long the replica holding the Discord gateway
             keeps it without renewing; when it dies another replica takes over within
             about this time.
+        metrics_interval_seconds: How often the replica holding the ``metrics`` lease
+            reads the database-wide gauges of ``/metrics`` (the others export none).
         oidc_issuer: The OpenID Connect issuer whose JWT access tokens the API accepts
             besides the static tokens (its exact ``iss``). Unset: no JWTs.
         oidc_audience: The ``aud`` such a token must name (required with the issuer).
@@ -397,6 +399,7 @@ class Settings(BaseSettings):
     poll_seconds: float = Field(default=0.5, gt=0, le=300)
     outbox_lease_seconds: float = Field(default=60.0, gt=0)
     discord_gateway_lease_seconds: float = Field(default=15.0, gt=0)
+    metrics_interval_seconds: float = Field(default=15.0, gt=0, le=3600)
 
     # JWT access tokens; the settings after the issuer are checked against it.
     oidc_issuer: str | None = Field(default=None, min_length=1)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, assert_never, cast
@@ -97,12 +98,22 @@ class Handlers:
         runtime: Starts runs and checks and stores decisions.
         wake: Tells the worker there is something to do (a run queued, a click stored).
         config: Role groups, console URL and the answer budget.
+        acked: Told, for each decision, how long it took to acknowledge (``discord``,
+            seconds from the interaction reaching the handler to its first answer).
     """
 
-    def __init__(self, runtime: Runtime, wake: Callable[[], None], config: DiscordConfig):
+    def __init__(
+        self,
+        runtime: Runtime,
+        wake: Callable[[], None],
+        config: DiscordConfig,
+        *,
+        acked: Callable[[str, float], None] | None = None,
+    ):
         self._runtime = runtime
         self._wake = wake
         self._config = config
+        self._acked = acked
 
     # -- slash commands ------------------------------------------------------------------
     def agent_names(self, current: str) -> list[str]:
@@ -460,7 +471,7 @@ class Handlers:
                 case _:
                     assert_never(outcome)
 
-        await self._respond(interaction, work)
+        await self._respond(interaction, work, timed=True)
 
     def _wording(self, refusal: Refusal) -> str:
         return refusals.refusal_text(refusal, self._config.role_groups)
@@ -485,8 +496,11 @@ class Handlers:
         work: Callable[[], Awaitable[Reply]],
         *,
         ephemeral_if_slow: bool = True,
+        timed: bool = False,
     ) -> None:
-        """Do `work` and answer with its reply, deferring first if it takes too long."""
+        """Do `work` and answer with its reply, deferring first if it takes too long
+        (`timed`: report how long the first answer took)."""
+        started = time.perf_counter()
         task = asyncio.ensure_future(self._guarded(work))
         done, _ = await asyncio.wait({task}, timeout=self._config.ack_budget_seconds)
         if not done:
@@ -494,7 +508,12 @@ class Handlers:
                 await interaction.response.defer(ephemeral=ephemeral_if_slow, thinking=True)
             except discord.HTTPException as exc:
                 log.warning("could not defer interaction %s: %s", interaction.id, exc)
+            if timed and self._acked is not None:
+                self._acked("discord", time.perf_counter() - started)
+                timed = False
         await self._send(interaction, await task)
+        if timed and self._acked is not None:
+            self._acked("discord", time.perf_counter() - started)
 
     async def _guarded(self, work: Callable[[], Awaitable[Reply]]) -> Reply:
         try:

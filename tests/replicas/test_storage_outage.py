@@ -205,7 +205,6 @@ async def test_every_surface_answers_503_while_postgres_refuses(
             ("POST", "/api/runs", started, bearer),
             ("POST", "/api/tickets/t-unknown/decision", decision, bearer),
             ("POST", "/hooks/pay", hook_body, hook_headers),
-            ("GET", "/metrics", None, None),
             ("GET", "/readyz", None, None),
             ("GET", "/runs", None, None),
             ("GET", f"/runs/{run_id}", None, None),
@@ -222,3 +221,9 @@ async def test_every_surface_answers_503_while_postgres_refuses(
         # The process itself is alive.
         status, _, _ = await _call(http, "GET", f"{base}/healthz")
         assert status == 200
+        # /metrics reads no database: it answers, and says the database is down (its
+        # readiness check above failed) for the alert to fire.
+        status, text, _ = await _call(http, "GET", f"{base}/metrics")
+        assert status == 200
+        assert "\nsignoff_database_up 0.0\n" in text
+        assert "\nsignoff_storage_errors_total " in text
