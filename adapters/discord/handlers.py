@@ -474,7 +474,9 @@ class Handlers:
         await self._respond(interaction, work, timed=True)
 
     def _wording(self, refusal: Refusal) -> str:
-        return refusals.refusal_text(refusal, self._config.role_groups)
+        return refusals.refusal_text(
+            refusal, self._config.role_groups, console_url=self._config.console_url
+        )
 
     async def _card_link(self, ticket_id: str) -> str | None:
         card = await self._runtime.card_of(ticket_id, "discord")

@@ -11,16 +11,38 @@ from typing import assert_never
 from adapters.discord import cards
 from runtime import BatchAccepted, Refusal, RefusalReason, TicketStatus
 
+
+def not_linked_text(console_url: str | None) -> str:
+    """What a Discord user linked to no person reads when unlinked users may not decide."""
+    text = "🔗 Your Discord account is not linked to a person yet, so it may not decide here. "
+    if console_url:
+        text += (
+            f"To link it, sign in to the console at {console_url.rstrip('/')}/link, get a "
+            "link code there and send `/signoff link <code>` here; or ask an operator to "
+            "link it. "
+        )
+    else:
+        text += "Ask an operator to link it to you. "
+    return text + "Nothing was changed."
+
+
 UNRECOGNISED = "⚠️ This button does not belong to any request I know; nothing was changed."
 NOT_EDITABLE = "⚠️ This call's arguments cannot be changed; allow or deny it as it is."
 
 
-def refusal_text(refusal: Refusal, role_groups: Mapping[str, Sequence[str]] | None = None) -> str:
+def refusal_text(
+    refusal: Refusal,
+    role_groups: Mapping[str, Sequence[str]] | None = None,
+    *,
+    console_url: str | None = None,
+) -> str:
     """The ephemeral message for a refused decision.
 
     Args:
         refusal: Why the runtime refused it.
         role_groups: Group names mapped to role ids, to name approvers as role mentions.
+        console_url: The console's address, to say where an unlinked user gets a link
+            code (None: they ask an operator).
     """
     match refusal.reason:
         case RefusalReason.UNAUTHORIZED if (
@@ -33,6 +55,8 @@ def refusal_text(refusal: Refusal, role_groups: Mapping[str, Sequence[str]] | No
                 f"🔒 This request may only be decided in the {where}"
                 f"{' after single sign-on' if refusal.ticket.sso else ''}. Nothing was changed."
             )
+        case RefusalReason.NOT_LINKED:
+            return not_linked_text(console_url)
         case RefusalReason.UNAUTHORIZED:
             who = cards.who_may_decide(refusal.deciders, refusal.four_eyes, role_groups or {})
             return f"⛔ You may not decide this request. Who may: {who}. Nothing was changed."

@@ -429,7 +429,12 @@ class _SlackEdge:
         """``/signoff [agent] request``: post the request, start its run in that thread."""
         user = str(command.get("user_id") or "")
         channel = str(command.get("channel_id") or "")
-        chosen = self._choose(unescape(str(command.get("text") or "")), None)
+        text = unescape(str(command.get("text") or ""))
+        words = text.split()
+        if words[:1] == ["link"] and "link" not in self._runtime.agents:
+            await ack(text=await self._link(user, words[1:]), response_type="ephemeral")
+            return
+        chosen = self._choose(text, None)
         if isinstance(chosen, str):
             await ack(text=chosen, response_type="ephemeral")
             return
@@ -476,6 +481,22 @@ class _SlackEdge:
             # one's, in its thread; this second message is one too many.
             await self._delete(client, posted_channel, thread_ts)
         await ack()
+
+    async def _link(self, user: str, words: Sequence[str]) -> str:
+        """``/signoff link <code>``: link `user` to the person whose console showed the
+        one-time code."""
+        if len(words) != 1:
+            return (
+                f"Usage: `{self._config.command} link <code>`, with the code the console's "
+                "Link page gives."
+            )
+        person = await self._runtime.identities.redeem_link_code(words[0], user)
+        if person is None:
+            return (
+                ":warning: That link code is unknown, used or expired. Get a new one from the "
+                "console's Link page. Nothing was changed."
+            )
+        return f":link: Your Slack account is now linked to `{blocks.escape(person)}`."
 
     async def _delete(self, client: AsyncWebClient, channel: str, ts: str) -> None:
         try:
@@ -605,7 +626,12 @@ class _SlackEdge:
                 log.warning("cannot tell %s why their click was refused: %s", user, error)
 
     def _wording(self, refusal: Refusal) -> str:
-        return refusal_text(refusal, self._config.approver_groups)
+        return refusal_text(
+            refusal,
+            self._config.approver_groups,
+            console_url=self._config.console_url,
+            command=self._config.command,
+        )
 
     # -- buttons -----------------------------------------------------------------------------
     async def answer_button(self, body: dict[str, Any]) -> BoltResponse | None:

@@ -11,8 +11,22 @@ from adapters.slack import blocks
 from runtime import BatchAccepted, Refusal, RefusalReason
 
 
-def refusal_text(refusal: Refusal, groups: blocks.Groups | None = None) -> str:
-    """The ephemeral message for a refused decision (mrkdwn, already escaped)."""
+def refusal_text(
+    refusal: Refusal,
+    groups: blocks.Groups | None = None,
+    *,
+    console_url: str | None = None,
+    command: str = "/signoff",
+) -> str:
+    """The ephemeral message for a refused decision (mrkdwn, already escaped).
+
+    Args:
+        refusal: Why the runtime refused it.
+        groups: Named approver groups, to word who may decide.
+        console_url: The console's address, to say where an unlinked user gets a link
+            code (None: they ask an operator).
+        command: The slash command that redeems a link code.
+    """
     match refusal.reason:
         case RefusalReason.UNAUTHORIZED if (
             refusal.ticket is not None
@@ -27,6 +41,8 @@ def refusal_text(refusal: Refusal, groups: blocks.Groups | None = None) -> str:
         case RefusalReason.UNAUTHORIZED:
             who = blocks.who_may_decide(refusal.deciders, refusal.four_eyes, groups)
             return f":no_entry: You may not decide this request; who may: {who}. Nothing changed."
+        case RefusalReason.NOT_LINKED:
+            return not_linked_text(console_url, command)
         case RefusalReason.EXPIRED if refusal.ticket is not None and not _open(refusal):
             return ":hourglass: This request already expired; nothing was changed."
         case RefusalReason.EXPIRED:
@@ -75,6 +91,20 @@ def refusal_text(refusal: Refusal, groups: blocks.Groups | None = None) -> str:
             return ":warning: This request is no longer open; nothing was changed."
         case _:
             assert_never(refusal.reason)
+
+
+def not_linked_text(console_url: str | None, command: str = "/signoff") -> str:
+    """What a Slack user linked to no person reads when unlinked users may not decide."""
+    text = ":link: Your Slack account is not linked to a person yet, so it may not decide here. "
+    if console_url:
+        page = f"{console_url.rstrip('/')}/link"
+        text += (
+            f"To link it, sign in to the console at <{page}|{blocks.escape(page)}>, get a link "
+            f"code there and send `{command} link <code>` here; or ask an operator to link it. "
+        )
+    else:
+        text += "Ask an operator to link it to you. "
+    return text + "Nothing changed."
 
 
 def _open(refusal: Refusal) -> bool:

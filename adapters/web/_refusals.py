@@ -69,7 +69,7 @@ def http_refusal(refusal: Classified, ticket_id: str | None = None) -> Refusal:
         case RefusalReason.UNAUTHORIZED:
             who = refusal.ticket.who_may_decide() if refusal.ticket is not None else "someone else"
             return Refusal(403, code, f"You may not decide this: who may: {who}")
-        case RefusalReason.FORBIDDEN:
+        case RefusalReason.FORBIDDEN | RefusalReason.NOT_LINKED:
             return Refusal(403, code, refusal.message)
         case RefusalReason.EXPIRED:
             return Refusal(409, code, f"Expired: {refusal.message}")

@@ -290,6 +290,7 @@ _REFUSAL_EXITS: dict[RefusalReason, int] = {
     RefusalReason.MISMATCH: EXIT_NOT_AWAITING,
     RefusalReason.EXPIRED: EXIT_EXPIRED,
     RefusalReason.UNAUTHORIZED: EXIT_UNAUTHORIZED,
+    RefusalReason.NOT_LINKED: EXIT_UNAUTHORIZED,
     RefusalReason.FORBIDDEN: EXIT_UNAUTHORIZED,
     RefusalReason.STALE: EXIT_STALE,
     RefusalReason.STORAGE: EXIT_STORAGE,

@@ -9,6 +9,7 @@ One root, split by who must act::
     │   │   └── UnknownTicket       no ticket with that id exists at all
     │   ├── Expired                 the ticket's deadline has passed
     │   ├── Unauthorized            the actor may not decide this ticket
+    │   │   └── NotLinked           a chat user linked to no person, when those are refused
     │   ├── StaleTicket             the agent or its tool catalog changed since parking
     │   ├── UnknownExecutionKey     no pending call with that execution key or ticket id
     │   └── ResolutionError         the answer does not fit what the ticket waits for
@@ -80,6 +81,13 @@ class Unauthorized(ResumeError):
     """The actor is not allowed to decide this ticket."""
 
     code = "unauthorized"
+
+
+class NotLinked(Unauthorized):
+    """A Slack or Discord user linked to no person decides while unlinked users are
+    refused (``SIGNOFF_IDENTITY_UNLINKED=refuse``): they must link their account first."""
+
+    code = "not_linked"
 
 
 class StaleTicket(ResumeError):

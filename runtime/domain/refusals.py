@@ -21,6 +21,7 @@ from runtime.domain.errors import (
     InvalidEdit,
     NotAwaiting,
     NotEditable,
+    NotLinked,
     ResolutionError,
     RunNotFound,
     SignoffError,
@@ -48,6 +49,8 @@ class RefusalReason(StrEnum):
     VOIDED = "voided"
     """The run was cancelled and its tickets withdrawn."""
     UNAUTHORIZED = "unauthorized"
+    NOT_LINKED = "not_linked"
+    """A chat user linked to no person, while unlinked users are refused: link first."""
     STALE = "stale_ticket"
     """The agent or its tools changed since the run parked."""
     DOES_NOT_FIT = "resolution_error"
@@ -121,6 +124,8 @@ def classify(exc: SignoffError, ticket: ResumeTicket | None) -> Refusal:
             return Refusal(RefusalReason.EDIT_DENIED, message, ticket)
         case ResolutionError():
             return Refusal(RefusalReason.DOES_NOT_FIT, message, ticket)
+        case NotLinked():
+            return Refusal(RefusalReason.NOT_LINKED, message, ticket)
         case Unauthorized():
             return Refusal(RefusalReason.UNAUTHORIZED, message, ticket)
         case Expired():

@@ -6,7 +6,7 @@ who may decide, so every edge gets the same answer without building aliases itse
 
 from __future__ import annotations
 
-from runtime.domain.errors import Unauthorized
+from runtime.domain.errors import NotLinked
 from runtime.domain.identity import CHAT_PLATFORMS, IdentityRules
 from runtime.domain.tickets import Actor
 from runtime.store.base import Transaction
@@ -20,7 +20,7 @@ async def as_person(tx: Transaction, actor: Actor, rules: IdentityRules) -> Acto
     linked to it.
 
     Raises:
-        Unauthorized: A chat user linked to nobody, when `rules` refuse them.
+        NotLinked: A chat user linked to nobody, when `rules` refuse them.
     """
     person = await tx.person_of(actor.id)
     if person is None:
@@ -28,7 +28,7 @@ async def as_person(tx: Transaction, actor: Actor, rules: IdentityRules) -> Acto
         if not linked:
             chat = actor.platform in CHAT_PLATFORMS
             if rules.unlinked == "refuse" and chat and not actor.operator:
-                raise Unauthorized(
+                raise NotLinked(
                     f"{actor.id} is not linked to a person, and unlinked {actor.platform} "
                     "users may not decide: link the account first"
                 )
