@@ -146,6 +146,9 @@ class TicketCard:
     """The MCP server the tool comes from (None: not an MCP tool)."""
     external: bool = False
     """The call of an agent running elsewhere (`runtime.ExternalAgent`)."""
+    sso_sign_in: bool = False
+    """Step-up: the reader may decide it only after signing in with single sign-on,
+    which this console offers (the card shows that button instead of Allow and Deny)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +217,23 @@ def why_not(ticket: ResumeTicket, actor: Actor) -> str:
             f"(operators included). Who may: {who}."
         )
     return f"You are not among those who may decide this. Who may: {who}."
+
+
+def step_up_why(ticket: ResumeTicket, actor: Actor, sso_name: str | None) -> str:
+    """Why `actor`, who may decide `ticket`, may not from this console session, and how
+    they can (shown instead of the buttons)."""
+    if ticket.decide_in and "console" not in ticket.decide_in:
+        where = " or ".join(ticket.decide_in)
+        return f"This call may only be decided in {where}, not in the console."
+    if sso_name is None:
+        return (
+            "This call may only be decided after signing in with single sign-on, which this "
+            "console does not offer: ask an operator."
+        )
+    return (
+        "This call may only be decided after signing in with single sign-on; you signed in "
+        f"with a token. Sign in with {sso_name} to decide it."
+    )
 
 
 def redirect(location: str) -> web.Response:
@@ -379,6 +399,14 @@ class _Console:
         response.headers["Content-Security-Policy"] = (
             _HEADERS["Content-Security-Policy"] + f"; script-src 'nonce-{nonce}'"
         )
+        cards = context.get("cards") or ()
+        if self.sso is not None and any(getattr(c, "sso_sign_in", False) for c in cards):
+            # A step-up card's single sign-on form redirects to the provider, which
+            # browsers check against form-action too.
+            policy = response.headers["Content-Security-Policy"]
+            response.headers["Content-Security-Policy"] = policy.replace(
+                "form-action 'self'", f"form-action 'self' {self.sso.authorize_origin}", 1
+            )
         if FLASH_COOKIE in request.cookies:
             response.del_cookie(FLASH_COOKIE, path="/")
         return response
@@ -669,7 +697,15 @@ class _Console:
 
     def card(self, entry: PendingEntry, actor: Actor, states: dict[str, FormState]) -> TicketCard:
         ticket = entry.ticket
-        may_decide = ticket.may_decide(actor)
+        allowed = ticket.may_decide(actor)
+        # Step-up (decide_in, sso): who may decide it must do so from elsewhere.
+        here = ticket.decidable_here(actor)
+        may_decide = allowed and here
+        sso_name = self.sso.config.shown_name if self.sso is not None else None
+        if not allowed:
+            refused: str | None = why_not(ticket, actor)
+        else:
+            refused = None if here else step_up_why(ticket, actor, sso_name)
         editable = may_decide and entry.status == "approval" and bool(entry.editable)
         agent = self.runtime.agents.get(ticket.agent)
         tool = agent.tools.get(entry.call.name) if agent is not None else None
@@ -681,12 +717,18 @@ class _Console:
             fields=form_fields(entry.schema) if entry.status == "input" else [],
             state=states.get(entry.ticket_id, FormState()),
             may_decide=may_decide,
-            why_not=None if may_decide else why_not(ticket, actor),
+            why_not=refused,
             grants=entry.grants,
             edit_fields=edit_form_fields(self.runtime.edit_form(ticket)) if editable else [],
             tool_description=_shorten(described, TOOL_DESCRIPTION_SHOWN),
             tool_server=tool.server if tool is not None else None,
             external=external,
+            sso_sign_in=(
+                allowed
+                and not here
+                and sso_name is not None
+                and (not ticket.decide_in or "console" in ticket.decide_in)
+            ),
         )
 
     async def link_page(
