@@ -34,7 +34,12 @@ async def listen_for_wakeups(
     retry_seconds: float,
 ) -> None:
     """PostgreSQL: LISTEN on `WAKE_CHANNEL` until `stop` is set, opening a lost
-    connection again after `retry_seconds` (see `SQLStore.listen`)."""
+    connection again after `retry_seconds` (see `SQLStore.listen`).
+
+    `engine` is the store's listening engine (`runtime.store.sql.dialects.postgres_engines`):
+    not pooled, and reaching PostgreSQL in a session of its own, since ``LISTEN`` lasts as
+    long as its session and a pooler in transaction mode would hand that on.
+    """
     everything = frozenset({WAKE_RUNS, WAKE_OUTBOX})
     while not stop.is_set():
         try:
