@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 EXTRA_MISSING = (
     "{setting} asks for OpenTelemetry traces, but the OpenTelemetry SDK is not installed: "
-    "install signoff with the otel extra (pip install 'signoff[otel]'), or unset the "
+    "install signoff with the otel extra (pip install -e '.[otel]'), or unset the "
     "OTEL_* variables"
 )
 """The start-up error when tracing is configured without the ``otel`` extra."""
