@@ -16,7 +16,9 @@ Pure functions, so the translation is tested on recorded payloads:
   (signature and data included) are kept as the assistant message's
   `runtime.edges.PROVIDER_STATE` (``{"provider": "anthropic", "blocks": [...]}``) and
   open that assistant turn again, unchanged, on every later request: the API checks
-  them against their signatures when the turn has tool calls.
+  them against their signatures when the turn has tool calls. Interleaved thinking
+  (blocks between tool calls) also records after which call each block came
+  (``"after"``: tool call ids, ``null`` for the opening) and goes back there.
 """
 
 from __future__ import annotations
@@ -108,12 +110,8 @@ def to_messages(transcript: list[dict[str, Any]]) -> tuple[str, list[dict[str, A
             text = _text(message.get("content"))
             add("user", [{"type": "text", "text": text}] if text.strip() else [])
         elif role == "assistant":
-            state = provider_state(message, PROVIDER) or {}
-            blocks: list[dict[str, Any]] = [
-                dict(block)
-                for block in state.get("blocks") or []
-                if isinstance(block, dict) and block.get("type") in _THINKING_FIELDS
-            ]
+            thinking = _thinking_by_place(provider_state(message, PROVIDER) or {})
+            blocks: list[dict[str, Any]] = list(thinking.get(None, []))
             text = _text(message.get("content"))
             if text.strip():
                 blocks.append({"type": "text", "text": text})
@@ -127,6 +125,8 @@ def to_messages(transcript: list[dict[str, Any]]) -> tuple[str, list[dict[str, A
                         "input": _arguments(function.get("arguments")),
                     }
                 )
+                # Interleaved thinking goes back where it was: after the call before it.
+                blocks.extend(thinking.get(str(call.get("id")), []))
             add("assistant", blocks)
         elif role == "tool":
             content = _text(message.get("content")) or "(no output)"
@@ -139,6 +139,19 @@ def to_messages(transcript: list[dict[str, Any]]) -> tuple[str, list[dict[str, A
                 result["is_error"] = True
             add("user", [result])
     return "\n\n".join(system), turns
+
+
+def _thinking_by_place(state: dict[str, Any]) -> dict[str | None, list[dict[str, Any]]]:
+    """The kept thinking blocks by the tool call they followed (``None``: the turn's
+    opening)."""
+    places = state.get("after") or []
+    found: dict[str | None, list[dict[str, Any]]] = {}
+    for index, block in enumerate(state.get("blocks") or []):
+        if not isinstance(block, dict) or block.get("type") not in _THINKING_FIELDS:
+            continue
+        place = places[index] if index < len(places) else None
+        found.setdefault(place if isinstance(place, str) else None, []).append(dict(block))
+    return found
 
 
 def to_tools(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -170,12 +183,14 @@ def from_message(payload: dict[str, Any]) -> ModelResponse:
     texts: list[str] = []
     thoughts: list[str] = []
     kept: list[dict[str, Any]] = []
+    after: list[str | None] = []
     calls: list[ToolCallRequest] = []
     for block in blocks:
         kind = block.get("type")
         fields = _THINKING_FIELDS.get(str(kind))
         if fields is not None:
             kept.append({name: block[name] for name in fields})
+            after.append(calls[-1].id if calls else None)
             if kind == "thinking" and str(block.get("thinking") or "").strip():
                 thoughts.append(str(block["thinking"]).strip())
         elif kind == "text":
@@ -209,5 +224,15 @@ def from_message(payload: dict[str, Any]) -> ModelResponse:
         refusal=text if stop is StopReason.REFUSAL else None,
         # The readable thinking only: never a signature or redacted data.
         reasoning="\n\n".join(thoughts) or None,
-        provider_state={"provider": PROVIDER, "blocks": kept} if kept else None,
+        provider_state=_state(kept, after),
     )
+
+
+def _state(kept: list[dict[str, Any]], after: list[str | None]) -> dict[str, Any] | None:
+    if not kept:
+        return None
+    state: dict[str, Any] = {"provider": PROVIDER, "blocks": kept}
+    if any(place is not None for place in after):
+        # Interleaved thinking (between tool calls): where each block goes back.
+        state["after"] = after
+    return state

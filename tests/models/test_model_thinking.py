@@ -190,3 +190,19 @@ def test_thinking_budgets_the_api_refuses_are_refused() -> None:
         AnthropicModel(
             "claude-test", api_key="k", thinking_budget=2048, max_tokens=8192, temperature=0.2
         )
+
+
+def test_interleaved_thinking_goes_back_between_the_calls_it_came_between() -> None:
+    content = [
+        {"type": "thinking", "thinking": "First the balance.", "signature": "s1"},
+        {"type": "tool_use", "id": "toolu_1", "name": "balance", "input": {}},
+        {"type": "thinking", "thinking": "Then pay.", "signature": "s2"},
+        {"type": "redacted_thinking", "data": "r1"},
+        {"type": "tool_use", "id": "toolu_2", "name": "pay", "input": {"n": 1}},
+    ]
+    answer = from_message({"content": content, "stop_reason": "tool_use", "usage": {}})
+    assert answer.provider_state is not None
+    assert answer.provider_state["after"] == [None, "toolu_1", "toolu_1"]
+    assert answer.reasoning == "First the balance.\n\nThen pay."
+    _, turns = to_messages([{"role": "user", "content": "Pay."}, answer.as_message()])
+    assert turns[1]["content"] == content
