@@ -189,6 +189,16 @@ class Telemetry:
         return traced_notifiers(notifiers, self.tracer, trace_of)
 
 
+def _traces_endpoint(env: Mapping[str, str]) -> str | None:
+    """Where OTLP/HTTP traces go, as the OTLP exporter's specification reads the two
+    variables (None: the exporter's default, ``http://localhost:4318/v1/traces``)."""
+    traces = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+    if traces:
+        return traces
+    base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
+    return f"{base.rstrip('/')}/v1/traces" if base else None
+
+
 def _exporters(env: Mapping[str, str]) -> list[SpanExporter]:
     names = [n.strip().lower() for n in env.get("OTEL_TRACES_EXPORTER", "otlp").split(",")]
     exporters: list[SpanExporter] = []
@@ -208,7 +218,7 @@ def _exporters(env: Mapping[str, str]) -> list[SpanExporter]:
                 )
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-            exporters.append(OTLPSpanExporter())
+            exporters.append(OTLPSpanExporter(endpoint=_traces_endpoint(env)))
         elif name == "console":
             exporters.append(ConsoleSpanExporter())
         else:

@@ -60,3 +60,26 @@ def test_the_service_is_named_signoff_unless_told() -> None:
     )
     assert renamed.provider.resource.attributes["service.name"] == "approvals"
     renamed.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("env", "endpoint"),
+    [
+        ({}, None),
+        (
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318/"},
+            "http://collector:4318/v1/traces",
+        ),
+        (
+            {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318",
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "https://traces.example/otlp",
+            },
+            "https://traces.example/otlp",
+        ),
+    ],
+)
+def test_traces_go_where_the_variables_given_say(env: dict[str, str], endpoint: str | None) -> None:
+    from adapters.telemetry.otel import _traces_endpoint
+
+    assert _traces_endpoint(env) == endpoint

@@ -149,6 +149,14 @@ ADAPTERS_MODELS = (
 # What the edges may use beyond the public package (`runtime.edges`).
 EDGES = (
     "APPROVAL_CALLBACK",
+    "AttributeValue",
+    "Attributes",
+    "Carrier",
+    "NO_TRACER",
+    "NoTracer",
+    "Span",
+    "SpanKind",
+    "Tracer",
     "APPROVAL_CALLBACK_URL",
     "ApprovalCallback",
     "ApprovalRequested",
