@@ -292,20 +292,24 @@ def http_middleware(tracer: OtelTracer) -> Middleware:
         route = _route(request)
         name = f"{request.method} {route}" if route else request.method
         attributes = {"http.request.method": request.method, "http.route": route}
+        answered: web.HTTPException | None = None
         with tracer.span(
             name, kind="server", attributes=attributes, parent=carrier or None
         ) as span:
             try:
                 response = await handler(request)
             except web.HTTPException as exc:
-                span.set("http.response.status_code", exc.status)
-                if exc.status >= 500:
-                    span.fail(exc.reason)
-                raise
-            span.set("http.response.status_code", response.status)
-            if response.status >= 500:
-                span.fail(response.reason)
-            return response
+                # An answer (404, 409, 503...), raised: only a 5xx is the span's failure.
+                answered = exc
+                status, reason = exc.status, exc.reason
+            else:
+                status, reason = response.status, response.reason
+            span.set("http.response.status_code", status)
+            if status >= 500:
+                span.fail(reason)
+        if answered is not None:
+            raise answered
+        return response
 
     return trace_requests
 

@@ -13,7 +13,7 @@ Spans the runtime opens (names and attributes are listed in ``docs/tracing.md``)
 - ``agent_turn <agent>``, ``chat <model>`` and ``execute_tool <tool>`` inside it;
 - ``await_decision <tool>`` for a ticket's wait: recorded when the decision commits,
   from the ticket's opening to the decision, in the run's trace, linked to the span the
-  decision arrived in.
+  decision was applied in (a console or API request).
 
 `NO_TRACER` does nothing and costs next to nothing: it is the default.
 """

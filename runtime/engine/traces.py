@@ -175,7 +175,8 @@ def record_wait(
 ) -> None:
     """Report a ticket's wait as the ``await_decision`` span, once it ended: from the
     ticket's opening to its decision (or expiry), in the run's trace, linked to the span
-    the decision came in (a request from Slack, Discord, the console or the API).
+    the decision is applied in, if any (the console's or the API's request; a chat click
+    is applied later by the worker, outside any span).
 
     Args:
         deps: The shared dependencies.
