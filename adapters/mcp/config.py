@@ -58,6 +58,11 @@ class StdioServer:
         max_tools: A listing with more tools is refused (the server counts as down).
         max_listing_bytes: A listing whose names, descriptions and schemas take more bytes
             (as JSON) is refused.
+        elicitation: Whether the server may ask for input during a tool call
+            (``elicitation/create``, form mode): the capability is declared to it, and each
+            request becomes a typed-input ticket (`adapters.mcp.elicitation`).
+        resources: Whether the agent gets ``read_resource``, reading the server's listed
+            resources (`adapters.mcp.resources`).
     """
 
     name: str
@@ -71,6 +76,8 @@ class StdioServer:
     restart_delay: tuple[float, float] = (0.5, 30.0)
     max_tools: int = MAX_TOOLS
     max_listing_bytes: int = MAX_LISTING_BYTES
+    elicitation: bool = False
+    resources: bool = False
 
     @property
     def shown(self) -> str:
@@ -98,6 +105,11 @@ class HttpServer:
         refresh_interval: Seconds between listings while connected (a server without a
             session cannot tell signoff that it restarted with other tools); a
             ``notifications/tools/list_changed`` from the server lists them at once.
+        elicitation: Whether the server may ask for input during a tool call
+            (``elicitation/create``, form mode): the capability is declared to it, and each
+            request becomes a typed-input ticket (`adapters.mcp.elicitation`).
+        resources: Whether the agent gets ``read_resource``, reading the server's listed
+            resources (`adapters.mcp.resources`).
     """
 
     name: str
@@ -110,6 +122,8 @@ class HttpServer:
     max_tools: int = MAX_TOOLS
     max_listing_bytes: int = MAX_LISTING_BYTES
     refresh_interval: float = 60.0
+    elicitation: bool = False
+    resources: bool = False
 
     @property
     def shown(self) -> str:
