@@ -148,6 +148,9 @@ class ServerSpec(_Strict):
     max_tools: int = Field(default=MAX_TOOLS, gt=0)
     max_listing_bytes: int = Field(default=MAX_LISTING_BYTES, gt=0)
     refresh_interval: float = Field(default=60.0, gt=0)
+    trust_annotations: bool = False
+    tools: list[str] | None = None
+    exclude_tools: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _one_transport(self) -> ServerSpec:
@@ -446,6 +449,7 @@ class _Builder:
                 prefix=spec.prefix,
                 max_tools=spec.max_tools,
                 max_listing_bytes=spec.max_listing_bytes,
+                **self.listing_options(name, spec),
             )
         assert spec.url is not None
         headers = {k: expand(v, "headers", k) for k, v in spec.headers.items()}
@@ -465,7 +469,19 @@ class _Builder:
             max_tools=spec.max_tools,
             max_listing_bytes=spec.max_listing_bytes,
             refresh_interval=spec.refresh_interval,
+            **self.listing_options(name, spec),
         )
+
+    def listing_options(self, name: str, spec: ServerSpec) -> dict[str, Any]:
+        """A server's ``trust_annotations``, ``tools`` and ``exclude_tools``, checked."""
+        for key, globs in (("tools", spec.tools or []), ("exclude_tools", spec.exclude_tools)):
+            for index, glob in enumerate(globs):
+                check_pattern(glob, self.at("servers", name, key, index))
+        return {
+            "trust_annotations": spec.trust_annotations,
+            "tools": tuple(spec.tools) if spec.tools is not None else None,
+            "exclude_tools": tuple(spec.exclude_tools),
+        }
 
     def expand(self, value: str, *loc: str | int) -> str:
         """Replace ``${VAR}`` with the environment's value (``${SIGNOFF_PYTHON}``: this

@@ -451,6 +451,10 @@ async def build_service(
         app = built.app
         if built.auth is not None:
             mount_gateways(app, runtime, built.auth, worker.wake_runs, gateways)
+            if loaded is not None and loaded.mcp_servers:
+                from adapters.web.mcp_routes import add_mcp_refresh_route
+
+                add_mcp_refresh_route(app, built.auth, loaded.refresh_mcp, loaded.mcp_servers)
     else:
         # The edges' notifiers are delivered to; their routes (and Slack Socket Mode,
         # which connects when its application starts) are not served here.
@@ -510,10 +514,6 @@ async def open_runtime(
     from bot.wiring import build_runtime, connected_agents
 
     async with contextlib.AsyncExitStack() as stack:
-        # A decision or resume from the command line joins its run's trace too.
-        telemetry = start_from_env()
-        if telemetry is not None:
-            stack.callback(telemetry.shutdown)  # last: after the runtime, sends the spans
         if agents is None:
             loaded = await stack.enter_async_context(connected_agents(settings))
             resumes = loaded.file.resumes if loaded.file is not None else {}
@@ -522,8 +522,7 @@ async def open_runtime(
                 *(agent for agent, _ in gateway_agents(loaded)),
                 *resume_agents(loaded.agents, resumes),
             ]
-        tracer = telemetry.tracer if telemetry is not None else NO_TRACER
-        runtime, store = await build_runtime(settings, agents, checkpoint=checkpoint, tracer=tracer)
+        runtime, store = await build_runtime(settings, agents, checkpoint=checkpoint)
         try:
             yield runtime
         finally:

@@ -207,6 +207,32 @@ class LoadedAgents:
         found = self._hub.source_of(agent, tool) if self._hub is not None else None
         return found or "python"
 
+    def origin_of(self, agent: str, tool: str) -> tuple[str, str] | None:
+        """Where an MCP tool's permission and replay policy came from (``rule``,
+        ``annotation`` or ``default`` each); None for a Python tool."""
+        return self._hub.origin_of(agent, tool) if self._hub is not None else None
+
+    @property
+    def mcp_servers(self) -> list[str]:
+        """The names of the connected MCP servers."""
+        return sorted(self._hub.connections) if self._hub is not None else []
+
+    async def refresh_mcp(self, server: str) -> int:
+        """List an MCP server's tools again now; how many it has.
+
+        Raises:
+            LookupError: No connected server has that name.
+            ConnectionError: The server did not list its tools in time.
+        """
+        if self._hub is None or server not in self._hub.connections:
+            raise LookupError(server)
+        from adapters.mcp.connection import McpServerUnavailable
+
+        try:
+            return await self._hub.refresh(server)
+        except McpServerUnavailable as exc:
+            raise ConnectionError(str(exc)) from None
+
 
 def load_agent_set(settings: Settings) -> LoadedAgents:
     """The agents of ``SIGNOFF_APP`` and of the agents file ``SIGNOFF_AGENTS``, combined.

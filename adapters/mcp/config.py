@@ -58,6 +58,11 @@ class StdioServer:
         max_tools: A listing with more tools is refused (the server counts as down).
         max_listing_bytes: A listing whose names, descriptions and schemas take more bytes
             (as JSON) is refused.
+        trust_annotations: Whether the server's tool annotations may set defaults
+            (``readOnlyHint``: ``allow``, ``idempotentHint``: replay policy
+            ``idempotent``) where no rule sets them (`adapters.mcp.annotations`).
+        tools: Globs of the tool names offered (None: every tool).
+        exclude_tools: Globs of tool names left out (after `tools`).
         elicitation: Whether the server may ask for input during a tool call
             (``elicitation/create``, form mode): the capability is declared to it, and each
             request becomes a typed-input ticket (`adapters.mcp.elicitation`).
@@ -78,6 +83,9 @@ class StdioServer:
     max_listing_bytes: int = MAX_LISTING_BYTES
     elicitation: bool = False
     resources: bool = False
+    trust_annotations: bool = False
+    tools: tuple[str, ...] | None = None
+    exclude_tools: tuple[str, ...] = ()
 
     @property
     def shown(self) -> str:
@@ -105,6 +113,11 @@ class HttpServer:
         refresh_interval: Seconds between listings while connected (a server without a
             session cannot tell signoff that it restarted with other tools); a
             ``notifications/tools/list_changed`` from the server lists them at once.
+        trust_annotations: Whether the server's tool annotations may set defaults
+            (``readOnlyHint``: ``allow``, ``idempotentHint``: replay policy
+            ``idempotent``) where no rule sets them (`adapters.mcp.annotations`).
+        tools: Globs of the tool names offered (None: every tool).
+        exclude_tools: Globs of tool names left out (after `tools`).
         elicitation: Whether the server may ask for input during a tool call
             (``elicitation/create``, form mode): the capability is declared to it, and each
             request becomes a typed-input ticket (`adapters.mcp.elicitation`).
@@ -124,6 +137,9 @@ class HttpServer:
     refresh_interval: float = 60.0
     elicitation: bool = False
     resources: bool = False
+    trust_annotations: bool = False
+    tools: tuple[str, ...] | None = None
+    exclude_tools: tuple[str, ...] = ()
 
     @property
     def shown(self) -> str:

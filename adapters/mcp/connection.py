@@ -194,6 +194,8 @@ class ServerConnection:
         self._session: _Session | None = None
         self._wake = asyncio.Event()
         self._relist = asyncio.Event()
+        self._relisted = asyncio.Event()
+        self._retry = asyncio.Event()  # a refresh: no more waiting before the next attempt
         self._up = asyncio.Event()
         self._first = asyncio.Event()
         self._stop = asyncio.Event()
@@ -231,6 +233,29 @@ class ServerConnection:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
+    async def refresh(self) -> int:
+        """List the tools again now; a server that is down is retried at once.
+
+        Returns:
+            How many tools the server listed.
+
+        Raises:
+            McpServerUnavailable: No listing within the server's ``connect_timeout``.
+        """
+        self._relisted.clear()
+        if self._session is None:
+            self._retry.set()
+        else:
+            self._relist.set()
+        try:
+            await asyncio.wait_for(self._relisted.wait(), timeout=self.config.connect_timeout)
+        except TimeoutError:
+            raise McpServerUnavailable(
+                f"MCP server {self.name!r} did not list its tools within "
+                f"{self.config.connect_timeout:g}s ({self.reason or 'no answer'})"
+            ) from None
+        return len(self.tools or [])
+
     # -- the connection's task --------------------------------------------------------------
     async def _run(self) -> None:
         first, longest = self.config.restart_delay
@@ -257,6 +282,7 @@ class ServerConnection:
                         came_up = loop.time()
                         log.info("MCP %s is up with %d tools", self.config.shown, len(tools))
                         self._first.set()
+                        self._relisted.set()
                         await self._serve(client)
                         self._session = None
                         self._up.clear()
@@ -292,8 +318,13 @@ class ServerConnection:
                 delay,
                 extra={"mcp_server": self.name},
             )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=delay)
+            waits = [asyncio.ensure_future(e.wait()) for e in (self._wake, self._retry)]
+            try:
+                await asyncio.wait(waits, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiting in waits:
+                    waiting.cancel()
+            self._retry.clear()
             delay = min(delay * 2, longest)
 
     async def _serve(self, client: Client) -> None:
@@ -320,6 +351,7 @@ class ServerConnection:
                 if tools != self.tools:  # unchanged: nothing to rebuild
                     log.info("MCP %s changed its tools: now %d", self.config.shown, len(tools))
                     await self._listed(tools)
+                self._relisted.set()
             group.cancel_scope.cancel()
 
     async def _listen(self, client: Client) -> None:

@@ -23,6 +23,7 @@ from typing import Any
 
 import mcp_types
 
+from adapters.mcp.annotations import Defaults, Origin, defaults, offered
 from adapters.mcp.config import Binding, ServerConfig
 from adapters.mcp.connection import McpServerUnavailable, ServerConnection
 from adapters.mcp.rules import (
@@ -37,7 +38,6 @@ from runtime import (
     Agent,
     ConfigurationError,
     Permission,
-    ReplayPolicy,
     Tool,
     ToolOutcomeUnknown,
     current_tool_context,
@@ -104,6 +104,8 @@ class McpHub:
         # (agent, server) -> names of that server's tools in the agent's catalog
         self._owned: dict[tuple[str, str], list[str]] = {}
         self._unavailable: set[tuple[str, str]] = set()
+        # (agent, tool) -> where its permission and replay policy came from
+        self._origins: dict[tuple[str, str], tuple[Origin, Origin]] = {}
         # Replaced tools stay referenced: an agent caches its fingerprint by the tools'
         # ids, and a freed id could be reused by a new tool with another schema.
         self._retired: list[Tool] = []
@@ -145,8 +147,29 @@ class McpHub:
                 return f"mcp:{server}{suffix}"
         return None
 
+    def origin_of(self, agent: str, tool: str) -> tuple[Origin, Origin] | None:
+        """Where an MCP tool's permission and replay policy came from (``rule``,
+        ``annotation`` or ``default``); None for a tool of no listed server."""
+        return self._origins.get((agent, tool))
+
+    async def refresh(self, server: str) -> int:
+        """List `server`'s tools again now (a server that is down is retried at once).
+
+        Returns:
+            How many tools the server listed.
+
+        Raises:
+            KeyError: No agent uses a server of that name.
+            McpServerUnavailable: The server did not list its tools within its
+                ``connect_timeout``.
+        """
+        connection = self._connections[server]
+        return await connection.refresh()
+
     # -- building tools -------------------------------------------------------------------
     async def _listed(self, connection: ServerConnection, listing: list[mcp_types.Tool]) -> None:
+        config = connection.config
+        listing = [t for t in listing if offered(t.name, config.tools, config.exclude_tools)]
         problems: list[str] = []
         for binding in self._bindings:
             if connection.name not in binding.servers:
@@ -182,12 +205,19 @@ class McpHub:
             settled = settle(qualified, binding.knobs)
             schema = dict(item.input_schema)
             problems.extend(check_arguments(settled, qualified, schema))
+            chosen = defaults(
+                settled, item.annotations, trusted=connection.config.trust_annotations
+            )
             try:
-                built = self._tool(connection, item, schema, settled)
+                built = self._tool(connection, item, schema, settled, chosen)
             except ConfigurationError as exc:
                 problems.append(f"{qualified}: {exc}")
                 continue
             tools.append(built)
+            self._origins[(binding.agent.name, built.name)] = (
+                chosen.permission_from,
+                chosen.replay_from,
+            )
             if settled.hidden(built.permission):
                 hidden.add(built.name)
         return tools, hidden
@@ -198,6 +228,7 @@ class McpHub:
         item: mcp_types.Tool,
         schema: dict[str, Any],
         settled: Settled,
+        chosen: Defaults,
     ) -> Tool:
         properties = schema.get("properties")
         secret = [
@@ -210,8 +241,8 @@ class McpHub:
             item.description or item.title or "",
             schema,
             _invoker(connection, item.name),
-            permission=settled.permission_rule(Permission.ASK),
-            replay_policy=settled.replay_policy or ReplayPolicy.MANUAL,
+            permission=settled.permission_rule(chosen.permission),
+            replay_policy=chosen.replay_policy,
             approvers=settled.approvers,
             four_eyes=settled.four_eyes,
             deadline=settled.deadline,
@@ -241,10 +272,13 @@ class McpHub:
         for binding in self._bindings:
             if connection.name not in binding.servers:
                 continue
+            config = connection.config
             names = [
                 k.pattern[len(head) :]
                 for k in binding.knobs
-                if k.pattern.startswith(head) and not is_glob(k.pattern)
+                if k.pattern.startswith(head)
+                and not is_glob(k.pattern)
+                and offered(k.pattern[len(head) :], config.tools, config.exclude_tools)
             ]
             tools = []
             hidden: set[str] = set()
@@ -312,6 +346,8 @@ class McpHub:
             if not knobs.pattern.startswith(head) or any(knobs.matches(n) for n in names):
                 continue
             have = ", ".join(sorted(item.name for item in listing)) or "none"
+            if connection.config.tools is not None or connection.config.exclude_tools:
+                have += ", after its tools and exclude_tools filters"
             if is_glob(knobs.pattern):
                 problems.append(
                     f"{knobs.where}: {knobs.pattern!r} matches no tool of MCP server "

@@ -49,7 +49,9 @@ def agents() -> None:
     permission and replay policy.
 
     MCP servers of the agents file are connected to list their tools; a tool's source is
-    python or mcp:SERVER (unavailable while the server cannot be reached).
+    python or mcp:SERVER (unavailable while the server cannot be reached). An MCP
+    tool's notes say where its permission and replay policy came from: a rule, the
+    server's annotations (trust_annotations) or the defaults.
 
     \b
     Examples:
@@ -92,6 +94,9 @@ def _print_agents(loaded: LoadedAgents) -> None:
                 notes.append("secret " + ", ".join(sorted(tool.secret)))
             if permission != "allow" and permission != "deny":
                 notes.extend(_approval_notes(agent, tool))
+            origins = loaded.origin_of(agent.name, name)
+            if origins is not None:
+                notes.append(f"permission by {origins[0]}, replay by {origins[1]}")
             source = loaded.source_of(agent.name, name)
             rows.append([f"  {name}", source, permission, tool.replay_policy, "; ".join(notes)])
         print_table(["  TOOL", "SOURCE", "PERMISSION", "REPLAY", "NOTES"], rows)

@@ -23,7 +23,6 @@ from runtime.store.ports import (
     IdentityPort,
     KeyPort,
     LeasePort,
-    McpOAuthPort,
     OutboxPort,
     ReceivedPort,
     RunPort,
@@ -42,7 +41,6 @@ class Transaction(
     GrantPort,
     LeasePort,
     IdentityPort,
-    McpOAuthPort,
     AuditPort,
     Protocol,
 ):

@@ -7,6 +7,8 @@ runtime reads the trace context the run was started with.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -19,8 +21,8 @@ from runtime import (
     Agent,
     ManualClock,
     MemoryStore,
-    RunStatus,
     Runtime,
+    RunStatus,
     ScriptedModel,
     SequentialIds,
     final_reply,
