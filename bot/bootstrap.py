@@ -514,6 +514,10 @@ async def open_runtime(
     from bot.wiring import build_runtime, connected_agents
 
     async with contextlib.AsyncExitStack() as stack:
+        # A decision or resume from the command line joins its run's trace too.
+        telemetry = start_from_env()
+        if telemetry is not None:
+            stack.callback(telemetry.shutdown)  # last: after the runtime, sends the spans
         if agents is None:
             loaded = await stack.enter_async_context(connected_agents(settings))
             resumes = loaded.file.resumes if loaded.file is not None else {}
@@ -522,7 +526,8 @@ async def open_runtime(
                 *(agent for agent, _ in gateway_agents(loaded)),
                 *resume_agents(loaded.agents, resumes),
             ]
-        runtime, store = await build_runtime(settings, agents, checkpoint=checkpoint)
+        tracer = telemetry.tracer if telemetry is not None else NO_TRACER
+        runtime, store = await build_runtime(settings, agents, checkpoint=checkpoint, tracer=tracer)
         try:
             yield runtime
         finally:

@@ -23,6 +23,7 @@ from runtime.store.ports import (
     IdentityPort,
     KeyPort,
     LeasePort,
+    McpOAuthPort,
     OutboxPort,
     ReceivedPort,
     RunPort,
@@ -41,6 +42,7 @@ class Transaction(
     GrantPort,
     LeasePort,
     IdentityPort,
+    McpOAuthPort,
     AuditPort,
     Protocol,
 ):

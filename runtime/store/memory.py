@@ -50,6 +50,7 @@ class _Tables:
         self.links: dict[str, str] = {}
         self.link_sources: dict[str, str] = {}
         self.link_codes: dict[str, tuple[str, datetime]] = {}
+        self.mcp_oauth: dict[str, str] = {}
 
     def snapshot(self) -> _Tables:
         # Records are never mutated in place (reads and writes copy), so copying the
@@ -69,6 +70,7 @@ class _Tables:
         other.links = dict(self.links)
         other.link_sources = dict(self.link_sources)
         other.link_codes = dict(self.link_codes)
+        other.mcp_oauth = dict(self.mcp_oauth)
         return other
 
 
@@ -539,6 +541,19 @@ class MemoryTransaction:
         self.wrote = self.wrote or bool(old)
         return len(old)
 
+    # MCP sign-ins (McpOAuthPort) ------------------------------------------------------------
+    async def read_mcp_oauth(self, server: str) -> str | None:
+        return self._t.mcp_oauth.get(server)
+
+    async def write_mcp_oauth(self, server: str, sealed: str, at: datetime) -> None:
+        self.wrote = True
+        self._t.mcp_oauth[server] = sealed
+
+    async def delete_mcp_oauth(self, server: str) -> bool:
+        found = self._t.mcp_oauth.pop(server, None) is not None
+        self.wrote = self.wrote or found
+        return found
+
     # identity links (IdentityPort) ---------------------------------------------------------
     async def link_identity(self, identity: str, person: str, source: str, at: datetime) -> None:
         self.wrote = True
@@ -787,6 +802,7 @@ class MemoryStore:
                 self._tables.links = before.links
                 self._tables.link_sources = before.link_sources
                 self._tables.link_codes = before.link_codes
+                self._tables.mcp_oauth = before.mcp_oauth
                 raise
             if tx.wrote:
                 self._commits += 1

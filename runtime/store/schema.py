@@ -296,6 +296,17 @@ link_codes = Table(
 )
 
 
+mcp_oauth = Table(
+    "mcp_oauth",
+    metadata,
+    # An MCP server's OAuth client, tokens and any sign-in under way, sealed (encrypted)
+    # by the MCP adapter: the store never reads them.
+    Column("server", String(_NAME), primary_key=True),
+    Column("sealed", Text, nullable=False),
+    Column("updated_at", BigInteger, nullable=False),
+)
+
+
 received_commands = Table(
     "received_commands",
     metadata,

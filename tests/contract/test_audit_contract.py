@@ -1,7 +1,7 @@
 """The audit part of the store contract, over every store: events of every run in one
 sequence order up to the horizon, finished top-level runs, and deleting pruned runs
 with every row that names them. On PostgreSQL, a transaction that took a lower sequence
-number and commits later is never skipped by a reader."""
+number and commits later is never skipped by a reader, which holds no writer up."""
 
 from __future__ import annotations
 
@@ -157,10 +157,11 @@ async def test_deleting_runs_deletes_every_row_that_names_them(store: Store, mak
 
 async def test_a_late_commit_with_a_lower_seq_is_never_skipped(sql_url: str, make: Make) -> None:
     """PostgreSQL: T1 takes a sequence number, T2 a higher one and commits first; a
-    reader asking while T1 is open waits for it, then hands out both, in order."""
+    reader asking while T1 is open waits for it without holding anyone up (a third writer
+    commits meanwhile), then hands out both, in order, and nothing above its horizon."""
     if not sql_url.startswith("postgresql"):
         return  # SQLite: one writer at a time, commits in sequence order
-    first, second, reader = (SQLStore.from_url(sql_url) for _ in range(3))
+    first, second, third, reader = (SQLStore.from_url(sql_url) for _ in range(4))
     watcher = create_async_engine(sql_url)
     in_first = asyncio.Event()
     release = asyncio.Event()
@@ -183,11 +184,13 @@ async def test_a_late_commit_with_a_lower_seq_is_never_skipped(sql_url: str, mak
         page = asyncio.create_task(AuditLog(reader).page(0, 100))
 
         async def reader_waits() -> bool:
+            # The reader looks up whether the writers it found are done: it read the
+            # sequence's last number, found T1 writing, and waits for it.
             async with watcher.connect() as conn:
                 waiting = await conn.scalar(
                     text(
-                        "SELECT count(*) FROM pg_locks l JOIN pg_class c ON c.oid = l.relation "
-                        "WHERE c.relname = 'events' AND NOT l.granted"
+                        "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
+                        "AND query LIKE '%virtualtransaction = ANY%'"
                     )
                 )
             return bool(waiting)
@@ -197,6 +200,9 @@ async def test_a_late_commit_with_a_lower_seq_is_never_skipped(sql_url: str, mak
             assert asyncio.get_running_loop().time() < deadline, "the reader never waited"
             assert not page.done(), "the reader answered while a lower seq was uncommitted"
             await asyncio.sleep(0.01)
+        # The reader takes no lock: another writer inserts and commits while it waits.
+        async with third.transaction() as tx:
+            await tx.append_event(make.event(kind="meanwhile"))
         assert not page.done()
         release.set()
         late_seq = await holder
@@ -204,9 +210,12 @@ async def test_a_late_commit_with_a_lower_seq_is_never_skipped(sql_url: str, mak
         kinds = [(e["kind"], e["seq"]) for e in found.events]
         assert [k for k, _ in kinds] == ["late", "early"]
         assert kinds[0][1] == late_seq < kinds[1][1] == found.next_after
+        # The next page has the writer that came later.
+        later = await AuditLog(reader).page(found.next_after, 100)
+        assert [e["kind"] for e in later.events] == ["meanwhile"]
     finally:
         release.set()
-        for store in (first, second, reader):
+        for store in (first, second, third, reader):
             await store.close()
         await watcher.dispose()
 

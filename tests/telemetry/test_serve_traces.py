@@ -399,3 +399,42 @@ async def test_mcp_tool_calls_are_client_spans_inside_their_tool_span(
     (sent,) = received.named("MCP send tools/call deploy")
     assert (sent.trace_id, sent.parent, sent.kind) == (tool.trace_id, tool.span_id, 3)
     assert sent.attributes["mcp.method.name"] == "tools/call"
+
+
+async def test_a_decision_from_the_command_line_continues_the_trace(
+    collector: tuple[Collector, str], tmp_path: Path
+) -> None:
+    received, endpoint = collector
+    env = _env(tmp_path) | {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+        "OTEL_BSP_SCHEDULE_DELAY": "50",
+    }
+    server = await asyncio.to_thread(Server, env)
+    try:
+        run_id = await asyncio.to_thread(_start_by_hook, server)
+        parked = await asyncio.to_thread(server.wait_for, run_id, "awaiting")
+    finally:
+        await asyncio.to_thread(server.terminate)
+    ticket_id = parked["pending"][0]["ticket_id"]
+    # `signoff approve` decides and drives the run to its end in its own process.
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "bot", "approve", ticket_id, "--as", "U-ops"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    await received.until("execute_tool transfer", "await_decision transfer")
+    (wait,) = received.named("await_decision transfer")
+    (start,) = received.named("start_run payments")
+    (tool,) = received.named("execute_tool transfer")
+    assert wait.trace_id == tool.trace_id == start.trace_id == CALLER_TRACE
+    assert wait.attributes["signoff.edge"] == "cli"
+    assert wait.links == []  # no span around a command's decision
+    drives = received.named("invoke_agent payments")
+    assert sorted(d.attributes["signoff.run.status"] for d in drives) == ["awaiting", "done"]

@@ -7,8 +7,6 @@ runtime reads the trace context the run was started with.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -21,8 +19,8 @@ from runtime import (
     Agent,
     ManualClock,
     MemoryStore,
-    Runtime,
     RunStatus,
+    Runtime,
     ScriptedModel,
     SequentialIds,
     final_reply,

@@ -13,6 +13,7 @@ module of `runtime.store.sql` that implements it:
 - `grants`: `GrantPort`, standing grants;
 - `leases`: `LeasePort`, named leases and the figures for metrics;
 - `identities`: `IdentityPort`, identity links and link codes;
+- `mcp_oauth`: `McpOAuthPort`, sealed sign-ins to MCP servers that use OAuth;
 - `audit`: `AuditPort`, every run's events in one order, and deleting pruned runs.
 """
 
@@ -23,6 +24,7 @@ from runtime.store.ports.grants import GrantPort
 from runtime.store.ports.identities import IdentityPort
 from runtime.store.ports.keys import KeyPort
 from runtime.store.ports.leases import Figures, LeasePort
+from runtime.store.ports.mcp_oauth import McpOAuthPort
 from runtime.store.ports.outbox import OutboxPort
 from runtime.store.ports.received import ReceivedPort
 from runtime.store.ports.runs import RunPort
@@ -38,6 +40,7 @@ __all__ = [
     "IdentityPort",
     "KeyPort",
     "LeasePort",
+    "McpOAuthPort",
     "OutboxPort",
     "ReceivedPort",
     "RunPort",

@@ -5,12 +5,15 @@ commit in their own order: on PostgreSQL a transaction holding seq 41 may commit
 one holding seq 42. A reader resuming after 42 would never see 41. So events are only
 handed out up to a horizon below which no open transaction holds a number:
 
-- PostgreSQL: ``LOCK TABLE events IN SHARE MODE`` waits until every transaction that
-  inserted events has ended (an ``INSERT`` holds ``ROW EXCLUSIVE`` on the table from
-  before it draws its numbers until its transaction ends; ``SHARE`` conflicts with it),
-  then the highest committed ``seq`` is the horizon (`PostgresTransaction._settle_events`
-  in `dialects`). The lock is taken in a transaction of its own and released at once;
-  it waits at most `dialects.HORIZON_LOCK_TIMEOUT`. Events are written just before
+- PostgreSQL, without taking a lock (`PostgresTransaction._events_horizon` in
+  `dialects`): read the last number the events' sequence handed out, committed or not;
+  then, from ``pg_locks``, the transactions writing events at that moment (an ``INSERT``
+  holds ``ROW EXCLUSIVE`` on the table from before it draws its numbers until its
+  transaction ends, so every transaction that drew a number up to the last one has ended
+  or is among them). Once those have ended (looked up again, at most
+  `dialects.HORIZON_WAIT_SECONDS`), every number up to the last one is committed or
+  will never be, and that is the horizon. Writers that start meanwhile are neither
+  waited for nor held up: their numbers are higher. Events are written just before
   their transaction commits, so the wait is short.
 - SQLite: one writer at a time, transactions commit in the order of their numbers; the
   highest committed ``seq`` is the horizon.
@@ -54,13 +57,13 @@ class AuditStatements(TransactionCore):
     async def audit_horizon(self) -> int:
         """The highest sequence number no open transaction can still fill in below."""
         await self._flush_events()
-        await self._settle_events()
+        return await self._events_horizon()
+
+    async def _events_horizon(self) -> int:
+        """The horizon on this database (SQLite: the highest committed number, its
+        transactions commit one at a time in the order of their numbers)."""
         result = await self._execute(_MAX_SEQ)
         return int(result.one()[0] or 0)
-
-    async def _settle_events(self) -> None:
-        """Wait until no open transaction holds an event's number (SQLite: nothing to
-        wait for, its transactions commit one at a time in the order of their numbers)."""
 
     async def audit_events(
         self,

@@ -8,8 +8,8 @@ wake-ups are heard, and PostgreSQL's engines from `postgres_engines`.
 
 Behind a pooler in transaction mode (PgBouncer's ``pool_mode = transaction``) each
 transaction may run on another server connection, so nothing may outlive a transaction
-on one: what the store relies on is transaction-scoped already (``SET LOCAL``,
-``pg_advisory_xact_lock``, row locks, ``NOTIFY``, which is sent at commit), asyncpg's
+on one: what the store relies on is transaction-scoped already
+(``pg_advisory_xact_lock``, row locks, ``NOTIFY``, which is sent at commit), asyncpg's
 statements are unnamed and parsed again for each execution, and ``LISTEN``, which holds a
 session, uses a connection of its own (`PoolOptions`, ``listen_url``).
 """
@@ -41,10 +41,27 @@ from runtime.store.sql.wake import NOTIFY, WAKE_CHANNEL, listen_for_wakeups
 
 log = logging.getLogger("signoff.store")
 
-HORIZON_LOCK_TIMEOUT = "5s"
+HORIZON_WAIT_SECONDS = 5.0
 """How long the audit waits for transactions writing events (PostgreSQL)."""
-_AUDIT_LOCK_TIMEOUT = text(f"SET LOCAL lock_timeout = '{HORIZON_LOCK_TIMEOUT}'")
-_AUDIT_LOCK_EVENTS = text("LOCK TABLE events IN SHARE MODE")
+# The last number the events' sequence handed out, committed or not (NULL: none yet).
+_EVENTS_LAST_SEQ = text(
+    "SELECT pg_sequence_last_value(pg_get_serial_sequence('events', 'seq')::regclass)"
+)
+# The transactions (other than this one) that hold the ROW EXCLUSIVE lock an INSERT into
+# events takes from before it draws its numbers until it ends. pg_locks is read, no lock
+# is taken: writers are never held up by a reader.
+_EVENT_WRITERS = text(
+    "SELECT virtualtransaction FROM pg_locks "
+    "WHERE locktype = 'relation' AND mode = 'RowExclusiveLock' AND granted "
+    "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+    "AND relation = 'events'::regclass AND pid <> pg_backend_pid()"
+)
+_STILL_WRITING = text(
+    "SELECT count(*) FROM pg_locks "
+    "WHERE locktype = 'relation' AND mode = 'RowExclusiveLock' AND granted "
+    "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+    "AND relation = 'events'::regclass AND virtualtransaction = ANY(:writers)"
+)
 
 # Any constant works; it only has to be the same in every replica.
 _PG_MIGRATION_LOCK = 0x5169_0FF
@@ -112,11 +129,25 @@ class PostgresTransaction(SQLTransaction):
         payload = ",".join(sorted(wake))
         await self._execute(NOTIFY, {"channel": WAKE_CHANNEL, "payload": payload})
 
-    async def _settle_events(self) -> None:
-        # SHARE conflicts with the ROW EXCLUSIVE an INSERT holds from before it draws its
-        # numbers until its transaction ends (see `runtime.store.sql.audit`).
-        await self._execute(_AUDIT_LOCK_TIMEOUT)
-        await self._execute(_AUDIT_LOCK_EVENTS)
+    async def _events_horizon(self) -> int:
+        # The sequence's last number first, then who writes events: every transaction
+        # that drew a number up to it has ended or is among them (see
+        # `runtime.store.sql.audit`). Only those are waited for, by looking, not locking.
+        last = (await self._execute(_EVENTS_LAST_SEQ)).one()[0]
+        writers = [str(w) for w in (await self._execute(_EVENT_WRITERS)).scalars()]
+        pause = 0.002
+        deadline = asyncio.get_running_loop().time() + HORIZON_WAIT_SECONDS
+        while writers:
+            still = (await self._execute(_STILL_WRITING, {"writers": writers})).one()[0]
+            if not still:
+                break
+            if asyncio.get_running_loop().time() >= deadline:
+                raise StorageError(
+                    f"events are still being written after {HORIZON_WAIT_SECONDS:g} s; try again"
+                )
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.05)
+        return int(last or 0)
 
 
 class Database(ABC):

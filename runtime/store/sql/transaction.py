@@ -9,6 +9,7 @@ from runtime.store.sql.grants import GrantStatements
 from runtime.store.sql.identities import IdentityStatements
 from runtime.store.sql.keys import KeyStatements
 from runtime.store.sql.leases import LeaseStatements
+from runtime.store.sql.mcp_oauth import McpOAuthStatements
 from runtime.store.sql.outbox import OutboxStatements
 from runtime.store.sql.received import ReceivedStatements
 from runtime.store.sql.runs import RunStatements
@@ -26,6 +27,7 @@ class SQLTransaction(
     GrantStatements,
     LeaseStatements,
     IdentityStatements,
+    McpOAuthStatements,
     AuditStatements,
 ):
     """One database transaction, implementing `runtime.store.base.Transaction`.
