@@ -40,7 +40,7 @@ from runtime.edges import NO_TRACER
 from runtime.services.delivery import Claim, Notifier, NullNotifier, RetryPolicy, RoutingNotifier
 from runtime.store.base import Store
 from runtime.store.sql import WAKE_OUTBOX, WAKE_RUNS, SQLStore
-from runtime.worker import Worker, deadline_loop, outbox_loop
+from runtime.worker import Pace, Worker, deadline_loop, outbox_loop
 
 if TYPE_CHECKING:
     from slack_sdk.web.async_client import AsyncWebClient
@@ -213,7 +213,7 @@ class Service:
                 self.runtime,
                 self._notifier(),
                 self._stop,
-                seconds=self.settings.poll_seconds,
+                seconds=self.worker.pace,
                 policy=self.outbox_policy,
                 claim=claim,
                 wake=self._outbox_wake,
@@ -223,7 +223,14 @@ class Service:
             deadlines = deadline_loop(self.runtime, self._stop)
             self._tasks.append(asyncio.create_task(deadlines, name="deadlines"))
         if self.parts.wake_ups and isinstance(self.store, SQLStore):
-            listen = self.store.listen(self._woken, self._stop)
+            # Work this process acts on itself wakes no other replica: its outbox loop
+            # delivers what its commits queue (runs go to whoever has a free slot).
+            listen = self.store.listen(
+                self._woken,
+                self._stop,
+                local=frozenset({WAKE_OUTBOX}) if self.parts.outbox else frozenset(),
+                on_listening=self.worker.pace.heard,
+            )
             self._tasks.append(asyncio.create_task(listen, name="wake-ups"))
         if self.discord is not None:
             hold = self.discord.hold(self._stop)
@@ -427,9 +434,8 @@ async def build_service(
             resolver=model_resolver,
             tracer=telemetry.tracer if telemetry is not None else NO_TRACER,
         )
-        worker = worker_type(
-            runtime, concurrency=settings.workers, poll_seconds=settings.poll_seconds
-        )
+        pace = Pace(settings.poll_seconds, settings.poll_seconds_listening)
+        worker = worker_type(runtime, concurrency=settings.workers, pace=pace)
         kept = console_secrets(settings)
         built = build_web(
             settings,

@@ -263,6 +263,10 @@ class Settings(BaseSettings):
             deploy job).
         poll_seconds: How often `signoff serve` looks for ready runs and due
             notifications when nothing woke it (on PostgreSQL other replicas' commits do).
+        poll_seconds_listening: The same interval on PostgreSQL while the process
+            listens for the other replicas' commits (``LISTEN``): a safety net, since
+            their wake-ups bring the work; back to `poll_seconds` at once when the
+            listening connection is lost. Never shorter than `poll_seconds`.
         outbox_lease_seconds: How long a process's claim on a notification it is
             delivering lasts; after that another replica may deliver it.
         discord_gateway_lease_seconds: How long the replica holding the Discord gateway
@@ -397,6 +401,7 @@ class Settings(BaseSettings):
     # Several replicas on one database.
     auto_migrate: bool = True
     poll_seconds: float = Field(default=0.5, gt=0, le=300)
+    poll_seconds_listening: float = Field(default=5.0, gt=0, le=300)
     outbox_lease_seconds: float = Field(default=60.0, gt=0)
     discord_gateway_lease_seconds: float = Field(default=15.0, gt=0)
     metrics_interval_seconds: float = Field(default=15.0, gt=0, le=3600)

@@ -5,7 +5,8 @@ decisions and outbox items are each claimed by one process under a lease, and a 
 expires exactly once (a compare-and-set on the ticket). Each loop polls, and wakes up
 early when told to (`Worker.wake`, the ``wake`` event of `outbox_loop`), e.g. by what
 `SQLStore.listen` hears: a commit of this process that made work ready, or on PostgreSQL
-another replica's ``NOTIFY``.
+another replica's ``NOTIFY``. How often they poll is their `Pace`: seldom while the
+process hears the other processes' commits, often while it does not.
 """
 
 from __future__ import annotations
@@ -22,6 +23,57 @@ from runtime.runtime import Runtime
 from runtime.services.delivery import Claim, Notifier, RetryPolicy, deliver_round
 
 log = logging.getLogger("signoff.worker")
+
+
+class Pace:
+    """How often the loops look for work that nothing woke them for.
+
+    While the process listens for the other processes' commits (PostgreSQL ``LISTEN``,
+    see `SQLStore.listen`), a wake-up brings what becomes ready and polling is only a
+    safety net: the loops look every `listening_seconds`. Otherwise (not listening yet,
+    the connection lost, or SQLite, where only this process's own commits are heard)
+    they look every `seconds`; when listening stops, the loops are told to look at once.
+
+    Args:
+        seconds: The interval while not listening.
+        listening_seconds: The interval while listening (never shorter than `seconds`;
+            default: `seconds`).
+    """
+
+    def __init__(self, seconds: float, listening_seconds: float | None = None) -> None:
+        self._seconds = seconds
+        self._listening_seconds = max(seconds, listening_seconds or seconds)
+        self._listening = False
+        self._lost: list[Callable[[], object]] = []
+        self._watchers: list[Callable[[bool], object]] = []
+
+    @property
+    def seconds(self) -> float:
+        """The interval to wait now."""
+        return self._listening_seconds if self._listening else self._seconds
+
+    @property
+    def listening(self) -> bool:
+        """Whether the process hears the other processes' commits now."""
+        return self._listening
+
+    def heard(self, listening: bool) -> None:
+        """Listening started (True) or stopped (False): `SQLStore.listen` reports it."""
+        was, self._listening = self._listening, listening
+        if was and not listening:
+            # Wake-ups may have been missed, and the loops may be waiting a long interval.
+            for look in list(self._lost):
+                look()
+        for told in list(self._watchers):
+            told(listening)
+
+    def when_lost(self, look: Callable[[], object]) -> None:
+        """Call `look` whenever listening stops (a loop looks at once, then polls often)."""
+        self._lost.append(look)
+
+    def watch(self, told: Callable[[bool], object]) -> None:
+        """Call `told` with every report of `heard`, after the loops were told."""
+        self._watchers.append(told)
 
 
 class Worker:
@@ -43,13 +95,23 @@ class Worker:
         runtime: The runtime whose runs to drive.
         concurrency: Runs driven at the same time.
         poll_seconds: How often to look for ready runs without a wake-up.
+        pace: How often to look, listening or not (see `Pace`); it overrides
+            `poll_seconds`. Losing the listening connection wakes the worker.
     """
 
-    def __init__(self, runtime: Runtime, *, concurrency: int = 4, poll_seconds: float = 0.5):
+    def __init__(
+        self,
+        runtime: Runtime,
+        *,
+        concurrency: int = 4,
+        poll_seconds: float = 0.5,
+        pace: Pace | None = None,
+    ):
         self._runtime = runtime
         self._slots = asyncio.Semaphore(concurrency)
         self._concurrency = concurrency
-        self._poll = poll_seconds
+        self._pace = pace if pace is not None else Pace(poll_seconds)
+        self._pace.when_lost(self.wake)
         self._wake = asyncio.Event()
         self._active: dict[str, asyncio.Task[None]] = {}
         self._reserved = 0
@@ -82,6 +144,11 @@ class Worker:
         self._wake.set()
 
     @property
+    def pace(self) -> Pace:
+        """How often this worker polls (the outbox loop of the process shares it)."""
+        return self._pace
+
+    @property
     def active(self) -> int:
         """How many runs are being driven now."""
         return len(self._active)
@@ -107,7 +174,7 @@ class Worker:
             waiter = asyncio.ensure_future(self._wake.wait())
             stopper = asyncio.ensure_future(stop.wait())
             woken, _ = await asyncio.wait(
-                {waiter, stopper}, timeout=self._poll, return_when=asyncio.FIRST_COMPLETED
+                {waiter, stopper}, timeout=self._pace.seconds, return_when=asyncio.FIRST_COMPLETED
             )
             if not woken:
                 self._received_due = True  # a poll looks at everything
@@ -119,7 +186,7 @@ class Worker:
         # wake-up that received nothing skips the read until the next poll is due (one
         # stored by another process without a wake-up, or left by a dead one, waits for it).
         now = time.monotonic()
-        if self._received_due or now - self._received_at >= self._poll:
+        if self._received_due or now - self._received_at >= self._pace.seconds:
             self._received_due, self._received_at = False, now
             try:
                 while len(await self._runtime.apply_received(limit=50)) == 50:
@@ -213,7 +280,7 @@ class _Place:
 
 
 async def every(
-    seconds: float,
+    seconds: float | Pace,
     stop: asyncio.Event,
     step: Callable[[], Awaitable[object]],
     name: str,
@@ -222,8 +289,11 @@ async def every(
 ) -> None:
     """Call `step` every `seconds` (or as soon as `wake` is set) until `stop` is set.
 
-    A failing step is logged and tried again at the next turn.
+    With a `Pace`, the interval is its current one, and losing the listening connection
+    sets `wake`. A failing step is logged and tried again at the next turn.
     """
+    if isinstance(seconds, Pace) and wake is not None:
+        seconds.when_lost(wake.set)
     while not stop.is_set():
         if wake is not None:
             wake.clear()
@@ -234,8 +304,9 @@ async def every(
         waiters = {asyncio.ensure_future(stop.wait())}
         if wake is not None:
             waiters.add(asyncio.ensure_future(wake.wait()))
+        interval = seconds.seconds if isinstance(seconds, Pace) else seconds
         _done, pending = await asyncio.wait(
-            waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED
+            waiters, timeout=interval, return_when=asyncio.FIRST_COMPLETED
         )
         for waiter in pending:
             waiter.cancel()
@@ -246,7 +317,7 @@ async def outbox_loop(
     notifier: Notifier,
     stop: asyncio.Event,
     *,
-    seconds: float = 0.5,
+    seconds: float | Pace = 0.5,
     policy: RetryPolicy | None = None,
     claim: Claim | None = None,
     wake: asyncio.Event | None = None,
@@ -257,7 +328,7 @@ async def outbox_loop(
         runtime: Whose store and clock to use.
         notifier: Posts the items.
         stop: Set to end the loop.
-        seconds: How often to look without a wake-up.
+        seconds: How often to look without a wake-up, or the process's `Pace`.
         policy: Retries of failed deliveries.
         claim: How items are claimed (owner, lease, per-channel pacing); by default
             under the runtime's worker id.

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, assert_never
 
 from sqlalchemy import bindparam, select, text, update
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL, Dialect, make_url
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
@@ -35,9 +35,10 @@ from sqlalchemy.pool import NullPool
 from runtime.domain.errors import StorageError
 from runtime.store.schema import runs
 from runtime.store.sql.runs import CLAIM_RETURNING, CLAIMABLE, CLAIMED
+from runtime.store.sql.sqlite_writer import Member
 from runtime.store.sql.transaction import SQLTransaction
 from runtime.store.sql.upserts import Upserts, build_upserts
-from runtime.store.sql.wake import NOTIFY, WAKE_CHANNEL, listen_for_wakeups
+from runtime.store.sql.wake import NOTIFY, WAKE_CHANNEL, listen_for_wakeups, notify_payload
 
 log = logging.getLogger("signoff.store")
 
@@ -118,6 +119,9 @@ class PostgresTransaction(SQLTransaction):
 
     claim_returning = _CLAIM_SKIP_LOCKED.returning(*runs.c)
 
+    quiet: frozenset[str] = frozenset()
+    """What this process acts on itself (`PostgreSQL.local`): not sent to the others."""
+
     def _upserts(self) -> Upserts:
         return _postgres_upserts()
 
@@ -126,8 +130,9 @@ class PostgresTransaction(SQLTransaction):
 
     async def _notify(self, wake: frozenset[str]) -> None:
         # Delivered at commit, and never if the transaction rolls back.
-        payload = ",".join(sorted(wake))
-        await self._execute(NOTIFY, {"channel": WAKE_CHANNEL, "payload": payload})
+        payload = notify_payload(wake, self.quiet)
+        if payload is not None:
+            await self._execute(NOTIFY, {"channel": WAKE_CHANNEL, "payload": payload})
 
     async def _events_horizon(self) -> int:
         # The sequence's last number first, then who writes events: every transaction
@@ -168,13 +173,23 @@ class Database(ABC):
     def busy(self, exc: OperationalError) -> bool:
         """Whether a migration failed only because another process holds the database."""
 
+    def open_transaction(self, conn: AsyncConnection | Member, dialect: Dialect) -> SQLTransaction:
+        """A new transaction of this database on `conn` (see `SQLStore.transaction`)."""
+        return self.transaction(conn, dialect)
+
     @abstractmethod
     def committed(self, woke: frozenset[str]) -> None:
         """A transaction of this store committed, making `woke` ready."""
 
     @abstractmethod
     async def listen(
-        self, on_wake: Callable[[frozenset[str]], object], stop: asyncio.Event, retry: float
+        self,
+        on_wake: Callable[[frozenset[str]], object],
+        stop: asyncio.Event,
+        retry: float,
+        *,
+        local: frozenset[str] = frozenset(),
+        on_listening: Callable[[bool], object] | None = None,
     ) -> None:
         """Report wake-ups until `stop` is set (see `SQLStore.listen`)."""
 
@@ -208,9 +223,16 @@ class SQLite(Database):
                 log.exception("a wake-up listener failed")
 
     async def listen(
-        self, on_wake: Callable[[frozenset[str]], object], stop: asyncio.Event, retry: float
+        self,
+        on_wake: Callable[[frozenset[str]], object],
+        stop: asyncio.Event,
+        retry: float,
+        *,
+        local: frozenset[str] = frozenset(),
+        on_listening: Callable[[bool], object] | None = None,
     ) -> None:
-        # Another process's commits are found by polling.
+        # Another process's commits are found by polling: never listening, in `Pace`'s
+        # terms. Every kind is told in-process, `local` or not.
         self._listeners.append(on_wake)
         try:
             await stop.wait()
@@ -229,6 +251,23 @@ class PostgreSQL(Database):
 
     def __init__(self, listen: AsyncEngine) -> None:
         self._listen = listen
+        self._here: list[tuple[Callable[[frozenset[str]], object], frozenset[str], asyncio.Event]]
+        self._here = []
+        """The listeners of this process with the kinds each acts on, until its stop."""
+
+    def local(self) -> frozenset[str]:
+        """What a listener of this process acts on itself (its ``local`` kinds), so that
+        this process's commits do not wake the other replicas for it."""
+        kinds: frozenset[str] = frozenset()
+        for _on_wake, handled, stop in self._here:
+            if not stop.is_set():
+                kinds |= handled
+        return kinds
+
+    def open_transaction(self, conn: AsyncConnection | Member, dialect: Dialect) -> SQLTransaction:
+        tx = PostgresTransaction(conn, dialect)
+        tx.quiet = self.local()
+        return tx
 
     def lock(self) -> AbstractAsyncContextManager[Any]:
         return contextlib.nullcontext()
@@ -240,12 +279,31 @@ class PostgreSQL(Database):
         return False
 
     def committed(self, woke: frozenset[str]) -> None:
-        pass  # the transaction's NOTIFY told every listener
+        """Tell this process's listeners of the local kinds a commit made ready (the
+        transaction's ``NOTIFY`` told every listener of the others)."""
+        for on_wake, handled, stop in list(self._here):
+            mine = woke & handled
+            if mine and not stop.is_set():
+                try:
+                    on_wake(mine)
+                except Exception:  # a listener's bug must not fail a committed transaction
+                    log.exception("a wake-up listener failed")
 
     async def listen(
-        self, on_wake: Callable[[frozenset[str]], object], stop: asyncio.Event, retry: float
+        self,
+        on_wake: Callable[[frozenset[str]], object],
+        stop: asyncio.Event,
+        retry: float,
+        *,
+        local: frozenset[str] = frozenset(),
+        on_listening: Callable[[bool], object] | None = None,
     ) -> None:
-        await listen_for_wakeups(self._listen, on_wake, stop, retry)
+        here = (on_wake, local, stop)
+        self._here.append(here)
+        try:
+            await listen_for_wakeups(self._listen, on_wake, stop, retry, on_listening)
+        finally:
+            self._here.remove(here)
 
 
 def database_of(engine: AsyncEngine, listen: AsyncEngine | None = None) -> Database:

@@ -246,7 +246,7 @@ class SQLStore:
         try:
             if self._writer is not None:
                 async with self._writer.member() as member:
-                    tx = made = self._database.transaction(member, self._engine.dialect)
+                    tx = made = self._database.open_transaction(member, self._engine.dialect)
                     yield tx
                     await tx.flush()
                     member.wrote = tx.wrote
@@ -256,7 +256,7 @@ class SQLStore:
                 conn = await self._connect()
                 try:
                     await self._begin(conn)
-                    tx = made = self._database.transaction(conn, conn.dialect)
+                    tx = made = self._database.open_transaction(conn, conn.dialect)
                     try:
                         yield tx
                         await tx.flush()
@@ -423,6 +423,8 @@ class SQLStore:
         stop: asyncio.Event,
         *,
         retry_seconds: float = 1.0,
+        local: frozenset[str] = frozenset(),
+        on_listening: Callable[[bool], object] | None = None,
     ) -> None:
         """Report wake-ups (work a commit made ready) until `stop` is set.
 
@@ -433,8 +435,23 @@ class SQLStore:
         again after `retry_seconds`, and `on_wake` is then called with everything, for
         what was missed meanwhile. On SQLite only this store's own commits are heard
         (another process's are found by polling): `on_wake` is called as each commits.
+
+        Args:
+            on_wake: Told what became ready.
+            stop: Set to stop listening.
+            retry_seconds: How long to wait before opening a lost connection again.
+            local: The kinds this process acts on itself while it listens (e.g.
+                `WAKE_OUTBOX` where an outbox loop runs): this store's commits tell
+                `on_wake` of them in-process and leave them out of their ``NOTIFY``,
+                so they wake no other replica (which finds them by polling, should
+                this process die first).
+            on_listening: Told True when the ``LISTEN`` holds and False when it is
+                lost (PostgreSQL; on SQLite never: polling alone finds other
+                processes' work). A `runtime.worker.Pace` polls seldom meanwhile.
         """
-        await self._database.listen(on_wake, stop, retry_seconds)
+        await self._database.listen(
+            on_wake, stop, retry_seconds, local=local, on_listening=on_listening
+        )
 
     async def close(self) -> None:
         """Close the writer's connection (SQLite) and every pooled connection."""
