@@ -63,7 +63,7 @@ from adapters.mcp import (
     check_pattern,
     settle,
 )
-from adapters.mcp.config import MAX_LISTING_BYTES, MAX_TOOLS
+from adapters.mcp.config import MAX_IMAGE_BYTES, MAX_LISTING_BYTES, MAX_TOOLS
 from adapters.mcp.rules import check_arguments
 from adapters.models import PROVIDERS as SPEC_PROVIDERS
 from adapters.models import canonical, with_options
@@ -151,6 +151,7 @@ class ServerSpec(_Strict):
     trust_annotations: bool = False
     tools: list[str] | None = None
     exclude_tools: list[str] = Field(default_factory=list)
+    max_image_bytes: int = Field(default=MAX_IMAGE_BYTES, gt=0)
 
     @model_validator(mode="after")
     def _one_transport(self) -> ServerSpec:
@@ -473,7 +474,8 @@ class _Builder:
         )
 
     def listing_options(self, name: str, spec: ServerSpec) -> dict[str, Any]:
-        """A server's ``trust_annotations``, ``tools`` and ``exclude_tools``, checked."""
+        """A server's ``trust_annotations``, ``tools``, ``exclude_tools`` and
+        ``max_image_bytes``, checked."""
         for key, globs in (("tools", spec.tools or []), ("exclude_tools", spec.exclude_tools)):
             for index, glob in enumerate(globs):
                 check_pattern(glob, self.at("servers", name, key, index))
@@ -481,6 +483,7 @@ class _Builder:
             "trust_annotations": spec.trust_annotations,
             "tools": tuple(spec.tools) if spec.tools is not None else None,
             "exclude_tools": tuple(spec.exclude_tools),
+            "max_image_bytes": spec.max_image_bytes,
         }
 
     def expand(self, value: str, *loc: str | int) -> str:

@@ -16,6 +16,9 @@ MAX_TOOLS = 1000
 MAX_LISTING_BYTES = 4 * 1024 * 1024
 """Default cap on the size of one listing (names, descriptions and schemas, as JSON)."""
 
+MAX_IMAGE_BYTES = 512 * 1024
+"""Default cap on one image of a tool result (decoded); a bigger one is recorded as a note."""
+
 _URL = re.compile(r"https?://[^\s'\"<>]+")
 
 
@@ -63,6 +66,8 @@ class StdioServer:
             ``idempotent``) where no rule sets them (`adapters.mcp.annotations`).
         tools: Globs of the tool names offered (None: every tool).
         exclude_tools: Globs of tool names left out (after `tools`).
+        max_image_bytes: An image of a tool result that is bigger (decoded) is recorded
+            as a note saying so (`adapters.mcp.images`).
         elicitation: Whether the server may ask for input during a tool call
             (``elicitation/create``, form mode): the capability is declared to it, and each
             request becomes a typed-input ticket (`adapters.mcp.elicitation`).
@@ -86,6 +91,7 @@ class StdioServer:
     trust_annotations: bool = False
     tools: tuple[str, ...] | None = None
     exclude_tools: tuple[str, ...] = ()
+    max_image_bytes: int = MAX_IMAGE_BYTES
 
     @property
     def shown(self) -> str:
@@ -118,6 +124,8 @@ class HttpServer:
             ``idempotent``) where no rule sets them (`adapters.mcp.annotations`).
         tools: Globs of the tool names offered (None: every tool).
         exclude_tools: Globs of tool names left out (after `tools`).
+        max_image_bytes: An image of a tool result that is bigger (decoded) is recorded
+            as a note saying so (`adapters.mcp.images`).
         elicitation: Whether the server may ask for input during a tool call
             (``elicitation/create``, form mode): the capability is declared to it, and each
             request becomes a typed-input ticket (`adapters.mcp.elicitation`).
@@ -140,6 +148,7 @@ class HttpServer:
     trust_annotations: bool = False
     tools: tuple[str, ...] | None = None
     exclude_tools: tuple[str, ...] = ()
+    max_image_bytes: int = MAX_IMAGE_BYTES
 
     @property
     def shown(self) -> str:

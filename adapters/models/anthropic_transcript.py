@@ -27,6 +27,7 @@ import json
 import re
 from typing import Any
 
+from adapters.models.tool_images import split
 from runtime import ModelResponse, StopReason, ToolCallRequest, Usage
 from runtime.edges import provider_state
 
@@ -135,6 +136,18 @@ def to_messages(transcript: list[dict[str, Any]]) -> tuple[str, list[dict[str, A
                 "tool_use_id": tool_id(message.get("tool_call_id")),
                 "content": content,
             }
+            found = split(message.get("content"))
+            if found is not None:  # images go in the tool_result's content, as blocks
+                result["content"] = [
+                    {"type": "text", "text": found[0]},
+                    *(
+                        {
+                            "type": "image",
+                            "source": {"type": "base64", "media_type": i.mime_type, "data": i.data},
+                        }
+                        for i in found[1]
+                    ),
+                ]
             if content.startswith(_ERROR_PREFIXES):
                 result["is_error"] = True
             add("user", [result])

@@ -22,6 +22,7 @@ from adapters.models.errors import (
     timeout_error,
 )
 from adapters.models.pricing import Price, priced
+from adapters.models.tool_images import with_chat_images
 from runtime import ConfigurationError, ModelError, ModelRequest, ModelResponse
 from runtime.edges import chat_messages, parse_chat_completion
 
@@ -87,7 +88,8 @@ class OpenAIModel:
 
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
         """The Chat Completions parameters for one turn."""
-        body: dict[str, Any] = {"model": self.model, "messages": chat_messages(request.messages)}
+        messages = with_chat_images(chat_messages(request.messages))
+        body: dict[str, Any] = {"model": self.model, "messages": messages}
         if request.tools:
             body["tools"] = request.tools
         if self.max_tokens is not None:

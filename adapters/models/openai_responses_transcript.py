@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from adapters.models.tool_images import Image, images_message, split
 from runtime import ConfigurationError, ModelResponse, StopReason, ToolCallRequest, Usage
 from runtime.edges import provider_state
 
@@ -106,8 +107,12 @@ def to_input(
     """
     instructions: list[str] = []
     items: list[dict[str, Any]] = []
+    pending: list[Image] = []
     for message in transcript:
         role = message.get("role")
+        if pending and role != "tool":  # a batch's images, after its last output
+            items.append(images_message(pending, responses=True))
+            pending = []
         if role in ("system", "developer"):
             text = _text(message.get("content")).strip()
             if text:
@@ -138,13 +143,20 @@ def to_input(
                     }
                 )
         elif role == "tool":
+            output = _text(message.get("content")) or "(no output)"
+            found = split(message.get("content"))
+            if found is not None:
+                output = found[0]
+                pending.extend(found[1])
             items.append(
                 {
                     "type": "function_call_output",
                     "call_id": str(message.get("tool_call_id")),
-                    "output": _text(message.get("content")) or "(no output)",
+                    "output": output,
                 }
             )
+    if pending:
+        items.append(images_message(pending, responses=True))
     return "\n\n".join(instructions), items
 
 

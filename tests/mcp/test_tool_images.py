@@ -1,0 +1,64 @@
+"""Images in MCP tool results are recorded (up to ``max_image_bytes``, else a note), from a
+real MCP server (``annotated_mcp_server.py``) over stdio."""
+
+from __future__ import annotations
+
+import base64
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from testkit import echo_model
+
+from adapters.mcp import Binding, StdioServer
+from adapters.mcp.hub import McpHub
+from runtime import Agent
+
+pytestmark = pytest.mark.timeout(120)
+
+SERVER = Path(__file__).with_name("annotated_mcp_server.py")
+
+
+async def snapshot(tmp_path: Path, args: dict[str, Any], **options: Any) -> Any:
+    server = StdioServer(
+        "ann",
+        sys.executable,
+        (str(SERVER),),
+        env={"ANNOTATED_STATE": str(tmp_path)},
+        connect_timeout=60.0,
+        **options,
+    )
+    ops = Agent("ops", "Operate.", echo_model())
+    hub = McpHub([server], [Binding(ops, ("ann",))])
+    await hub.start()
+    try:
+        return await hub.connections["ann"].call("snapshot", args, "key-1")
+    finally:
+        await hub.stop()
+
+
+async def test_images_and_embedded_images_are_kept(tmp_path: Path) -> None:
+    result = await snapshot(tmp_path, {"size": 300, "embedded": True})
+
+    text, image, embedded = result
+    assert text == {"type": "text", "text": "the dashboard"}
+    assert image["type"] == "image" and image["mimeType"] == "image/png"
+    assert base64.b64decode(image["data"]).startswith(b"\x89PNG")
+    assert len(base64.b64decode(image["data"])) == 300
+    assert embedded == {**image, "uri": "file:///chart.png"}
+
+
+async def test_an_image_over_the_limit_is_a_note(tmp_path: Path) -> None:
+    result = await snapshot(tmp_path, {"size": 3000, "embedded": True}, max_image_bytes=2048)
+
+    assert result == [
+        {"type": "text", "text": "the dashboard"},
+        *[
+            {
+                "type": "text",
+                "text": "[image image/png, 3 KB: not kept, over the 2 KB limit (max_image_bytes)]",
+            }
+        ]
+        * 2,
+    ]
