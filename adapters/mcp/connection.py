@@ -38,17 +38,18 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError, ToolsListChanged
 from pydantic import ValidationError
 
-from adapters.mcp.config import (
-    MAX_IMAGE_BYTES,
-    HttpServer,
-    ServerConfig,
-    StdioServer,
-    redact_urls,
-)
-from adapters.mcp.images import recorded_block
-from runtime import ToolOutcomeUnknown
+from adapters.mcp.config import HttpServer, ServerConfig, StdioServer, redact_urls
+from adapters.mcp.elicitation import Asking, asking_now
+from adapters.mcp.resources import contents_value, list_more
+from runtime import SignoffError, ToolOutcomeUnknown, current_tool_context
 
 log = logging.getLogger("signoff.mcp")
+
+ElicitHandler = Callable[
+    [Asking | None, mcp_types.ElicitRequestParams],
+    Awaitable[mcp_types.ElicitResult | mcp_types.ErrorData],
+]
+"""Answers a server's elicitation for the call it belongs to (`adapters.mcp.elicitation`)."""
 
 EXECUTION_KEY_META = "signoff/execution_key"
 """The ``_meta`` key of every ``tools/call`` request: the call's execution key, the same for
@@ -155,20 +156,16 @@ def _refused(exc: BaseException) -> bool:
     return bool(leaves) and all(isinstance(leaf, httpx2.ConnectError) for leaf in leaves)
 
 
-def result_value(result: mcp_types.CallToolResult, max_image_bytes: int = MAX_IMAGE_BYTES) -> Any:
+def result_value(result: mcp_types.CallToolResult) -> Any:
     """What the runtime records for a tool result: its content as the model should read it
-    (the text, as MCP clients pass it on); structured content only when there is no other.
-    Images up to `max_image_bytes` are kept (`adapters.mcp.images`)."""
+    (the text, as MCP clients pass it on); structured content only when there is no other."""
     if not result.content and result.structured_content is not None:
         return result.structured_content
     texts: list[str] = []
     others: list[dict[str, Any]] = []
     for block in result.content:
-        kept = recorded_block(block, max_image_bytes)
         if isinstance(block, mcp_types.TextContent):
             texts.append(block.text)
-        elif kept is not None:
-            others.append(kept)
         else:
             shown = block.model_dump(mode="json", exclude_none=True, by_alias=True)
             if isinstance(shown.get("data"), str):  # images, audio: not for the transcript
@@ -200,6 +197,10 @@ class ServerConnection:
     ) -> None:
         self.config = config
         self.tools: list[mcp_types.Tool] | None = None
+        self.resources: list[mcp_types.Resource] = []
+        self.prompts: list[mcp_types.Prompt] = []
+        self.elicit: ElicitHandler | None = None
+        self.asking: dict[str, Asking] = {}  # calls in flight, by call id
         self.reason: str | None = None
         self._on_listing = on_listing
         self._session: _Session | None = None
@@ -284,6 +285,7 @@ class ServerConnection:
                     scope.deadline = anyio.current_time() + self.config.connect_timeout
                     async with self._client() as client:
                         tools = await self._list(client)
+                        self.resources, self.prompts = await list_more(client)
                         scope.deadline = math.inf
                         session = _Session(client)
                         await self._listed(tools)
@@ -401,9 +403,18 @@ class ServerConnection:
                 message_handler=self._on_message,
                 read_timeout_seconds=self.config.timeout,
                 client_info=mcp_types.Implementation(name="signoff", version="1"),
+                # Declared to the server only where the agents file allows it.
+                elicitation_callback=self._on_elicit if self.config.elicitation else None,
             )
             async with client:
                 yield client
+
+    async def _on_elicit(
+        self, context: Any, params: mcp_types.ElicitRequestParams
+    ) -> mcp_types.ElicitResult | mcp_types.ErrorData:
+        if self.elicit is None:  # nobody to ask in this process
+            return mcp_types.ElicitResult(action="cancel")
+        return await self.elicit(asking_now(self.asking), params)
 
     @contextlib.asynccontextmanager
     async def _transport(self) -> AsyncIterator[Any]:
@@ -486,6 +497,9 @@ class ServerConnection:
             )
         remaining = max(deadline - loop.time(), 0.001)
         session.in_flight += 1
+        asking = _asking(self, tool)
+        if asking is not None:
+            self.asking[asking.context.call_id] = asking
         try:
             result = await session.client.call_tool(
                 tool,
@@ -510,9 +524,43 @@ class ServerConnection:
             ) from None
         finally:
             session.in_flight -= 1
+            if asking is not None:
+                self.asking.pop(asking.context.call_id, None)
         if result.is_error:
             raise McpToolError(_error_text(result))
-        return result_value(result, self.config.max_image_bytes)
+        return result_value(result)
+
+    async def read_resource(self, uri: str) -> str:
+        """Read one of the server's listed resources (`adapters.mcp.resources`).
+
+        Raises:
+            McpServerUnavailable: Not connected within the timeout; nothing was sent.
+            McpToolError: The URI is not listed, or the server refused or did not answer.
+        """
+        if not any(r.uri == uri for r in self.resources):
+            listed = ", ".join(r.uri for r in self.resources[:20]) or "none"
+            raise McpToolError(
+                f"MCP server {self.name!r} lists no resource {uri!r} (its resources: {listed})"
+            )
+        loop = asyncio.get_running_loop()
+        session = await self._connected(loop.time() + self.config.timeout)
+        if session is None:
+            raise McpServerUnavailable(
+                f"MCP server {self.name!r} is not available "
+                f"({self.reason or 'not connected'}); try again later"
+            )
+        try:
+            with anyio.fail_after(self.config.timeout):
+                result = await session.client.read_resource(uri, cache_mode="bypass")
+        except TimeoutError:
+            raise McpToolError(
+                f"MCP server {self.name!r} did not send {uri} within {self.config.timeout:g}s"
+            ) from None
+        except MCPError as exc:
+            raise McpToolError(
+                f"MCP server {self.name!r} refused to read {uri}: error {exc.code}: {exc.message}"
+            ) from None
+        return contents_value(result)
 
     async def _connected(self, deadline: float) -> _Session | None:
         """The session, once there is one; None if none came before `deadline` (or the
@@ -546,6 +594,17 @@ class ServerConnection:
             f"MCP server {self.name!r} went away before answering {tool} ({why}); "
             "it may or may not have run"
         )
+
+
+def _asking(connection: ServerConnection, tool: str) -> Asking | None:
+    """The call being made, for the server's elicitations (None outside a run's call)."""
+    if not connection.config.elicitation:
+        return None
+    try:
+        context = current_tool_context()
+    except SignoffError:
+        return None
+    return Asking(context, connection.name, connection.config.prefix + tool)
 
 
 @contextlib.asynccontextmanager

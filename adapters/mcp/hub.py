@@ -19,13 +19,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mcp_types
 
 from adapters.mcp.annotations import Defaults, Origin, defaults, offered
 from adapters.mcp.config import Binding, ServerConfig
 from adapters.mcp.connection import McpServerUnavailable, ServerConnection
+from adapters.mcp.elicitation import InputAgent, InputDesk
+from adapters.mcp.resources import TOOL_NAME, resource_tool
 from adapters.mcp.rules import (
     Settled,
     check_arguments,
@@ -43,6 +45,9 @@ from runtime import (
     current_tool_context,
 )
 from runtime.edges import ArgumentError
+
+if TYPE_CHECKING:
+    from runtime import Runtime
 
 log = logging.getLogger("signoff.mcp")
 
@@ -68,6 +73,13 @@ class _Unavailable:
 
 
 def _invoker(connection: ServerConnection, tool: str) -> Any:
+    if tool == TOOL_NAME and connection.config.resources:
+
+        async def read(args: dict[str, Any]) -> Any:
+            return await connection.read_resource(str(args.get("uri")))
+
+        return read
+
     async def invoke(args: dict[str, Any]) -> Any:
         context = current_tool_context()
         try:
@@ -110,6 +122,7 @@ class McpHub:
         # ids, and a freed id could be reused by a new tool with another schema.
         self._retired: list[Tool] = []
         self._problems: list[str] | None = None
+        self._desk: InputDesk | None = None
 
     @property
     def connections(self) -> dict[str, ServerConnection]:
@@ -137,7 +150,29 @@ class McpHub:
 
     async def stop(self) -> None:
         """Close every session; stdio servers' processes are stopped."""
+        desk, self._desk = self._desk, None
+        if desk is not None:
+            await desk.stop()
         await asyncio.gather(*(c.stop() for c in self._connections.values()))
+
+    def attach(self, runtime: Runtime) -> None:
+        """Let the servers with ``elicitation`` ask for input during calls of `runtime`'s
+        runs: registers each agent's input agent (`adapters.mcp.elicitation`) and starts
+        the sweep of input runs whose call is no longer in flight."""
+        if self._desk is not None:
+            return
+        asking = {n for n, c in self._connections.items() if c.config.elicitation}
+        if not asking:
+            return
+        desk = InputDesk(runtime)
+        timeouts = {name: self._connections[name].config.timeout for name in asking}
+        for binding in self._bindings:
+            if asking & set(binding.servers):
+                runtime.register(InputAgent(binding.agent, timeouts))
+        for name in asking:
+            self._connections[name].elicit = desk.elicit
+        desk.start()
+        self._desk = desk
 
     def source_of(self, agent: str, tool: str) -> str | None:
         """``mcp:<server>`` (plus `` (unavailable)``) for an MCP tool, else None."""
@@ -198,6 +233,14 @@ class McpHub:
         the event loop between slices."""
         tools = []
         hidden: set[str] = set()
+        if connection.config.resources:
+            if any(item.name == TOOL_NAME for item in listing):
+                problems.append(
+                    f"MCP server {connection.name!r} has a tool named {TOOL_NAME!r}: with "
+                    "resources = true it would be hidden; turn resources off"
+                )
+            else:
+                listing = [*listing, resource_tool(connection.resources)]
         for index, item in enumerate(listing):
             if index % _SLICE == _SLICE - 1:
                 await asyncio.sleep(0)
@@ -341,6 +384,8 @@ class McpHub:
     ) -> list[str]:
         head = connection.name + "."
         names = [head + item.name for item in listing]
+        if connection.config.resources:
+            names.append(head + TOOL_NAME)
         problems = []
         for knobs in binding.knobs:
             if not knobs.pattern.startswith(head) or any(knobs.matches(n) for n in names):

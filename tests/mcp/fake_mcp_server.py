@@ -15,8 +15,11 @@ With ``FAKE_MCP_TOKEN`` set, HTTP requests without ``Authorization: Bearer <toke
 ``FAKE_MCP_PORT`` makes the HTTP server listen on that port (a restart keeps its URL),
 ``FAKE_MCP_STATELESS=1`` serves it without sessions. ``FAKE_MCP_MORE=1`` adds ``flaky``
 (hangs on a call's first attempt, answers its replay) and ``upgrade`` (gives ``deploy``
-the v2 schema and sends ``notifications/tools/list_changed``). ``FAKE_MCP_TOOLS=<n>`` adds tools
-``extra_0`` ... ``extra_<n-1>``; ``FAKE_MCP_EXIT_AFTER_LIST=1`` makes the process exit
+the v2 schema and sends ``notifications/tools/list_changed``). ``FAKE_MCP_INPUT=1`` adds
+``restart``, which asks for a change ticket with ``elicitation/create`` and logs the
+answer's action (and data), two resources (``infra://runbook``, ``infra://services``) and
+a prompt (``incident``). ``FAKE_MCP_TOOLS=<n>`` adds tools ``extra_0`` ...
+``extra_<n-1>``; ``FAKE_MCP_EXIT_AFTER_LIST=1`` makes the process exit
 shortly after it answered a tool listing.
 """
 
@@ -29,10 +32,11 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver import Context, Elicit, ElicitationResult, MCPServer, Resolve
 from mcp.server.mcpserver.exceptions import ToolError
+from pydantic import BaseModel, Field
 
 STATE = Path(os.environ["FAKE_MCP_STATE"])
 SCHEMA = (STATE / "schema").read_text().strip() if (STATE / "schema").exists() else "v1"
@@ -147,6 +151,56 @@ async def upgrade(ctx: Context) -> str:
 if os.environ.get("FAKE_MCP_MORE") == "1":
     server.add_tool(flaky)
     server.add_tool(upgrade)
+
+
+class ChangeTicket(BaseModel):
+    """What ``restart`` asks for before it restarts anything."""
+
+    ticket: int = Field(description="The change ticket's number", ge=1)
+    note: str = Field(default="", description="Anything the on-call engineer should know")
+
+
+def ask_change(service: str) -> Elicit[ChangeTicket]:
+    """Ask for the change ticket (``ctx.elicit`` before protocol 2026-07-28, an
+    ``InputRequiredResult`` from it on)."""
+    return Elicit(f"Restarting {service}: which change ticket?", ChangeTicket)
+
+
+async def restart(
+    service: str,
+    answer: Annotated[ElicitationResult[ChangeTicket], Resolve(ask_change)],
+    ctx: Context,
+) -> str:
+    """Restart a service, once a person gives a change ticket (asked with elicitation)."""
+    entry: dict[str, Any] = {"service": service, "action": answer.action}
+    if answer.action == "accept":
+        entry["data"] = answer.data.model_dump()
+    _log("restart", entry, ctx)
+    if answer.action == "accept":
+        return f"restarted {service} under change {answer.data.ticket}"
+    return f"did not restart {service}: {answer.action}"
+
+
+def runbook() -> str:
+    """The on-call runbook."""
+    return "Step 1: breathe. Step 2: roll back."
+
+
+def services() -> str:
+    """Every service and its owner."""
+    return "api: team-a\nweb: team-b"
+
+
+def incident(service: str) -> str:
+    """Write an incident summary."""
+    return f"Summarise the incident on {service}."
+
+
+if os.environ.get("FAKE_MCP_INPUT") == "1":
+    server.add_tool(restart)
+    server.resource("infra://runbook", description="The on-call runbook")(runbook)
+    server.resource("infra://services", description="Every service and its owner")(services)
+    server.prompt(description="Write an incident summary")(incident)
 
 
 def _extra(number: int) -> Any:
