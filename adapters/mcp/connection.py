@@ -38,8 +38,15 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ListenNotSupportedError, ToolsListChanged
 from pydantic import ValidationError
 
-from adapters.mcp.config import HttpServer, ServerConfig, StdioServer, redact_urls
+from adapters.mcp.config import (
+    MAX_IMAGE_BYTES,
+    HttpServer,
+    ServerConfig,
+    StdioServer,
+    redact_urls,
+)
 from adapters.mcp.elicitation import Asking, asking_now
+from adapters.mcp.images import recorded_block
 from adapters.mcp.resources import contents_value, list_more
 from runtime import SignoffError, ToolOutcomeUnknown, current_tool_context
 
@@ -156,16 +163,20 @@ def _refused(exc: BaseException) -> bool:
     return bool(leaves) and all(isinstance(leaf, httpx2.ConnectError) for leaf in leaves)
 
 
-def result_value(result: mcp_types.CallToolResult) -> Any:
+def result_value(result: mcp_types.CallToolResult, max_image_bytes: int = MAX_IMAGE_BYTES) -> Any:
     """What the runtime records for a tool result: its content as the model should read it
-    (the text, as MCP clients pass it on); structured content only when there is no other."""
+    (the text, as MCP clients pass it on); structured content only when there is no other.
+    Images up to `max_image_bytes` are kept (`adapters.mcp.images`)."""
     if not result.content and result.structured_content is not None:
         return result.structured_content
     texts: list[str] = []
     others: list[dict[str, Any]] = []
     for block in result.content:
+        kept = recorded_block(block, max_image_bytes)
         if isinstance(block, mcp_types.TextContent):
             texts.append(block.text)
+        elif kept is not None:
+            others.append(kept)
         else:
             shown = block.model_dump(mode="json", exclude_none=True, by_alias=True)
             if isinstance(shown.get("data"), str):  # images, audio: not for the transcript
@@ -528,7 +539,7 @@ class ServerConnection:
                 self.asking.pop(asking.context.call_id, None)
         if result.is_error:
             raise McpToolError(_error_text(result))
-        return result_value(result)
+        return result_value(result, self.config.max_image_bytes)
 
     async def read_resource(self, uri: str) -> str:
         """Read one of the server's listed resources (`adapters.mcp.resources`).
