@@ -288,7 +288,9 @@ class CallSummary:
         changed: For an allow with changes, what changed.
         state: ``proposed``, ``waiting``, ``allowed``, ``running``, ``completed``,
             ``failed``, ``denied``, ``uncertain``, ``expired`` or ``withdrawn``.
-        result: The result or error, pretty and cut.
+        result: The result or error, pretty and cut (an image's data left out).
+        images: ``data:`` URLs of the result's images (PNG, JPEG, GIF or WebP), shown
+            under it.
         tone: ``ok``, ``bad``, ``warn``, ``info`` or ``muted`` (colour only).
     """
 
@@ -303,6 +305,7 @@ class CallSummary:
     changed: str | None = None
     state: str = "proposed"
     result: str | None = None
+    images: tuple[str, ...] = ()
     tone: str = "info"
     _rule: str | None = field(default=None, repr=False)
 
@@ -313,6 +316,35 @@ class CallSummary:
 
 
 MAX_RESULT_SHOWN = 1000
+SHOWN_IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
+
+
+def shown_result(value: Any) -> tuple[str, tuple[str, ...]]:
+    """A tool result as the run page shows it: the text (each image block's data replaced
+    by its size) and the images as ``data:`` URLs (an MCP tool's result may hold
+    ``{"type": "image", "mimeType": ..., "data": <base64>}`` blocks)."""
+    if not isinstance(value, list):
+        return pretty(value, MAX_RESULT_SHOWN), ()
+    images: list[str] = []
+    shown: list[Any] = []
+    for block in value:
+        if (
+            isinstance(block, dict)
+            and block.get("type") == "image"
+            and isinstance(block.get("data"), str)
+        ):
+            data = block["data"]
+            size = max(1, round(len(data) * 3 / 4 / 1024))
+            mime = str(block.get("mimeType"))
+            if mime in SHOWN_IMAGE_TYPES:
+                images.append(f"data:{mime};base64,{data}")
+                block = {**block, "data": f"<image {len(images)}, {size} KB, shown below>"}
+            else:
+                block = {**block, "data": f"<{size} KB, not shown>"}
+        shown.append(block)
+    return pretty(shown, MAX_RESULT_SHOWN), tuple(images)
+
+
 _VERBS = {"allow": "Allowed", "deny": "Denied", "input": "Answered", "resolve": "Resolved"}
 
 
@@ -409,7 +441,7 @@ def calls(events: list[dict[str, Any]]) -> list[CallSummary]:
                 summary.state = "running"
             case "tool_completed" if summary is not None:
                 summary.state = "completed"
-                summary.result = pretty(data.get("result"), MAX_RESULT_SHOWN)
+                summary.result, summary.images = shown_result(data.get("result"))
             case "tool_failed" if summary is not None:
                 summary.state = "failed"
                 summary.result = pretty(data.get("error"), MAX_RESULT_SHOWN)

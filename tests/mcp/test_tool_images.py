@@ -62,3 +62,39 @@ async def test_an_image_over_the_limit_is_a_note(tmp_path: Path) -> None:
         ]
         * 2,
     ]
+
+
+async def test_the_run_page_shows_the_image_to_who_may_see_the_run(
+    make_bed: Any, tmp_path: Path
+) -> None:
+    from adapters.mcp import ToolKnobs
+    from runtime import Permission
+
+    cam = Agent("cam", "Look.", echo_model(("snapshot", {"size": 120})))
+    server = StdioServer(
+        "ann",
+        sys.executable,
+        (str(SERVER),),
+        env={"ANNOTATED_STATE": str(tmp_path)},
+        connect_timeout=60.0,
+    )
+    allow = ToolKnobs("ann.snapshot", where="rule", permission=Permission.ALLOW)
+    bed = await make_bed([cam], [server], [Binding(cam, ("ann",), (allow,))])
+    mine = await bed.start("cam", requester="U1")
+    theirs = await bed.start("cam", requester="U2")
+    for run_id in (mine, theirs):
+        await bed.finished(run_id)
+    [completed] = await bed.events(mine, "tool_completed")
+    data = completed["data"]["result"][1]["data"]
+
+    await bed.login()
+    page = await bed.client.get(f"/runs/{mine}")
+    html = await page.text()
+    assert page.status == 200
+    assert f'<img class="tool-image" src="data:image/png;base64,{data}"' in html
+    assert "&lt;image 1, 0 KB, shown below&gt;" not in html  # at least 1 KB
+    assert "image 1, 1 KB, shown below" in html.replace("&lt;", "<").replace("&gt;", ">")
+    assert "img-src data:" in page.headers["Content-Security-Policy"]
+    stranger = await bed.client.get(f"/runs/{theirs}")
+    assert stranger.status == 404
+    assert "data:image/png" not in await stranger.text()
