@@ -152,6 +152,8 @@ class ServerSpec(_Strict):
     tools: list[str] | None = None
     exclude_tools: list[str] = Field(default_factory=list)
     max_image_bytes: int = Field(default=MAX_IMAGE_BYTES, gt=0)
+    elicitation: bool = False
+    resources: bool = False
 
     @model_validator(mode="after")
     def _one_transport(self) -> ServerSpec:
@@ -475,7 +477,7 @@ class _Builder:
 
     def listing_options(self, name: str, spec: ServerSpec) -> dict[str, Any]:
         """A server's ``trust_annotations``, ``tools``, ``exclude_tools`` and
-        ``max_image_bytes``, checked."""
+        ``max_image_bytes``, checked; its ``elicitation`` and ``resources``."""
         for key, globs in (("tools", spec.tools or []), ("exclude_tools", spec.exclude_tools)):
             for index, glob in enumerate(globs):
                 check_pattern(glob, self.at("servers", name, key, index))
@@ -484,6 +486,8 @@ class _Builder:
             "tools": tuple(spec.tools) if spec.tools is not None else None,
             "exclude_tools": tuple(spec.exclude_tools),
             "max_image_bytes": spec.max_image_bytes,
+            "elicitation": spec.elicitation,
+            "resources": spec.resources,
         }
 
     def expand(self, value: str, *loc: str | int) -> str:

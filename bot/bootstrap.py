@@ -434,6 +434,8 @@ async def build_service(
             resolver=model_resolver,
             tracer=telemetry.tracer if telemetry is not None else NO_TRACER,
         )
+        if loaded is not None:
+            loaded.attach(runtime)  # MCP elicitations: typed-input tickets of this runtime
         pace = Pace(settings.poll_seconds, settings.poll_seconds_listening)
         worker = worker_type(runtime, concurrency=settings.workers, pace=pace)
         kept = console_secrets(settings)
@@ -524,8 +526,9 @@ async def open_runtime(
         telemetry = start_from_env()
         if telemetry is not None:
             stack.callback(telemetry.shutdown)  # last: after the runtime, sends the spans
+        opened = None
         if agents is None:
-            loaded = await stack.enter_async_context(connected_agents(settings))
+            loaded = opened = await stack.enter_async_context(connected_agents(settings))
             resumes = loaded.file.resumes if loaded.file is not None else {}
             agents = [
                 *loaded.agents,
@@ -534,6 +537,8 @@ async def open_runtime(
             ]
         tracer = telemetry.tracer if telemetry is not None else NO_TRACER
         runtime, store = await build_runtime(settings, agents, checkpoint=checkpoint, tracer=tracer)
+        if opened is not None:
+            opened.attach(runtime)  # its MCP elicitations too
         try:
             yield runtime
         finally:

@@ -202,6 +202,25 @@ class LoadedAgents:
         if hub is not None:
             await hub.stop()
 
+    def attach(self, runtime: Runtime) -> None:
+        """Let the MCP servers with ``elicitation`` ask people for input during calls of
+        `runtime`'s runs (`adapters.mcp.hub.McpHub.attach`)."""
+        if self._hub is not None:
+            self._hub.attach(runtime)
+
+    def mcp_extras(self) -> dict[str, tuple[list[tuple[str, str]], list[tuple[str, str]]]]:
+        """Each connected MCP server's resources (URI, description) and prompts (name,
+        description), as it listed them."""
+        if self._hub is None:
+            return {}
+        return {
+            name: (
+                [(r.uri, r.description or r.name) for r in connection.resources],
+                [(p.name, p.description or "") for p in connection.prompts],
+            )
+            for name, connection in sorted(self._hub.connections.items())
+        }
+
     def source_of(self, agent: str, tool: str) -> str:
         """``python``, or ``mcp:<server>`` for an MCP tool."""
         found = self._hub.source_of(agent, tool) if self._hub is not None else None

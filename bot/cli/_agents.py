@@ -51,7 +51,8 @@ def agents() -> None:
     MCP servers of the agents file are connected to list their tools; a tool's source is
     python or mcp:SERVER (unavailable while the server cannot be reached). An MCP
     tool's notes say where its permission and replay policy came from: a rule, the
-    server's annotations (trust_annotations) or the defaults.
+    server's annotations (trust_annotations) or the defaults. Each MCP server's
+    resources and prompts are listed after the agents.
 
     \b
     Examples:
@@ -100,3 +101,12 @@ def _print_agents(loaded: LoadedAgents) -> None:
             source = loaded.source_of(agent.name, name)
             rows.append([f"  {name}", source, permission, tool.replay_policy, "; ".join(notes)])
         print_table(["  TOOL", "SOURCE", "PERMISSION", "REPLAY", "NOTES"], rows)
+    for server, (resources, prompts) in loaded.mcp_extras().items():
+        if not resources and not prompts:
+            continue
+        click.echo("")
+        click.echo(f"MCP server {server}: its resources and prompts")
+        if resources:
+            print_table(["  RESOURCE", "DESCRIPTION"], [[f"  {u}", d] for u, d in resources])
+        if prompts:
+            print_table(["  PROMPT", "DESCRIPTION"], [[f"  {n}", d] for n, d in prompts])
