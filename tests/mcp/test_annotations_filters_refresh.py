@@ -280,3 +280,28 @@ servers = ["ann"]
     with pytest.raises(ConfigurationError) as refused:
         load_agents_file(path)
     assert expected in str(refused.value)
+
+
+def test_the_documented_server_options_load(tmp_path: Path) -> None:
+    from adapters.mcp import HttpServer
+    from bot.agents_file import load_agents_file
+
+    page = (ROOT / "docs" / "agents-file.md").read_text()
+    section = page.split("## Filters, annotations and images", 1)[1]
+    block = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "agents.toml"
+    path.write_text(
+        block
+        + """
+[agents.ops]
+instructions = "Operate."
+model = "examples.mcp:infra_model"
+servers = ["github"]
+"""
+    )
+    [server] = load_agents_file(path).servers
+    assert isinstance(server, HttpServer)
+    assert server.tools == ("get_*", "list_*", "search_*", "merge_pull_request")
+    assert server.exclude_tools == ("get_secret*",)
+    assert server.trust_annotations is True
+    assert server.max_image_bytes == 524288
