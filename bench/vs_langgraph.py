@@ -6,6 +6,8 @@ Usage (LangGraph is a bench-only dependency, see ``bench/requirements.txt``)::
     bench/.venv/bin/pip install -e . -r bench/requirements.txt
     bench/.venv/bin/python bench/vs_langgraph.py                      # 3 rounds of 300 cycles
     bench/.venv/bin/python bench/vs_langgraph.py --rounds 5 --runs 500 --concurrency 16
+    .ci/with-postgres bench/.venv/bin/python bench/vs_langgraph.py --database postgres \
+        --concurrency 16,64 --pg-stat-statements
 
 The cycle, on both sides: a scripted model proposes one tool call that needs approval, the
 run parks durably, it is approved, the tool runs, a second model call answers, the run is
@@ -37,6 +39,24 @@ bound values), run again in the same order by plain `sqlite3` on a fresh databas
 same directory, with nothing else (no model, tool, records, JSON or checks). Its ``disk
 %`` is what a runtime writing exactly what signoff writes, at no cost of its own, would
 reach.
+
+``--database postgres`` runs the same cycle on PostgreSQL (the cluster of
+``--postgres-url`` or ``SIGNOFF_TEST_POSTGRES_URL``, on this machine): each side gets a
+fresh database of its own on that server, signoff a `SQLStore` with its default pool
+(5 + 10 connections), LangGraph one `AsyncPostgresSaver` on a psycopg
+``AsyncConnectionPool`` of the same size (autocommit, ``prepare_threshold=0``, dict rows;
+the setup its documentation gives). Each measured block opens the system anew, warms it,
+waits for PostgreSQL's statistics to settle, runs, closes every connection and waits for
+the backends to leave, so the per-database counters of ``pg_stat_database`` are exact:
+
+- ``xact/cycle``: committed transactions (``xact_commit``; autocommitted single statements
+  count as one each);
+- ``WAL B/cycle``: WAL bytes (``pg_current_wal_lsn`` delta; only one side runs at a time);
+- ``pg cpu ms/cycle``: CPU of the cluster's processes (``/proc``), next to this process's;
+- with ``--pg-stat-statements``: statements per cycle and the statements that took most
+  of the server's time, per side. The extension must be preloaded, which needs a restart:
+  the flag sets ``shared_preload_libraries`` with ``ALTER SYSTEM`` and restarts the cluster
+  with ``pg_ctl`` (as the data directory's owner) when it is not loaded yet.
 """
 
 from __future__ import annotations
@@ -46,8 +66,11 @@ import asyncio
 import operator
 import os
 import platform
+import pwd
+import secrets
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -59,10 +82,15 @@ from typing import Annotated, Any, TypedDict
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import aiosqlite
+import asyncpg  # type: ignore[import-untyped]
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 from langgraph.graph import END, START, StateGraph
 from langgraph.types import Command, interrupt
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
 from serve_app import BenchModel
+from sqlalchemy.engine import make_url
 
 from runtime import Agent, RunStatus, Runtime, final_reply, tool_call_reply
 from runtime.store.sql import SQLStore
@@ -109,7 +137,19 @@ def lg_route(state: State) -> str:
     return "tools" if state["messages"][-1].get("tool_calls") else END
 
 
-def lg_graph(saver: AsyncSqliteSaver) -> Any:
+async def lg_cycle(graph: Any, durability: str, thread: str, n: int) -> None:
+    """One cycle of a compiled graph: park on the interrupt, resume with ``allow``."""
+    config = {"configurable": {"thread_id": thread}}
+    start = {"messages": [{"role": "user", "content": f"refund order {n}"}]}
+    parked = await graph.ainvoke(start, config, durability=durability)
+    if "__interrupt__" not in parked:
+        raise RuntimeError("LangGraph run did not park")
+    done = await graph.ainvoke(Command(resume="allow"), config, durability=durability)
+    if done["messages"][-1]["content"] != "Refunded.":
+        raise RuntimeError(f"LangGraph run did not finish: {done['messages'][-1]}")
+
+
+def lg_graph(saver: AsyncSqliteSaver | AsyncPostgresSaver) -> Any:
     builder = StateGraph(State)
     builder.add_node("agent", lg_agent)
     builder.add_node("tools", lg_tools)
@@ -231,11 +271,11 @@ class StatementLog:
         def recording_execute(conn: sqlite3.Connection, statement: Any, params: Any) -> Any:
             if type(params) is list:
                 if params:
-                    plan = writer.plan(statement, params[0])
+                    plan = writer.plan(statement, list(params[0]))
                     log.append(("many", plan.sql, [plan.parameters(p) for p in params]))
             else:
                 given = params or {}
-                plan = writer.plan(statement, given)
+                plan = writer.plan(statement, list(given))
                 sql, values = (
                     plan.expand(given) if plan.expanding else (plan.sql, plan.parameters(given))
                 )
@@ -339,14 +379,7 @@ class LangGraph:
         self.thread_prefix = f"t{time.monotonic_ns()}-"
 
     async def cycle(self, n: int) -> None:
-        config = {"configurable": {"thread_id": f"{self.thread_prefix}{n}"}}
-        start = {"messages": [{"role": "user", "content": f"refund order {n}"}]}
-        parked = await self.graph.ainvoke(start, config, durability=self.durability)
-        if "__interrupt__" not in parked:
-            raise RuntimeError("LangGraph run did not park")
-        done = await self.graph.ainvoke(Command(resume="allow"), config, durability=self.durability)
-        if done["messages"][-1]["content"] != "Refunded.":
-            raise RuntimeError(f"LangGraph run did not finish: {done['messages'][-1]}")
+        await lg_cycle(self.graph, self.durability, f"{self.thread_prefix}{n}", n)
 
     def commits(self) -> int:
         return self.committed
@@ -357,7 +390,7 @@ class LangGraph:
 
 
 async def one_round(
-    path: Path, runs: int, concurrency: int, first: str
+    path: Path, runs: int, levels: tuple[int, ...], first: str
 ) -> tuple[float, dict[str, Result]]:
     results: dict[str, Result] = {}
     signoff = Signoff(path)
@@ -374,11 +407,11 @@ async def one_round(
         order = ["signoff", "sync", "async"]
         if first != "signoff":
             order = ["sync", "async", "signoff"]
-        for tasks in (1, concurrency):
+        for tasks in levels:
             for who in order:
                 system = signoff if who == "signoff" else graphs[who]
                 label = "signoff" if who == "signoff" else f"langgraph {who}"
-                offset = 1_000_000 * (tasks != 1)
+                offset = 1_000_000 * tasks
                 results[f"{label} c{tasks}"] = await timed(
                     f"{label} c{tasks}",
                     runs,
@@ -394,7 +427,9 @@ async def one_round(
     return disk, results
 
 
-def report_round(number: int, disk: float, results: dict[str, Result], concurrency: int) -> str:
+def report_round(
+    number: int, disk: float, results: dict[str, Result], levels: tuple[int, ...]
+) -> str:
     lines = [
         f"round {number}: disk {disk:.0f} commits/s (sqlite3 WAL FULL), "
         f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
@@ -411,7 +446,7 @@ def report_round(number: int, disk: float, results: dict[str, Result], concurren
         lines.append(
             f"  signoff c1 / its SQL replayed: {results['signoff c1'].rate / floor.rate:.2f}x"
         )
-    for tasks in (1, concurrency):
+    for tasks in levels:
         ours = results[f"signoff c{tasks}"].rate
         ratios = ", ".join(
             f"{ours / results[f'langgraph {d} c{tasks}'].rate:.2f}x vs {d}"
@@ -421,26 +456,408 @@ def report_round(number: int, disk: float, results: dict[str, Result], concurren
     return "\n".join(lines)
 
 
+# --- PostgreSQL ---------------------------------------------------------------------------
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _dsn(url: str) -> str:
+    """A libpq URL (for asyncpg and psycopg) from a SQLAlchemy one."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def _cpu(pid: int, *, children: bool = False) -> float:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat.rsplit(")", 1)[1].split()
+    used = int(fields[11]) + int(fields[12])
+    if children:
+        used += int(fields[13]) + int(fields[14])
+    return used / TICK
+
+
+def cluster_cpu(postmaster: int, skip: int) -> float:
+    """User + system CPU of the cluster: the postmaster with its reaped children and every
+    live child but the backend `skip` (this script's monitor)."""
+    total = _cpu(postmaster, children=True)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == skip:
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == postmaster:
+            total += _cpu(int(entry.name))
+    return total
+
+
+@dataclass
+class PgResult(Result):
+    xacts: int = 0
+    wal_bytes: int = 0
+    pg_cpu_seconds: float = 0.0
+    statements: int = 0
+    top: list[tuple[str, int, float]] | None = None
+
+
+class Monitor:
+    """One connection to the cluster's ``postgres`` database that reads the counters."""
+
+    def __init__(self, cluster: str) -> None:
+        self.cluster = cluster
+        self.conn: asyncpg.Connection | None = None
+        self.statements = False
+
+    async def open(self, want_statements: bool) -> None:
+        self.conn = await asyncpg.connect(_dsn(self.cluster))
+        loaded = await self.conn.fetchval("SHOW shared_preload_libraries")
+        if want_statements and "pg_stat_statements" not in loaded:
+            await self.conn.execute(
+                "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'"
+            )
+            data = Path(await self.conn.fetchval("SHOW data_directory"))
+            await self.conn.close()
+            await asyncio.to_thread(restart_cluster, data)
+            self.conn = await asyncpg.connect(_dsn(self.cluster))
+        if want_statements:
+            await self.conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            self.statements = True
+        self.me = int(await self.conn.fetchval("SELECT pg_backend_pid()"))
+        data = Path(await self.conn.fetchval("SHOW data_directory"))
+        self.postmaster = int((data / "postmaster.pid").read_text().split()[0])
+
+    async def new_database(self, prefix: str) -> str:
+        assert self.conn is not None
+        name = f"{prefix}_{secrets.token_hex(4)}"
+        await self.conn.execute(f'CREATE DATABASE "{name}"')
+        return name
+
+    async def drop(self, name: str) -> None:
+        assert self.conn is not None
+        await self.conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    async def xacts(self, name: str) -> int:
+        assert self.conn is not None
+        await self.conn.execute("SELECT pg_stat_clear_snapshot()")
+        return int(
+            await self.conn.fetchval(
+                "SELECT xact_commit FROM pg_stat_database WHERE datname = $1", name
+            )
+        )
+
+    async def settled(self, name: str) -> int:
+        """The database's commit count once no backend of it has stats left to report.
+
+        Backends report their counters when idle, at most once a second: the count is
+        taken when it has not moved for 1.2 s.
+        """
+        last = await self.xacts(name)
+        while True:
+            await asyncio.sleep(1.2)
+            now = await self.xacts(name)
+            if now == last:
+                return now
+            last = now
+
+    async def gone(self, name: str) -> None:
+        """Wait until no backend is connected to `name` (they report their stats on exit)."""
+        assert self.conn is not None
+        deadline = time.monotonic() + 30
+        while await self.conn.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1", name
+        ):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"backends of {name} did not leave")
+            await asyncio.sleep(0.05)
+
+    async def wal(self) -> int:
+        assert self.conn is not None
+        return int(await self.conn.fetchval("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn"))
+
+    async def statement_calls(self, name: str) -> dict[str, tuple[int, float]]:
+        """``query -> (calls, total exec ms)`` of database `name` (pg_stat_statements)."""
+        if not self.statements:
+            return {}
+        assert self.conn is not None
+        rows = await self.conn.fetch(
+            "SELECT query, sum(calls)::bigint AS calls, sum(total_exec_time) AS ms "
+            "FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid "
+            "WHERE d.datname = $1 GROUP BY query",
+            name,
+        )
+        return {row["query"]: (int(row["calls"]), float(row["ms"])) for row in rows}
+
+    async def close(self) -> None:
+        if self.conn is not None:
+            await self.conn.close()
+
+
+def restart_cluster(data: Path) -> None:
+    """``pg_ctl restart`` the cluster in `data`, as the directory's owner."""
+    command = [str(Path(pg_bindir()) / "pg_ctl"), "-D", str(data), "-w", "-m", "fast", "restart"]
+    owner = data.stat().st_uid
+    if os.getuid() == 0 and owner != 0:
+        command = ["runuser", "-u", pwd.getpwuid(owner).pw_name, "--", *command]
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
+
+
+def pg_bindir() -> str:
+    found = os.environ.get("PG_BINDIR")
+    if found:
+        return found
+    dirs = sorted(Path("/usr/lib/postgresql").glob("*/bin"), key=lambda d: int(d.parent.name))
+    if not dirs:
+        raise RuntimeError("no PostgreSQL binaries: set PG_BINDIR")
+    return str(dirs[-1])
+
+
+class PgSignoff(Signoff):
+    def __init__(self, url: str) -> None:
+        self.store = SQLStore.from_url(url)
+        self.runtime = Runtime(self.store, [signoff_agent()])
+
+
+class PgLangGraph:
+    def __init__(self, url: str, durability: str, pool_size: int) -> None:
+        self.url = url
+        self.durability = durability
+        self.pool_size = pool_size
+        self.pool: AsyncConnectionPool[Any] | None = None
+
+    async def open(self) -> None:
+        self.pool = AsyncConnectionPool(
+            _dsn(self.url),
+            min_size=5,
+            max_size=self.pool_size,
+            kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+            open=False,
+        )
+        await self.pool.open(wait=True)
+        saver = AsyncPostgresSaver(self.pool)
+        await saver.setup()
+        self.graph = lg_graph(saver)
+        self.thread_prefix = f"t{time.monotonic_ns()}-"
+
+    async def cycle(self, n: int) -> None:
+        await lg_cycle(self.graph, self.durability, f"{self.thread_prefix}{n}", n)
+
+    def commits(self) -> int:
+        return 0
+
+    async def close(self) -> None:
+        if self.pool is not None:
+            await self.pool.close()
+
+
+async def pg_block(
+    monitor: Monitor, name: str, url: str, who: str, runs: int, tasks: int, seed: int
+) -> PgResult:
+    """Open `who` on `url`, warm it, time `runs` cycles `tasks` at once, close it."""
+    system: PgSignoff | PgLangGraph
+    system = PgSignoff(url) if who == "signoff" else PgLangGraph(url, who, pool_size=15)
+    await system.open()
+    try:
+        for warm in range(10):
+            await system.cycle(seed - 1 - warm)
+        before_xacts = await monitor.settled(name)
+        before_calls = await monitor.statement_calls(name)
+        before_wal = await monitor.wal()
+        before_pg = cluster_cpu(monitor.postmaster, monitor.me)
+        began, cpu = time.perf_counter(), time.process_time()
+        await in_tasks(runs, tasks, lambda n: system.cycle(seed + n))
+        seconds, cpu = time.perf_counter() - began, time.process_time() - cpu
+        after_pg = cluster_cpu(monitor.postmaster, monitor.me)
+        after_wal = await monitor.wal()
+    finally:
+        await system.close()
+    await monitor.gone(name)
+    after_xacts = await monitor.xacts(name)
+    after_calls = await monitor.statement_calls(name)
+    delta = {
+        query: (
+            calls - before_calls.get(query, (0, 0.0))[0],
+            ms - before_calls.get(query, (0, 0.0))[1],
+        )
+        for query, (calls, ms) in after_calls.items()
+    }
+    top = sorted(((q, c, ms) for q, (c, ms) in delta.items() if c > 0), key=lambda t: -t[2])
+    label = "signoff" if who == "signoff" else f"langgraph {who}"
+    return PgResult(
+        f"{label} c{tasks}",
+        runs,
+        seconds,
+        cpu,
+        commits=after_xacts - before_xacts,
+        xacts=after_xacts - before_xacts,
+        wal_bytes=after_wal - before_wal,
+        pg_cpu_seconds=after_pg - before_pg,
+        statements=sum(calls for _, calls, _ in top),
+        top=top,
+    )
+
+
+async def pg_round(
+    monitor: Monitor,
+    names: dict[str, tuple[str, str]],
+    runs: int,
+    levels: tuple[int, ...],
+    first: str,
+    number: int,
+) -> dict[str, PgResult]:
+    order = ["signoff", "sync", "async"]
+    if first != "signoff":
+        order = ["sync", "async", "signoff"]
+    results: dict[str, PgResult] = {}
+    for tasks in levels:
+        for who in order:
+            name, url = names[who]
+            seed = 10_000_000 * number + 100_000 * tasks
+            result = await pg_block(
+                monitor, name, url, who, runs * max(1, tasks // 16), tasks, seed
+            )
+            results[result.name] = result
+    return results
+
+
+def report_pg_round(number: int, results: dict[str, PgResult], levels: tuple[int, ...]) -> str:
+    lines = [
+        f"round {number} (PostgreSQL), load average "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+        f"  {'':<20} {'cycles/s':>9} {'cpu ms/cycle':>13} {'pg cpu ms/cyc':>14} "
+        f"{'xact/cycle':>11} {'stmts/cycle':>12} {'WAL B/cycle':>12}",
+    ]
+    for name, r in results.items():
+        lines.append(
+            f"  {name:<20} {r.rate:>9.1f} {1000 * r.cpu_seconds / r.cycles:>13.2f} "
+            f"{1000 * r.pg_cpu_seconds / r.cycles:>14.2f} {r.xacts / r.cycles:>11.2f} "
+            f"{r.statements / r.cycles:>12.2f} {r.wal_bytes / r.cycles:>12.0f}"
+        )
+    for tasks in levels:
+        ours = results[f"signoff c{tasks}"]
+        ratios = ", ".join(
+            f"{ours.rate / results[f'langgraph {d} c{tasks}'].rate:.2f}x vs {d}"
+            for d in ("sync", "async")
+        )
+        lines.append(f"  ratio c{tasks}: signoff {ratios}")
+    return "\n".join(lines)
+
+
+def report_statements(results: dict[str, PgResult], count: int = 8) -> str:
+    lines = []
+    for name, r in results.items():
+        if not r.top:
+            continue
+        total = sum(ms for _, _, ms in r.top) or 1.0
+        lines.append(f"  {name}: server time per statement (pg_stat_statements), top {count}")
+        for query, calls, ms in r.top[:count]:
+            text = " ".join(query.split())[:90]
+            lines.append(
+                f"    {calls / r.cycles:>5.2f}/cycle {1000 * ms / r.cycles:>7.1f} us/cycle "
+                f"{100 * ms / total:>4.0f}%  {text}"
+            )
+    return "\n".join(lines)
+
+
+async def main_postgres(args: argparse.Namespace, levels: tuple[int, ...]) -> None:
+    if not args.postgres_url:
+        sys.exit("--database postgres needs --postgres-url or SIGNOFF_TEST_POSTGRES_URL")
+    monitor = Monitor(args.postgres_url)
+    await monitor.open(args.pg_stat_statements)
+    assert monitor.conn is not None
+    print(
+        f"PostgreSQL {await monitor.conn.fetchval('SHOW server_version')}, "
+        f"fsync {await monitor.conn.fetchval('SHOW fsync')}, "
+        f"synchronous_commit {await monitor.conn.fetchval('SHOW synchronous_commit')}, "
+        f"pg_stat_statements {'on' if monitor.statements else 'off'}"
+    )
+    names: dict[str, tuple[str, str]] = {}
+    try:
+        for who, prefix in (
+            ("signoff", "vs_signoff"),
+            ("sync", "vs_lg_sync"),
+            ("async", "vs_lg_async"),
+        ):
+            name = await monitor.new_database(prefix)
+            url = (
+                make_url(args.postgres_url).set(database=name).render_as_string(hide_password=False)
+            )
+            names[who] = (name, url)
+        store = SQLStore.from_url(names["signoff"][1])
+        await store.migrate()
+        await store.close()
+        ratios: dict[str, list[float]] = {}
+        for number in range(1, args.rounds + 1):
+            first = "signoff" if number % 2 else "langgraph"
+            results = await pg_round(monitor, names, args.runs, levels, first, number)
+            print(report_pg_round(number, results, levels), flush=True)
+            if number == args.rounds and monitor.statements:
+                print(report_statements(results), flush=True)
+            for tasks in levels:
+                for d in ("sync", "async"):
+                    ours = results[f"signoff c{tasks}"].rate
+                    ratios.setdefault(f"c{tasks} vs {d}", []).append(
+                        ours / results[f"langgraph {d} c{tasks}"].rate
+                    )
+        print(
+            "median ratio over the rounds: "
+            + ", ".join(f"{key} {statistics.median(v):.2f}x" for key, v in ratios.items())
+        )
+    finally:
+        for name, _ in names.values():
+            await monitor.drop(name)
+        await monitor.close()
+
+
+def levels_of(text: str) -> tuple[int, ...]:
+    found = [int(part) for part in text.split(",") if part.strip()]
+    if not found or min(found) < 1:
+        raise argparse.ArgumentTypeError(f"concurrency levels are positive integers: {text!r}")
+    return (1, *[level for level in found if level != 1])
+
+
 async def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=300, help="cycles per system and round")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument(
+        "--concurrency",
+        type=levels_of,
+        default=(1, 16),
+        help="cycles at once, comma-separated (one at a time is always measured): 16,64",
+    )
+    parser.add_argument("--database", choices=("sqlite", "postgres"), default="sqlite")
     parser.add_argument("--db", type=Path, default=None, help="SQLite file (default: temp)")
+    parser.add_argument(
+        "--postgres-url",
+        default=os.environ.get("SIGNOFF_TEST_POSTGRES_URL"),
+        help="a PostgreSQL cluster on this machine where databases may be created",
+    )
+    parser.add_argument(
+        "--pg-stat-statements",
+        action="store_true",
+        help="load pg_stat_statements (restarts the cluster when it is not preloaded)",
+    )
     args = parser.parse_args(argv)
+    levels: tuple[int, ...] = args.concurrency
     print(
         f"machine: {platform.machine()}, nproc {os.cpu_count()}, Python "
         f"{platform.python_version()}, SQLite {sqlite3.sqlite_version}, "
         f"{platform.system()} {platform.release()}"
     )
+    if args.database == "postgres":
+        await main_postgres(args, levels)
+        return
     ratios: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="signoff-vs-") as scratch:
         path = args.db or Path(scratch) / "both.db"
         for number in range(1, args.rounds + 1):
             first = "signoff" if number % 2 else "langgraph"
-            disk, results = await one_round(path, args.runs, args.concurrency, first)
-            print(report_round(number, disk, results, args.concurrency), flush=True)
-            for tasks in (1, args.concurrency):
+            disk, results = await one_round(path, args.runs, levels, first)
+            print(report_round(number, disk, results, levels), flush=True)
+            for tasks in levels:
                 for d in ("sync", "async"):
                     key = f"c{tasks} vs {d}"
                     ours = results[f"signoff c{tasks}"].rate
