@@ -842,6 +842,7 @@ async def test_429_is_transient_and_honours_retry_after(
         await deliver_item(notifier, item)
     assert not caught.value.permanent
     assert caught.value.retry_after == 7
+    assert caught.value.rate_limited
     assert await deliver_item(notifier, item) == {"callback_url": receiver.url, "status": 200}
 
 

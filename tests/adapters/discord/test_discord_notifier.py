@@ -101,6 +101,7 @@ async def test_failures_are_classed_for_the_outbox(
         await deliver_item(notifier, card, harness.store)
     assert raised.value.permanent is permanent
     assert raised.value.retry_after == retry_after
+    assert raised.value.rate_limited is (status == 429)
     assert str(status) in str(raised.value)
 
 
