@@ -131,3 +131,15 @@ def test_signoff_agents_lists_resources_and_prompts(tmp_path: Path, state: Path)
     assert "infra://runbook" in out and "The on-call runbook" in out
     assert "incident" in out and "Write an incident summary" in out
     assert "ops.elicitation" not in out  # the input agent is not one of the file's agents
+
+
+def test_the_documented_settings_load(tmp_path: Path) -> None:
+    page = (ROOT / "docs" / "agents-file.md").read_text()
+    section = page[page.index("## Elicitation, resources and prompts") :]
+    start = section.index("```toml\n") + len("```toml\n")
+    block = section[start : section.index("```\n", start)]
+    path = tmp_path / "agents.toml"
+    agent = '\n[agents.ops]\ninstructions = "x"\nmodel = "examples.mcp:infra_model"\n'
+    path.write_text(block + agent + 'servers = ["infra"]\n')
+    (server,) = load_agents_file(path).servers
+    assert server.elicitation and server.resources and server.timeout == 3600
