@@ -15,6 +15,7 @@ from typing import Any
 
 import openai
 
+from adapters.models import streaming
 from adapters.models.errors import (
     connection_error,
     invalid_response,
@@ -24,6 +25,7 @@ from adapters.models.errors import (
 from adapters.models.pricing import Price, priced
 from adapters.models.tool_images import with_chat_images
 from runtime import ConfigurationError, ModelError, ModelRequest, ModelResponse
+from runtime.domain.model import TextSink
 from runtime.edges import chat_messages, parse_chat_completion
 
 PROVIDER = "openai"
@@ -46,6 +48,9 @@ class OpenAIModel:
         price: Prices per million tokens, to record each call's cost.
         default_headers: Extra headers on every request (a gateway's, an org id ...).
         name: The name recorded with every call (default ``openai:<model>``).
+        stream: Stream the answer (``stream_options.include_usage``) when the runtime
+            asks for its text as it arrives (`ModelRequest.on_text`); off, every call
+            waits for the whole answer.
 
     Raises:
         ConfigurationError: No API key was given and ``OPENAI_API_KEY`` is not set.
@@ -64,6 +69,7 @@ class OpenAIModel:
         price: Price | None = None,
         default_headers: Mapping[str, str] | None = None,
         name: str | None = None,
+        stream: bool = True,
     ) -> None:
         if not model.strip():
             raise ConfigurationError("OpenAIModel needs a model name")
@@ -72,6 +78,7 @@ class OpenAIModel:
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.price = price
+        self.stream = stream
         self._timeout = timeout
         try:
             self.client = openai.AsyncOpenAI(
@@ -106,16 +113,30 @@ class OpenAIModel:
         """
         body = self.request_body(request)
         try:
-            completion = await self.client.chat.completions.create(**body)
+            if request.on_text is not None and self.stream:
+                payload = await self._streamed(body, request.on_text)
+            else:
+                completion = await self.client.chat.completions.create(**body)
+                payload = completion.model_dump(mode="json")
         except openai.APIError as exc:
             raise _translate(exc, self._timeout) from exc
         try:
-            response = parse_chat_completion(completion.model_dump(mode="json"))
+            response = parse_chat_completion(payload)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise invalid_response(PROVIDER, str(exc) or type(exc).__name__) from exc
         if self.price is None:
             return response
         return replace(response, usage=priced(response.usage, self.price))
+
+    async def _streamed(self, body: dict[str, Any], on_text: TextSink) -> dict[str, Any]:
+        """The completion of a streamed call, its text passed to `on_text` meanwhile."""
+        streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}
+        chunks: openai.AsyncStream[Any] = await self.client.chat.completions.create(**streamed)
+        async with chunks:
+            try:
+                return await streaming.chat_completion(chunks, on_text, PROVIDER)
+            except streaming.transport_errors() as exc:
+                raise streaming.broken_stream(PROVIDER, str(exc) or type(exc).__name__) from exc
 
     async def aclose(self) -> None:
         """Close the HTTP client (its connection pool)."""

@@ -114,6 +114,10 @@ class ToolCallRequest:
     arguments: str
 
 
+TextSink = Callable[[str], None]
+"""Receives the text of an answer piece by piece while a streaming model produces it."""
+
+
 @dataclass(frozen=True, slots=True)
 class ModelRequest:
     """Everything the model is given for one turn.
@@ -123,12 +127,16 @@ class ModelRequest:
         messages: OpenAI-shaped chat messages (system, user, assistant, tool).
         tools: OpenAI-style function definitions.
         attempt: 1 for the first call of a turn; higher when a call was interrupted.
+        on_text: Called with each piece of the answer's text as it arrives, by a model
+            that streams (`TextSink`); a model that does not stream ignores it. Pieces are
+            a preview only: the turn's record is the `ModelResponse` the call returns.
     """
 
     model: str
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]]
     attempt: int = 1
+    on_text: TextSink | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +217,11 @@ class Model(Protocol):
     Implementations translate their provider's errors at this edge: a failure the run
     cannot get past raises `runtime.ModelError` (any other exception fails the run too,
     with its type and message). ``name`` is recorded with every model call.
+
+    Streaming is optional: a model that can may pass the answer's text, as it arrives, to
+    the request's `ModelRequest.on_text`, and still returns the whole `ModelResponse`
+    (the same one it would return without streaming). A stream that breaks off raises
+    `runtime.ModelError` like any failed call; nothing of it is kept.
     """
 
     name: str

@@ -25,7 +25,8 @@ protocol of the request they answer::
     fake.script(Turn.fail(429, "slow down", retry_after=0.05), Turn.say("ok"))
 
 or by a `responder` that reads the request (`Request.tool_results` ...). Every request is
-recorded in `FakeLLM.requests`; `wait_requests` waits for a count of them.
+recorded in `FakeLLM.requests`; `wait_requests` waits for a count of them. A request
+asking for a stream gets the same answer as server-sent events (`fake_llm_stream`).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from aiohttp import web
+from fake_llm_stream import StreamScript, stream
 
 API_KEY = "sk-test-fake-0123456789"
 ANTHROPIC_VERSION = "2023-06-01"
@@ -105,6 +107,8 @@ class Turn:
         thinking: The reasoning: an Anthropic ``thinking`` block's text when the request
             enables thinking, a Responses reasoning item's summary.
         redacted: Anthropic: also a ``redacted_thinking`` block.
+        streaming: How the answer streams when the request asks for a stream (cut
+            midway, held after its first text piece).
     """
 
     text: str | None = None
@@ -121,6 +125,7 @@ class Turn:
     usage: dict[str, int] = field(default_factory=dict)
     thinking: str | None = None
     redacted: bool = False
+    streaming: StreamScript = field(default_factory=StreamScript)
 
     @classmethod
     def say(cls, text: str, *, thinking: str | None = None, **usage: int) -> Turn:
@@ -381,7 +386,7 @@ class FakeLLM:
         seen.problem = _check_openai(seen.body)
         if seen.problem is not None:
             return _json(400, _openai_error(seen.problem, None))
-        return await self._answer(seen, self._next(seen))
+        return await self._answer(seen, self._next(seen), request)
 
     async def _responses(self, request: web.Request) -> web.Response:
         seen = await self._record("responses", request)
@@ -395,7 +400,7 @@ class FakeLLM:
         seen.problem = _check_responses(seen.body) or self._check_reasoning(seen.body)
         if seen.problem is not None:
             return _json(400, _openai_error(seen.problem, None))
-        return await self._answer(seen, self._next(seen))
+        return await self._answer(seen, self._next(seen), request)
 
     def _check_reasoning(self, body: dict[str, Any]) -> str | None:
         """Each function call with the reasoning item it came with, both unchanged."""
@@ -434,7 +439,7 @@ class FakeLLM:
         seen.problem = _check_anthropic(seen.body) or self._check_thinking(seen.body)
         if seen.problem is not None:
             return _json(400, _anthropic_error(400, seen.problem))
-        return await self._answer(seen, self._next(seen))
+        return await self._answer(seen, self._next(seen), request)
 
     def _check_thinking(self, body: dict[str, Any]) -> str | None:
         """Signed thinking blocks, and each tool_use turn opened by exactly its own."""
@@ -466,7 +471,9 @@ class FakeLLM:
                 )
         return None
 
-    async def _answer(self, seen: Request, turn: Turn) -> web.Response:
+    async def _answer(
+        self, seen: Request, turn: Turn, request: web.Request | None = None
+    ) -> web.StreamResponse:
         if turn.hold or turn.delay:
             # Waiting on the closing event lets `stop` end held and slow answers at once.
             timeout = None if turn.hold else turn.delay
@@ -489,10 +496,16 @@ class FakeLLM:
                 return _json(turn.status, _openai_error(message, turn.code), headers)
             return _json(turn.status, _anthropic_error(turn.status, message), headers)
         if seen.protocol == "responses":
-            return _json(200, self._response(seen, turn, n), headers)
-        if seen.protocol == "openai":
-            return _json(200, _openai_completion(seen, turn, n), headers)
-        return _json(200, self._message(seen, turn, n), headers)
+            body = self._response(seen, turn, n)
+        elif seen.protocol == "openai":
+            body = _openai_completion(seen, turn, n)
+        else:
+            body = self._message(seen, turn, n)
+        if request is not None and seen.body.get("stream") is True:
+            return await stream(
+                request, seen.protocol, body, seen.body, headers, turn.streaming, self._closing
+            )
+        return _json(200, body, headers)
 
     def _response(self, seen: Request, turn: Turn, n: int) -> dict[str, Any]:
         body = _responses_body(seen, turn, n)
