@@ -142,6 +142,10 @@ class ServerSpec(_Strict):
     url: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
     bearer_token: str | None = Field(default=None, min_length=1)
+    auth: Literal["oauth"] | None = None
+    client_id: str | None = Field(default=None, min_length=1)
+    client_secret_file: str | None = Field(default=None, min_length=1)
+    scopes: list[str] = Field(default_factory=list)
     timeout: float = Field(default=60.0, gt=0)
     connect_timeout: float = Field(default=10.0, gt=0)
     prefix: str = Field(default="", pattern=r"^[A-Za-z0-9_-]*$")
@@ -167,6 +171,12 @@ class ServerSpec(_Strict):
             raise ValueError("args, env and cwd are for command servers")
         if self.url is not None and not self.url.startswith(("http://", "https://", "${")):
             raise ValueError("url must be an http(s) URL")
+        if self.auth is None and (self.client_id or self.client_secret_file or self.scopes):
+            raise ValueError('client_id, client_secret_file and scopes need auth = "oauth"')
+        if self.auth is not None and self.command is not None:
+            raise ValueError('auth = "oauth" is for url servers')
+        if self.client_secret_file is not None and self.client_id is None:
+            raise ValueError("client_secret_file needs client_id")
         return self
 
 
@@ -472,6 +482,7 @@ class _Builder:
             max_tools=spec.max_tools,
             max_listing_bytes=spec.max_listing_bytes,
             refresh_interval=spec.refresh_interval,
+            **self.oauth_options(name, spec),
             **self.listing_options(name, spec),
         )
 
@@ -489,6 +500,30 @@ class _Builder:
             "elicitation": spec.elicitation,
             "resources": spec.resources,
         }
+
+    def oauth_options(self, name: str, spec: ServerSpec) -> dict[str, Any]:
+        """A server's ``oauth`` client (``auth = "oauth"``), its secret read from its file."""
+        from adapters.mcp.config import OAuthClient
+
+        if spec.auth is None:
+            return {}
+        secret = None
+        if spec.client_secret_file is not None:
+            path = Path(spec.client_secret_file).expanduser()
+            if not path.is_absolute():
+                path = self.file.resolve().parent / path
+            try:
+                secret = path.read_text().strip()
+            except OSError as exc:
+                raise ConfigurationError(
+                    f"{self.at('servers', name, 'client_secret_file')}: cannot read "
+                    f"{path}: {exc.strerror}"
+                ) from None
+            if not secret:
+                raise ConfigurationError(
+                    f"{self.at('servers', name, 'client_secret_file')}: {path} is empty"
+                )
+        return {"oauth": OAuthClient(spec.client_id, secret, tuple(spec.scopes))}
 
     def expand(self, value: str, *loc: str | int) -> str:
         """Replace ``${VAR}`` with the environment's value (``${SIGNOFF_PYTHON}``: this

@@ -18,6 +18,7 @@ from adapters.web.approval_models import approval_body
 from adapters.web.approvals import add_approval_routes
 from adapters.web.audit import add_audit_route
 from adapters.web.decision_tokens import DEFAULT_ISSUER, DecisionSigner, add_jwks_route
+from adapters.web.mcp_signin import SignInFlow, add_mcp_signin_routes
 from adapters.web.oidc import OidcConfig, OidcVerifier, invalid_token_challenge, keep_keys_fresh
 from adapters.web.openapi import add_openapi_route
 from adapters.web.sso import CALLBACK_PATH, SsoClient, SsoConfig
@@ -209,6 +210,7 @@ def build_web(
     slack_client: AsyncWebClient | None = None,
     slack_limiter: ChannelLimiter | None = None,
     resumes: Mapping[str, ResumeConfig] | None = None,
+    mcp_sign_ins: SignInFlow | None = None,
 ) -> Web:
     """The aiohttp application (console, JSON API, webhooks, Slack) and its notifiers.
 
@@ -230,6 +232,8 @@ def build_web(
         slack_limiter: Spacing of Slack messages to one channel (default: one a second).
         resumes: How external agents resume deferred Claude Code sessions, by agent
             name (the agents file's ``resume`` tables).
+        mcp_sign_ins: The sign-ins of MCP servers that use OAuth (the console's MCP
+            sign-in page; None: no such servers).
 
     Raises:
         ConfigurationError: A hook names an agent that is not loaded, or another bad value.
@@ -283,7 +287,7 @@ def build_web(
     sso = sso_client(settings)
     if sso is not None:
         app.cleanup_ctx.append(sso.lifetime)
-    add_console_routes(
+    console = add_console_routes(
         app,
         runtime,
         auth,
@@ -293,6 +297,8 @@ def build_web(
         sso=sso,
         token_sign_in=settings.console_token_sign_in,
     )
+    if mcp_sign_ins is not None:
+        add_mcp_signin_routes(app, console, mcp_sign_ins)
     add_hook_routes(
         app,
         runtime,

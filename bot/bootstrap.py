@@ -438,6 +438,8 @@ async def build_service(
             loaded.attach(runtime)  # MCP elicitations: typed-input tickets of this runtime
         pace = Pace(settings.poll_seconds, settings.poll_seconds_listening)
         worker = worker_type(runtime, concurrency=settings.workers, pace=pace)
+        if loaded is not None:
+            loaded.use_store(store)  # the OAuth servers' sign-ins: the runtime's database
         kept = console_secrets(settings)
         built = build_web(
             settings,
@@ -450,6 +452,7 @@ async def build_service(
             slack_client=slack_client,
             slack_limiter=slack_limiter,
             resumes=resumes,
+            mcp_sign_ins=loaded.sign_ins if loaded is not None else None,
         )
     except BaseException:
         if loaded is not None:

@@ -72,6 +72,7 @@ _SENSITIVE = frozenset(
         "openai_api_key",
         "anthropic_api_key",
         "mcp_headers",
+        "secrets_key",
     }
 )
 DEFAULT_SLACK_API_BASE_URL = "https://slack.com/api/"
@@ -202,6 +203,9 @@ class Settings(BaseSettings):
             that asks for a callback is refused.
         approval_callback_hosts: The hosts the callbacks of external approvals may go
             to (JSON list); a request naming another host is refused.
+        secrets_key: Key sealing secrets kept in the database: the tokens of MCP servers
+            signed in to with OAuth (a Fernet key, or any secret of 32 characters or
+            more). Every replica needs the same key.
         cookie_secret: Key signing console session cookies (at least 32 characters).
             Unset: made up once and kept with the operator token (in memory: random per
             process, so sessions end with a restart).
@@ -336,6 +340,7 @@ class Settings(BaseSettings):
     hooks: dict[str, HookSetting] = Field(default_factory=dict)
     approval_callback_secret: SecretStr | None = Field(default=None, min_length=1)
     approval_callback_hosts: list[str] = Field(default_factory=list)
+    secrets_key: SecretStr | None = Field(default=None, min_length=32)
     cookie_secret: SecretStr | None = Field(default=None, min_length=32)
     secure_cookies: bool = False
     signing_key: SecretStr | None = Field(default=None, min_length=1)

@@ -174,6 +174,7 @@ class LoadedAgents:
     agents: list[Agent]
     origin: str
     file: AgentsFile | None = None
+    sign_ins: Any = None  # adapters.mcp.oauth.SignIns of the OAuth servers, if any
     _hub: McpHub | None = field(default=None, repr=False)
 
     async def start(self) -> None:
@@ -192,15 +193,33 @@ class LoadedAgents:
                 f"SIGNOFF_AGENTS={self.file.path}: MCP servers need the MCP SDK: "
                 f"pip install 'signoff[mcp]' ({exc})"
             ) from exc
-        hub = McpHub(self.file.servers, self.file.bindings)
+        sign_ins = self.sign_ins
+        hub = McpHub(
+            self.file.servers,
+            self.file.bindings,
+            oauth=sign_ins.auth if sign_ins is not None else None,
+        )
+        if sign_ins is not None:
+            sign_ins.on_signed_in.append(
+                lambda server: (
+                    hub.connections[server].retry_now() if server in hub.connections else None
+                )
+            )
         await hub.start()
         self._hub = hub
+
+    def use_store(self, store: Store) -> None:
+        """Keep the OAuth servers' sign-ins in `store` (the runtime's)."""
+        if self.sign_ins is not None:
+            self.sign_ins.records.use(store)
 
     async def close(self) -> None:
         """Disconnect the MCP servers."""
         hub, self._hub = self._hub, None
         if hub is not None:
             await hub.stop()
+        if self.sign_ins is not None:
+            await self.sign_ins.records.close()
 
     def attach(self, runtime: Runtime) -> None:
         """Let the MCP servers with ``elicitation`` ask people for input during calls of
@@ -285,7 +304,12 @@ def load_agent_set(settings: Settings) -> LoadedAgents:
                 )
         agents.extend(file.agents)
         origins.append(str(settings.agents))
-    return LoadedAgents(agents, " and ".join(origins), file)
+    sign_ins = None
+    if file is not None:
+        from bot.mcp_oauth import oauth_sign_ins
+
+        sign_ins = oauth_sign_ins(settings, file.servers)
+    return LoadedAgents(agents, " and ".join(origins), file, sign_ins=sign_ins)
 
 
 def load_agents(settings: Settings) -> list[Agent]:

@@ -106,6 +106,8 @@ class HttpServer:
     Attributes:
         name: The server's name in rules (``<name>.<tool>``) and logs.
         url: The MCP endpoint, e.g. ``https://mcp.example.com/mcp``.
+        oauth: Sign in with OAuth, a person signing in from the console (None: no OAuth;
+            `headers` may still carry a static token).
         headers: Sent with every request (e.g. ``Authorization``); never logged.
         timeout: Seconds a tool call may take before it is cancelled.
         connect_timeout: Seconds to wait for the server to answer and list its tools.
@@ -143,6 +145,7 @@ class HttpServer:
     max_tools: int = MAX_TOOLS
     max_listing_bytes: int = MAX_LISTING_BYTES
     refresh_interval: float = 60.0
+    oauth: OAuthClient | None = None
     elicitation: bool = False
     resources: bool = False
     trust_annotations: bool = False
@@ -158,6 +161,22 @@ class HttpServer:
 
 
 ServerConfig = StdioServer | HttpServer
+
+
+@dataclass(frozen=True)
+class OAuthClient:
+    """How signoff signs in to an MCP server that uses OAuth (`adapters.mcp.oauth`).
+
+    Attributes:
+        client_id: A client registered with the authorization server beforehand (None:
+            dynamic client registration, which the server must offer).
+        client_secret: That client's secret (None: a public client).
+        scopes: The scopes asked for (empty: those the server names).
+    """
+
+    client_id: str | None = None
+    client_secret: str | None = field(default=None, repr=False)
+    scopes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -145,7 +145,9 @@ def describe_failure(exc: BaseException) -> str:
     """One line saying why a connection failed (never a header or an environment value)."""
     parts = []
     for leaf in _leaves(exc):
-        if isinstance(leaf, MCPError):
+        if getattr(leaf, "shown_as_is", False):  # e.g. an OAuth server nobody signed in to
+            parts.append(str(leaf))
+        elif isinstance(leaf, MCPError):
             parts.append(f"MCP error {leaf.code}: {leaf.message}")
         elif isinstance(leaf, httpx2.ConnectError):
             parts.append("connection refused")
@@ -207,6 +209,8 @@ class ServerConnection:
         on_listing: Callable[[ServerConnection, list[mcp_types.Tool]], Awaitable[None]],
     ) -> None:
         self.config = config
+        self.auth: Callable[[], httpx2.Auth] | None = None  # a new one for each connection
+        self._signed_in: httpx2.Auth | None = None  # the current connection's
         self.tools: list[mcp_types.Tool] | None = None
         self.resources: list[mcp_types.Resource] = []
         self.prompts: list[mcp_types.Prompt] = []
@@ -237,6 +241,11 @@ class ServerConnection:
     def start(self) -> None:
         """Start the connection's task."""
         self._task = asyncio.create_task(self._run(), name=f"mcp:{self.name}")
+
+    def retry_now(self) -> None:
+        """While not connected: connect again now rather than after the wait."""
+        if self._session is None:
+            self._wake.set()
 
     async def first_attempt(self) -> None:
         """Wait until the first connection attempt succeeded or failed."""
@@ -443,8 +452,11 @@ class ServerConnection:
             case HttpServer():
                 # A read timeout longer than any call: the SDK times calls out itself.
                 timeout = httpx2.Timeout(30.0, read=max(300.0, config.timeout + 30.0))
+                auth = self._signed_in = self.auth() if self.auth is not None else None
                 async with (
-                    httpx2.AsyncClient(headers=dict(config.headers), timeout=timeout) as http,
+                    httpx2.AsyncClient(
+                        headers=dict(config.headers), timeout=timeout, auth=auth
+                    ) as http,
                     streamable_http_client(config.url, http_client=http) as streams,
                 ):
                     yield streams
@@ -519,6 +531,10 @@ class ServerConnection:
                 meta=cast(mcp_types.RequestParamsMeta, {EXECUTION_KEY_META: execution_key}),
             )
         except MCPError as exc:
+            ended = getattr(self._signed_in, "ended", None)
+            if ended:  # its OAuth sign-in ended: the server refused the call (401)
+                self._wake.set()  # connect again: down until someone signs in
+                raise McpServerUnavailable(ended) from None
             if exc.code == mcp_types.CONNECTION_CLOSED:
                 await self._lost(session, tool)
             if exc.code == mcp_types.REQUEST_TIMEOUT:

@@ -17,14 +17,16 @@ are absent, and they all appear once the server answers.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+import httpx2
 import mcp_types
 
 from adapters.mcp.annotations import Defaults, Origin, defaults, offered
-from adapters.mcp.config import Binding, ServerConfig
+from adapters.mcp.config import Binding, HttpServer, ServerConfig
 from adapters.mcp.connection import McpServerUnavailable, ServerConnection
 from adapters.mcp.elicitation import InputAgent, InputDesk
 from adapters.mcp.resources import TOOL_NAME, resource_tool
@@ -103,7 +105,13 @@ class McpHub:
         bindings: Which agent uses which servers, with its per-tool settings.
     """
 
-    def __init__(self, servers: Sequence[ServerConfig], bindings: Sequence[Binding]) -> None:
+    def __init__(
+        self,
+        servers: Sequence[ServerConfig],
+        bindings: Sequence[Binding],
+        *,
+        oauth: Callable[[str], httpx2.Auth] | None = None,
+    ) -> None:
         used = {name for binding in bindings for name in binding.servers}
         known = {server.name: server for server in servers}
         missing = used - set(known)
@@ -113,6 +121,14 @@ class McpHub:
         self._connections = {
             name: ServerConnection(known[name], self._listed) for name in known if name in used
         }
+        for name, connection in self._connections.items():
+            if isinstance(connection.config, HttpServer) and connection.config.oauth is not None:
+                if oauth is None:
+                    raise ConfigurationError(
+                        f"MCP server {name!r} signs in with OAuth, which needs a key to seal "
+                        "its tokens with (SIGNOFF_SECRETS_KEY)"
+                    )
+                connection.auth = functools.partial(oauth, name)
         # (agent, server) -> names of that server's tools in the agent's catalog
         self._owned: dict[tuple[str, str], list[str]] = {}
         self._unavailable: set[tuple[str, str]] = set()

@@ -251,8 +251,8 @@ def add_console_routes(
     secure_cookies: bool = False,
     sso: SsoClient | None = None,
     token_sign_in: bool = True,
-) -> None:
-    """Add the console's pages to `app`.
+) -> _Console:
+    """Add the console's pages to `app`; the console, for pages added elsewhere.
 
     Args:
         app: The application to extend.
@@ -294,6 +294,7 @@ def add_console_routes(
     app.router.add_post("/start", console.form(console.start))
     app.router.add_get("/link", console.signed_in(console.link_page))
     app.router.add_post("/link", console.form(console.link_page))
+    return console
 
 
 class _Console:
