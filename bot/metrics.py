@@ -328,6 +328,10 @@ class Metrics:
         async with runtime.store.transaction() as tx:
             runs = await tx.count_runs()
             figures = await tx.figures(runtime.clock.now())
+        self.export_figures(runs, figures)
+
+    def export_figures(self, runs: dict[str, int], figures: Figures) -> None:
+        """Export `figures` (and the runs by status) as read now."""
         self._figures.snapshot = _Snapshot(runs, figures, time.time())
         self.figures_holder.set(1)
 
@@ -386,14 +390,16 @@ async def _wait(stop: asyncio.Event, wake: asyncio.Event, seconds: float) -> Non
 async def _figures_turn(metrics: Metrics, runtime: Runtime, owner: str, seconds: float) -> None:
     now = runtime.clock.now()
     try:
+        # One transaction: on SQLite each one takes the write lock.
         async with runtime.store.transaction() as tx:
             fence = await tx.take_lease(
                 FIGURES_LEASE, owner=owner, now=now, until=now + timedelta(seconds=3 * seconds)
             )
-        if fence is None:
+            held = None if fence is None else (await tx.count_runs(), await tx.figures(now))
+        if held is None:
             metrics.drop_figures()
         else:
-            await metrics.read_figures(runtime)
+            metrics.export_figures(*held)
     except StorageError as exc:
         # Stale figures would hide the outage: the alert on signoff_database_up fires.
         log.warning("metrics: the database failed: %s", exc)
