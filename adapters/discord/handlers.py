@@ -98,8 +98,9 @@ class Handlers:
         runtime: Starts runs and checks and stores decisions.
         wake: Tells the worker there is something to do (a run queued, a click stored).
         config: Role groups, console URL and the answer budget.
-        acked: Told, for each decision, how long it took to acknowledge (``discord``,
-            seconds from the interaction reaching the handler to its first answer).
+        acked: Told, for each decision (one call's, a form's or a batch's), how long it
+            took to acknowledge (``discord``, seconds from the interaction reaching the
+            handler to its first answer).
     """
 
     def __init__(
@@ -360,7 +361,7 @@ class Handlers:
                 await self._settle_batch(interaction, answer.kind, actor)
             return Reply(refusals.batch_text(answer.kind, outcome, self._config.role_groups))
 
-        await self._respond(interaction, work)
+        await self._respond(interaction, work, timed=True)
 
     async def _settle_batch(self, interaction: Interaction, kind: str, actor: Actor) -> None:
         """Take the buttons off the clicked batch message and say who decided it."""

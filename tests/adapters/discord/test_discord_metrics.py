@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
-from discord_harness import ALICE
-from fake_discord import FakeDiscord
+from discord_harness import ALICE, BOB, Harness
+from fake_discord import CHANNEL_ID, FakeDiscord
 from metrics_kit import total
+from prometheus_client import generate_latest
 
 from bot.serve import build_service
 from bot.settings import load_settings
@@ -64,3 +66,25 @@ async def _scrape(url: str) -> str:
     async with aiohttp.ClientSession() as http, http.get(f"{url}/metrics") as answer:
         assert answer.status == 200
         return await answer.text()
+
+
+async def test_a_batch_click_is_timed_and_a_strangers_refused_click_too(harness: Harness) -> None:
+    bot = await harness.start_bot()
+    run_id, _ = await harness.start_run(ALICE, "tidy")
+
+    def batch() -> dict[str, Any] | None:
+        for message in reversed(harness.fake.channel_messages(CHANNEL_ID)):
+            embeds = message.get("embeds") or []
+            if embeds and "2 calls wait for a decision" in str(embeds[0].get("title", "")):
+                return message
+        return None
+
+    offered = await harness.fake.wait_for(batch, what="the batch message")
+    refused = await harness.click(BOB, offered, "Allow all 2")
+    assert "Allow recorded" not in refused.text
+    answer = await harness.click(ALICE, offered, "Allow all 2")
+    assert "Allow recorded for 2 of 2 calls" in answer.text
+    await harness.finished(run_id)
+    exposition = generate_latest(bot.service.metrics.registry).decode()
+    assert total(exposition, "signoff_click_ack_seconds_count", edge="discord") == 2
+    assert total(exposition, "signoff_decisions_total", edge="discord", decision="allow") == 2
