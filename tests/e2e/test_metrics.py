@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from metrics_kit import api, scrape, served, total, turn, until_status, value
+from metrics_kit import api, scrape, serve, served, total, turn, until_status, value
 
 from bot.metrics import signoff_version
 from runtime import (
@@ -199,7 +199,9 @@ async def test_expiries_by_action(tmp_path: Path) -> None:
 
 async def test_one_replica_exports_the_database_wide_figures(tmp_path: Path) -> None:
     database = tmp_path / "shared.db"
-    async with served(database, worker_id="replica-a") as first:
+    stopped = False
+    first = await serve(database, worker_id="replica-a")
+    try:
         await turn(first)
         async with served(database, worker_id="replica-b") as second:
             await turn(second)
@@ -214,6 +216,10 @@ async def test_one_replica_exports_the_database_wide_figures(tmp_path: Path) -> 
             assert value(other, "signoff_database_up") == 1
             assert value(other, "signoff_worker_slots") is not None
             await first.stop(grace_seconds=1)  # gives the lease up
+            stopped = True
             after = await scrape(second)
             assert value(after, "signoff_figures_holder") == 1
             assert value(after, "signoff_queued_work") == 0
+    finally:
+        if not stopped:
+            await first.stop(grace_seconds=1)

@@ -24,6 +24,15 @@ async def served(
     database: Path, agents: Sequence[Agent] | None = None, **kwargs: Any
 ) -> AsyncIterator[Service]:
     """A started `signoff serve` on `database` (SQLite), listening on a free port."""
+    service = await serve(database, agents, **kwargs)
+    try:
+        yield service
+    finally:
+        await service.stop(grace_seconds=1)
+
+
+async def serve(database: Path, agents: Sequence[Agent] | None = None, **kwargs: Any) -> Service:
+    """Start `signoff serve` on `database` (SQLite); the caller stops it."""
     overrides = {
         "database_url": f"sqlite+aiosqlite:///{database}",
         "app": "tests.e2e.serve_app:agents",
@@ -33,10 +42,7 @@ async def served(
     }
     service = await build_service(load_settings(overrides=overrides), agents=agents, **kwargs)
     await service.start()
-    try:
-        yield service
-    finally:
-        await service.stop(grace_seconds=1)
+    return service
 
 
 async def api(service: Service, method: str, path: str, body: object = None) -> Any:
