@@ -699,6 +699,70 @@ async def pg_block(
     )
 
 
+async def profile_signoff(url: str, runs: int, out: Path) -> None:
+    """Profile signoff's side, one cycle at a time, with pyinstrument; write the text tree."""
+    from pyinstrument import Profiler
+
+    system = PgSignoff(url)
+    await system.open()
+    try:
+        for warm in range(10):
+            await system.cycle(90_000_000 - warm)
+        profiler = Profiler(interval=0.0005, async_mode="disabled")
+        profiler.start()
+        for n in range(runs):
+            await system.cycle(90_000_100 + n)
+        profiler.stop()
+    finally:
+        await system.close()
+    text = profiler.output_text(unicode=False, color=False, show_all=False)
+    await asyncio.to_thread(out.write_text, text)
+    print(f"pyinstrument profile of {runs} signoff cycles (c1) written to {out}")
+
+
+async def table_bytes(url: str) -> dict[str, int]:
+    """Bytes of every table of `url`'s database, indexes and TOAST included."""
+    conn = await asyncpg.connect(_dsn(url))
+    try:
+        rows = await conn.fetch(
+            "SELECT relname, pg_total_relation_size(c.oid) AS size FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE c.relkind = 'r' AND n.nspname = 'public'"
+        )
+        return {row["relname"]: int(row["size"]) for row in rows}
+    finally:
+        await conn.close()
+
+
+async def parked_bytes(url: str, who: str, count: int) -> str:
+    """Park `count` runs of `who` (never decided) and report the bytes they take."""
+    before = await table_bytes(url)
+    system: PgSignoff | PgLangGraph
+    system = PgSignoff(url) if who == "signoff" else PgLangGraph(url, who, pool_size=15)
+    await system.open()
+    try:
+
+        async def park(n: int) -> None:
+            if isinstance(system, PgSignoff):
+                run = await system.runtime.start("refunds", f"refund order {n}", requester="U1")
+                if run.status is not RunStatus.AWAITING:
+                    raise RuntimeError(f"signoff run did not park: {run.status}")
+            else:
+                config = {"configurable": {"thread_id": f"parked-{n}"}}
+                start = {"messages": [{"role": "user", "content": f"refund order {n}"}]}
+                await system.graph.ainvoke(start, config, durability=who)
+
+        await in_tasks(count, 16, park)
+    finally:
+        await system.close()
+    after = await table_bytes(url)
+    grown = {t: after[t] - before.get(t, 0) for t in after if after[t] != before.get(t, 0)}
+    total = sum(grown.values())
+    parts = ", ".join(f"{t} {b / count:.0f}" for t, b in sorted(grown.items(), key=lambda x: -x[1]))
+    label = "signoff" if who == "signoff" else f"langgraph {who}"
+    return f"  {label}: {total / count:.0f} bytes per parked run ({parts})"
+
+
 async def pg_round(
     monitor: Monitor,
     names: dict[str, tuple[str, str]],
@@ -794,7 +858,7 @@ async def main_postgres(args: argparse.Namespace, levels: tuple[int, ...]) -> No
             results = await pg_round(monitor, names, args.runs, levels, first, number)
             print(report_pg_round(number, results, levels), flush=True)
             if number == args.rounds and monitor.statements:
-                print(report_statements(results), flush=True)
+                print(report_statements(results, args.top), flush=True)
             for tasks in levels:
                 for d in ("sync", "async"):
                     ours = results[f"signoff c{tasks}"].rate
@@ -805,6 +869,12 @@ async def main_postgres(args: argparse.Namespace, levels: tuple[int, ...]) -> No
             "median ratio over the rounds: "
             + ", ".join(f"{key} {statistics.median(v):.2f}x" for key, v in ratios.items())
         )
+        if args.parked:
+            print(f"{args.parked} runs parked, never decided (table sizes, indexes included):")
+            for who in ("signoff", "sync"):
+                print(await parked_bytes(names[who][1], who, args.parked), flush=True)
+        if args.profile is not None:
+            await profile_signoff(names["signoff"][1], args.runs, args.profile)
     finally:
         for name, _ in names.values():
             await monitor.drop(name)
@@ -839,6 +909,23 @@ async def main(argv: list[str] | None = None) -> None:
         "--pg-stat-statements",
         action="store_true",
         help="load pg_stat_statements (restarts the cluster when it is not preloaded)",
+    )
+    parser.add_argument(
+        "--top", type=int, default=8, help="statements listed per side (pg_stat_statements)"
+    )
+    parser.add_argument(
+        "--parked",
+        type=int,
+        default=0,
+        help="PostgreSQL: after the rounds, park this many runs on each side and report "
+        "the bytes each takes",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="PostgreSQL: after the rounds, profile --runs signoff cycles with pyinstrument "
+        "and write the call tree to this file",
     )
     args = parser.parse_args(argv)
     levels: tuple[int, ...] = args.concurrency

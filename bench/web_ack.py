@@ -64,7 +64,7 @@ def agents() -> list[Any]:
     from serve_app import agents as refund_agents
 
     seconds = float(os.environ.get("WEB_ACK_TOOL_SECONDS", "60"))
-    busy_ms = float(os.environ.get("WEB_ACK_TOOL_BUSY_MS", "5"))
+    busy_ms = float(os.environ.get("WEB_ACK_TOOL_BUSY_MS", "2"))
     model = BenchModel([tool_call_reply(("crunch", {"rows": 1000})), final_reply("Crunched.")])
     busy = Agent("busy", "Crunch what you are given.", model)
 
@@ -235,7 +235,7 @@ async def measure(layout: str, round_: int, args: argparse.Namespace) -> dict[st
                     await until(
                         conn,
                         "SELECT count(*) >= $1 FROM tool_calls WHERE tool = 'crunch' "
-                        "AND state = 'running'",
+                        "AND state = 'dispatched'",
                         args.workers,
                     )
                     before = [s.cpu() for s in servers]
@@ -259,7 +259,7 @@ async def measure(layout: str, round_: int, args: argparse.Namespace) -> dict[st
                     after = [s.cpu() for s in servers]
                     running = await conn.fetchval(
                         "SELECT count(*) FROM tool_calls WHERE tool = 'crunch' "
-                        "AND state = 'running'"
+                        "AND state = 'dispatched'"
                     )
             finally:
                 await conn.close()
@@ -321,7 +321,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of each layout")
     parser.add_argument("--tool-seconds", type=float, default=60.0, help="how long a tool works")
     parser.add_argument(
-        "--tool-busy-ms", type=float, default=5.0, help="CPU ms of every 20 ms a tool uses"
+        "--tool-busy-ms", type=float, default=2.0, help="CPU ms of every 20 ms a tool uses"
     )
     parser.add_argument(
         "--postgres-url",
