@@ -305,3 +305,53 @@ servers = ["github"]
     assert server.exclude_tools == ("get_secret*",)
     assert server.trust_annotations is True
     assert server.max_image_bytes == 524288
+
+
+async def test_signoff_serve_mounts_the_refresh_route_for_its_agents_file(
+    tmp_path: Path, state: Path
+) -> None:
+    from bot.bootstrap import Parts, build_service
+    from bot.settings import ApiTokenSetting, Settings
+
+    path = tmp_path / "agents.toml"
+    path.write_text(
+        f"""
+[servers.ann]
+command = "{sys.executable}"
+args = ["{SERVER}"]
+env = {{ ANNOTATED_STATE = "{state}" }}
+connect_timeout = 60
+
+[agents.ops]
+instructions = "Operate."
+model = "examples.mcp:infra_model"
+servers = ["ann"]
+"""
+    )
+    settings = Settings(
+        database_url=f"sqlite+aiosqlite:///{tmp_path / 'signoff.db'}",
+        operator_token="serve-operator-0123456789",
+        cookie_secret="k" * 32,
+        agents=path,
+        api_tokens=[ApiTokenSetting(token="stranger-token-0123456789", actor="U9")],
+    )
+    service = await build_service(
+        settings, parts=Parts(listen=False, outbox=False, deadlines=False, wake_ups=False)
+    )
+    await service.runtime.store.migrate()
+    client = TestClient(TestServer(service.app, host="127.0.0.1", port=0))
+    await client.start_server()
+    try:
+        (state / "extra").write_text("1")
+        url = "/api/mcp/servers/ann/refresh"
+        stranger = await client.post(
+            url, headers={"Authorization": "Bearer stranger-token-0123456789"}
+        )
+        assert stranger.status == 403
+        done = await client.post(url, headers={"Authorization": "Bearer serve-operator-0123456789"})
+        assert done.status == 200, await done.text()
+        assert await done.json() == {"server": "ann", "tools": 6}
+        assert "search" in service.runtime.agents["ops"].tools
+    finally:
+        await client.close()
+        await service.stop(grace_seconds=5)
