@@ -511,16 +511,35 @@ class Monitor:
         self.conn: asyncpg.Connection | None = None
         self.statements = False
 
-    async def open(self, want_statements: bool) -> None:
+    async def open(self, want_statements: bool, durable: bool) -> None:
         self.conn = await asyncpg.connect(_dsn(self.cluster))
         loaded = await self.conn.fetchval("SHOW shared_preload_libraries")
-        if want_statements and "pg_stat_statements" not in loaded:
-            await self.conn.execute(
-                "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'"
-            )
+        fsync = await self.conn.fetchval("SHOW fsync")
+        if (want_statements and "pg_stat_statements" not in loaded) or (durable and fsync != "on"):
+            if want_statements:
+                await self.conn.execute(
+                    "ALTER SYSTEM SET shared_preload_libraries = 'pg_stat_statements'"
+                )
+            # pg_ctl restart with -o replaces the options the cluster was started with:
+            # give back those that reach it, and the durability asked for.
+            kept = {}
+            for setting in (
+                "listen_addresses",
+                "port",
+                "unix_socket_directories",
+                "max_connections",
+                "shared_buffers",
+                "fsync",
+                "synchronous_commit",
+                "full_page_writes",
+            ):
+                kept[setting] = await self.conn.fetchval(f"SHOW {setting}")
+            if durable:
+                kept.update(fsync="on", synchronous_commit="on", full_page_writes="on")
+            options = " ".join(f"-c {key}={value}" for key, value in kept.items())
             data = Path(await self.conn.fetchval("SHOW data_directory"))
             await self.conn.close()
-            await asyncio.to_thread(restart_cluster, data)
+            await asyncio.to_thread(restart_cluster, data, options)
             self.conn = await asyncpg.connect(_dsn(self.cluster))
         if want_statements:
             await self.conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
@@ -595,9 +614,10 @@ class Monitor:
             await self.conn.close()
 
 
-def restart_cluster(data: Path) -> None:
-    """``pg_ctl restart`` the cluster in `data`, as the directory's owner."""
-    command = [str(Path(pg_bindir()) / "pg_ctl"), "-D", str(data), "-w", "-m", "fast", "restart"]
+def restart_cluster(data: Path, options: str) -> None:
+    """``pg_ctl restart`` the cluster in `data` with `options`, as the directory's owner."""
+    pg_ctl = str(Path(pg_bindir()) / "pg_ctl")
+    command = [pg_ctl, "-D", str(data), "-w", "-m", "fast", "-o", options, "restart"]
     owner = data.stat().st_uid
     if os.getuid() == 0 and owner != 0:
         command = ["runuser", "-u", pwd.getpwuid(owner).pw_name, "--", *command]
@@ -829,12 +849,13 @@ async def main_postgres(args: argparse.Namespace, levels: tuple[int, ...]) -> No
     if not args.postgres_url:
         sys.exit("--database postgres needs --postgres-url or SIGNOFF_TEST_POSTGRES_URL")
     monitor = Monitor(args.postgres_url)
-    await monitor.open(args.pg_stat_statements)
+    await monitor.open(args.pg_stat_statements, args.durable)
     assert monitor.conn is not None
     print(
         f"PostgreSQL {await monitor.conn.fetchval('SHOW server_version')}, "
         f"fsync {await monitor.conn.fetchval('SHOW fsync')}, "
         f"synchronous_commit {await monitor.conn.fetchval('SHOW synchronous_commit')}, "
+        f"full_page_writes {await monitor.conn.fetchval('SHOW full_page_writes')}, "
         f"pg_stat_statements {'on' if monitor.statements else 'off'}"
     )
     names: dict[str, tuple[str, str]] = {}
@@ -909,6 +930,12 @@ async def main(argv: list[str] | None = None) -> None:
         "--pg-stat-statements",
         action="store_true",
         help="load pg_stat_statements (restarts the cluster when it is not preloaded)",
+    )
+    parser.add_argument(
+        "--durable",
+        action="store_true",
+        help="PostgreSQL: restart the cluster with fsync, synchronous_commit and "
+        "full_page_writes on when it runs without them (as .ci/with-postgres starts it)",
     )
     parser.add_argument(
         "--top", type=int, default=8, help="statements listed per side (pg_stat_statements)"
