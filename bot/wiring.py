@@ -208,6 +208,13 @@ class LoadedAgents:
         await hub.start()
         self._hub = hub
 
+    def mcp_unavailable(self) -> dict[str, str]:
+        """Why each MCP server that is not connected is not (e.g. it needs a sign-in)."""
+        if self._hub is None:
+            return {}
+        connections = self._hub.connections
+        return {n: c.reason or "not connected" for n, c in connections.items() if not c.up}
+
     def use_store(self, store: Store) -> None:
         """Keep the OAuth servers' sign-ins in `store` (the runtime's)."""
         if self.sign_ins is not None:

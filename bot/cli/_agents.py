@@ -101,6 +101,9 @@ def _print_agents(loaded: LoadedAgents) -> None:
             source = loaded.source_of(agent.name, name)
             rows.append([f"  {name}", source, permission, tool.replay_policy, "; ".join(notes)])
         print_table(["  TOOL", "SOURCE", "PERMISSION", "REPLAY", "NOTES"], rows)
+    for server, reason in sorted(loaded.mcp_unavailable().items()):
+        click.echo("")
+        click.echo(f"MCP server {server} is unavailable: {reason}")
     for server, (resources, prompts) in loaded.mcp_extras().items():
         if not resources and not prompts:
             continue

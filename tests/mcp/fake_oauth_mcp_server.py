@@ -22,7 +22,7 @@ import secrets
 import socket
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from mcp.server.auth.provider import (
     AccessToken,
@@ -34,7 +34,7 @@ from mcp.server.auth.provider import (
 from mcp.server.auth.settings import AuthSettings, ClientRegistrationOptions
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.auth import OAuthClientInformationFull, OAuthToken
-from pydantic import AnyUrl
+from pydantic import AnyHttpUrl, AnyUrl
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
@@ -152,10 +152,10 @@ def build(port: int) -> MCPServer[Any]:
         )
     server: MCPServer[Any] = MCPServer(
         "crm",
-        auth_server_provider=PROVIDER,
+        auth_server_provider=cast(Any, PROVIDER),
         auth=AuthSettings(
-            issuer_url=AnyUrl(base),
-            resource_server_url=AnyUrl(f"{base}/mcp"),
+            issuer_url=AnyHttpUrl(base),
+            resource_server_url=AnyHttpUrl(f"{base}/mcp"),
             validate_token_resource=False,
             client_registration_options=ClientRegistrationOptions(
                 enabled=registration, valid_scopes=["tools"], default_scopes=["tools"]
@@ -170,16 +170,18 @@ def build(port: int) -> MCPServer[Any]:
         _event("call", tool="lookup", token=str(headers.get("authorization", ""))[7:])
         return f"{customer}: gold"
 
-    @server.custom_route("/control/expire", methods=["POST"])
     async def expire(request: Request) -> JSONResponse:
         PROVIDER.access.clear()
         return JSONResponse({"ok": True})
 
-    @server.custom_route("/control/refuse-refresh", methods=["POST"])
     async def refuse(request: Request) -> JSONResponse:
         PROVIDER.access.clear()
         PROVIDER.refresh.clear()
         return JSONResponse({"ok": True})
+
+    route: Any = server.custom_route
+    route("/control/expire", methods=["POST"])(expire)
+    route("/control/refuse-refresh", methods=["POST"])(refuse)
 
     return server
 

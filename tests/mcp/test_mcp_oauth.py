@@ -261,6 +261,25 @@ async def test_sign_in_refresh_restart_and_refusal(
         await served.stop()
 
 
+def test_signoff_agents_says_the_server_needs_a_sign_in(
+    tmp_path: Path, oauth_server: OAuthServer
+) -> None:
+    env = environment(tmp_path, free_port(), oauth_server)
+    listed = subprocess.run(
+        [sys.executable, "-m", "bot", "agents"],
+        cwd=HERE.parents[1],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert "mcp:crm (unavailable)" in listed.stdout
+    assert "MCP server crm is unavailable: MCP server 'crm' needs an operator to sign in" in (
+        listed.stdout
+    )
+
+
 async def test_strangers_see_and_start_nothing(tmp_path: Path, oauth_server: OAuthServer) -> None:
     port = free_port()
     served = await Served.start(environment(tmp_path, port, oauth_server))
