@@ -35,6 +35,7 @@ from aiohttp import web
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
+from adapters.mcp.images import content_blocks
 from runtime import (
     Actor,
     Agent,
@@ -332,6 +333,9 @@ def _result(event: Mapping[str, Any]) -> mcp_types.CallToolResult:
     data = event.get("data") or {}
     if event["kind"] == "tool_completed":
         value = data.get("result")
+        blocks = content_blocks(value)
+        if blocks is not None:
+            return mcp_types.CallToolResult(content=blocks)
         text = value if isinstance(value, str) else json.dumps(value, default=str)
         return mcp_types.CallToolResult(content=[mcp_types.TextContent(text=text)])
     if event["kind"] == "tool_failed":

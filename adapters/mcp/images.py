@@ -8,11 +8,13 @@ image, are recorded as MCP image blocks::
 (an embedded one also has its ``uri``). An image whose decoded size is over the server's
 ``max_image_bytes`` is recorded as a text block saying so instead, as is audio. Model
 adapters pass kept images on in their provider's format (`adapters.models.tool_images`);
-cards show a note or the image where the edge can.
+the console's run page shows them; the gateway gives them to its MCP clients as images
+(`content_blocks`).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import mcp_types
@@ -59,3 +61,31 @@ def recorded_block(block: mcp_types.ContentBlock, max_bytes: int) -> dict[str, A
         ):
             return image_block(resource.mime_type, resource.blob, max_bytes, uri=str(resource.uri))
     return None
+
+
+def content_blocks(value: Any) -> list[mcp_types.ContentBlock] | None:
+    """A recorded result holding image blocks as MCP content again (text blocks as text,
+    images as images, anything else as JSON text), for an MCP client of the gateway; None
+    when it holds no image."""
+    if not isinstance(value, list) or not any(
+        isinstance(b, dict) and b.get("type") == "image" and isinstance(b.get("data"), str)
+        for b in value
+    ):
+        return None
+    blocks: list[mcp_types.ContentBlock] = []
+    for block in value:
+        if isinstance(block, dict) and block.get("type") == "text":
+            blocks.append(mcp_types.TextContent(type="text", text=str(block.get("text", ""))))
+        elif (
+            isinstance(block, dict)
+            and block.get("type") == "image"
+            and isinstance(block.get("data"), str)
+        ):
+            blocks.append(
+                mcp_types.ImageContent(
+                    type="image", data=block["data"], mime_type=str(block.get("mimeType"))
+                )
+            )
+        else:
+            blocks.append(mcp_types.TextContent(type="text", text=json.dumps(block, default=str)))
+    return blocks

@@ -98,3 +98,56 @@ async def test_the_run_page_shows_the_image_to_who_may_see_the_run(
     stranger = await bed.client.get(f"/runs/{theirs}")
     assert stranger.status == 404
     assert "data:image/png" not in await stranger.text()
+
+
+async def test_the_gateway_gives_its_mcp_client_the_image_as_an_image(
+    tmp_path: Path,
+) -> None:
+    import asyncio
+    import os
+
+    import mcp_types
+    from mcp import Client, StdioServerParameters
+    from testkit import ROOT
+
+    path = tmp_path / "agents.toml"
+    path.write_text(
+        f"""
+[servers.ann]
+command = "{sys.executable}"
+args = ["{SERVER}"]
+env = {{ ANNOTATED_STATE = "{tmp_path}" }}
+connect_timeout = 60
+
+[agents.cam]
+instructions = "Look."
+model = "examples.mcp:infra_model"
+servers = ["ann"]
+
+[agents.cam.rules."ann.snapshot"]
+permission = "allow"
+"""
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SIGNOFF_")}
+    env.update(
+        SIGNOFF_DATABASE_URL=f"sqlite+aiosqlite:///{tmp_path / 'signoff.db'}",
+        SIGNOFF_AGENTS=str(path),
+        SIGNOFF_LOG_LEVEL="ERROR",
+    )
+    migrate = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bot", "migrate", cwd=ROOT, env=env
+    )
+    assert await migrate.wait() == 0
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "bot", "mcp", "cam", "--as", "U1", "--no-operator"],
+        env=env,
+        cwd=str(ROOT),
+    )
+    async with Client(params) as client:
+        result = await client.call_tool("snapshot", {"size": 64})
+    assert not result.is_error
+    text, image = result.content
+    assert isinstance(text, mcp_types.TextContent) and text.text == "the dashboard"
+    assert isinstance(image, mcp_types.ImageContent) and image.mime_type == "image/png"
+    assert len(base64.b64decode(image.data)) == 64
