@@ -18,6 +18,7 @@ from adapters.web.approval_models import approval_body
 from adapters.web.approvals import add_approval_routes
 from adapters.web.audit import add_audit_route
 from adapters.web.decision_tokens import DEFAULT_ISSUER, DecisionSigner, add_jwks_route
+from adapters.web.live import LiveText, add_live_routes
 from adapters.web.mcp_signin import SignInFlow, add_mcp_signin_routes
 from adapters.web.oidc import OidcConfig, OidcVerifier, invalid_token_challenge, keep_keys_fresh
 from adapters.web.openapi import add_openapi_route
@@ -211,6 +212,7 @@ def build_web(
     slack_limiter: ChannelLimiter | None = None,
     resumes: Mapping[str, ResumeConfig] | None = None,
     mcp_sign_ins: SignInFlow | None = None,
+    live: LiveText | None = None,
 ) -> Web:
     """The aiohttp application (console, JSON API, webhooks, Slack) and its notifiers.
 
@@ -234,6 +236,8 @@ def build_web(
             name (the agents file's ``resume`` tables).
         mcp_sign_ins: The sign-ins of MCP servers that use OAuth (the console's MCP
             sign-in page; None: no such servers).
+        live: This process's live text of the answers being written: run pages follow
+            it (``GET /runs/{run_id}/stream``); None: they do not.
 
     Raises:
         ConfigurationError: A hook names an agent that is not loaded, or another bad value.
@@ -299,6 +303,9 @@ def build_web(
     )
     if mcp_sign_ins is not None:
         add_mcp_signin_routes(app, console, mcp_sign_ins)
+    if live is not None:
+        add_live_routes(app, runtime, console, live)
+        console.live_text = True
     add_hook_routes(
         app,
         runtime,

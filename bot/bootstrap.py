@@ -387,6 +387,7 @@ async def build_service(
     """
     from adapters.claude_code.resume import PLATFORM as RESUME_PLATFORM
     from adapters.claude_code.resume import ResumeConfig, ResumeNotifier, resume_agents
+    from adapters.web.live import LiveText
     from bot.app import build_web
     from bot.mcp_gateway import Gateways, gateway_agents, mount_gateways
     from bot.wiring import build_runtime, load_agent_set
@@ -408,6 +409,9 @@ async def build_service(
             metrics.observe(point, info)
             also(point, info)
 
+    live = LiveText() if settings.stream_text else None
+    if live is not None:
+        observe = live.observing(observe)
     owns_store = store is None
     loaded = None
     gateways: Gateways = []
@@ -453,6 +457,7 @@ async def build_service(
             slack_limiter=slack_limiter,
             resumes=resumes,
             mcp_sign_ins=loaded.sign_ins if loaded is not None else None,
+            live=live,
         )
     except BaseException:
         if loaded is not None:

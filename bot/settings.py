@@ -253,6 +253,9 @@ class Settings(BaseSettings):
             servers use their default, Anthropic 4096).
         model_prices: ``{"<provider>:<model>": {"input", "output", "cached_input",
             "cache_write"}}`` per million tokens, to record each model call's cost.
+        stream_text: Stream provider models' answers and show their text on the
+            console's run page while it is written (off: every model call waits for
+            the whole answer, and the page shows it once the turn is recorded).
         identities_file: A TOML file linking people's ids across edges: each key a
             person (``oidc:<claim>`` or a name), each value the ids that are that person
             (Slack and Discord user ids, ``oidc:`` identities).
@@ -375,6 +378,7 @@ class Settings(BaseSettings):
     model_max_retries: int = Field(default=2, ge=0, le=10)
     model_max_tokens: int | None = Field(default=None, ge=1)
     model_prices: dict[str, PriceSetting] = Field(default_factory=dict)
+    stream_text: bool = True
     identities_file: Path | None = None
     identity_unlinked: Literal["allow", "refuse"] = "allow"
     slack_link_by_email: bool = False

@@ -94,6 +94,7 @@ def model_options(settings: Settings) -> ModelOptions:
         timeout_seconds=settings.model_timeout_seconds,
         max_retries=settings.model_max_retries,
         max_tokens=settings.model_max_tokens,
+        stream=settings.stream_text,
         prices={
             spec: Price(
                 input=price.input,

@@ -16,6 +16,7 @@ from typing import Any
 
 import anthropic
 
+from adapters.models import streaming
 from adapters.models.anthropic_transcript import from_message, to_messages, to_tools
 from adapters.models.errors import (
     connection_error,
@@ -25,6 +26,7 @@ from adapters.models.errors import (
 )
 from adapters.models.pricing import Price, priced
 from runtime import ConfigurationError, ModelError, ModelRequest, ModelResponse
+from runtime.domain.model import TextSink
 
 PROVIDER = "anthropic"
 DEFAULT_MAX_TOKENS = 4096
@@ -52,6 +54,8 @@ class AnthropicModel:
             below `max_tokens`. The API then takes no `temperature`.
         default_headers: Extra headers on every request (a beta flag, a gateway's ...).
         name: The name recorded with every call (default ``anthropic:<model>``).
+        stream: Stream the answer (server-sent events) when the runtime asks for its
+            text as it arrives (`ModelRequest.on_text`); thinking never goes there.
 
     Raises:
         ConfigurationError: No API key was given and ``ANTHROPIC_API_KEY`` is not set, or
@@ -73,6 +77,7 @@ class AnthropicModel:
         thinking_budget: int | None = None,
         default_headers: Mapping[str, str] | None = None,
         name: str | None = None,
+        stream: bool = True,
     ) -> None:
         if not model.strip():
             raise ConfigurationError("AnthropicModel needs a model name")
@@ -93,6 +98,7 @@ class AnthropicModel:
         self.max_tokens = max_tokens
         self.temperature = temperature
         self.price = price
+        self.stream = stream
         self.cache_prompt = cache_prompt
         self.thinking_budget = thinking_budget
         self._timeout = timeout
@@ -145,16 +151,29 @@ class AnthropicModel:
         """
         body = self.request_body(request)
         try:
-            message = await self.client.messages.create(**body)
+            if request.on_text is not None and self.stream:
+                payload = await self._streamed(body, request.on_text)
+            else:
+                message = await self.client.messages.create(**body)
+                payload = message.model_dump(mode="json")
         except anthropic.APIError as exc:
             raise _translate(exc, self._timeout) from exc
         try:
-            response = from_message(message.model_dump(mode="json"))
+            response = from_message(payload)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise invalid_response(PROVIDER, str(exc) or type(exc).__name__) from exc
         if self.price is None:
             return response
         return replace(response, usage=priced(response.usage, self.price))
+
+    async def _streamed(self, body: dict[str, Any], on_text: TextSink) -> dict[str, Any]:
+        """The message of a streamed call, its text passed to `on_text` meanwhile."""
+        events: anthropic.AsyncStream[Any] = await self.client.messages.create(**body, stream=True)
+        async with events:
+            try:
+                return await streaming.anthropic_message(events, on_text, PROVIDER)
+            except streaming.transport_errors() as exc:
+                raise streaming.broken_stream(PROVIDER, str(exc) or type(exc).__name__) from exc
 
     async def aclose(self) -> None:
         """Close the HTTP client (its connection pool)."""

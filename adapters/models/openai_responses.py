@@ -17,6 +17,7 @@ from typing import Any
 
 import openai
 
+from adapters.models import streaming
 from adapters.models.errors import (
     connection_error,
     invalid_response,
@@ -34,6 +35,7 @@ from adapters.models.openai_responses_transcript import (
 )
 from adapters.models.pricing import Price, priced
 from runtime import ConfigurationError, ModelError, ModelErrorKind, ModelRequest, ModelResponse
+from runtime.domain.model import TextSink
 
 # Failures name the provider, as OpenAIModel's do.
 ERROR_PROVIDER = "openai"
@@ -72,6 +74,8 @@ class OpenAIResponsesModel:
         price: Prices per million tokens, to record each call's cost.
         default_headers: Extra headers on every request.
         name: The name recorded with every call (default ``openai-responses:<model>``).
+        stream: Stream the answer (server-sent events) when the runtime asks for its
+            text as it arrives (`ModelRequest.on_text`); reasoning never goes there.
 
     Raises:
         ConfigurationError: No API key was given and ``OPENAI_API_KEY`` is not set, or an
@@ -97,6 +101,7 @@ class OpenAIResponsesModel:
         price: Price | None = None,
         default_headers: Mapping[str, str] | None = None,
         name: str | None = None,
+        stream: bool = True,
     ) -> None:
         if not model.strip():
             raise ConfigurationError("OpenAIResponsesModel needs a model name")
@@ -117,6 +122,7 @@ class OpenAIResponsesModel:
         self.parallel_tool_calls = parallel_tool_calls
         self.store = store
         self.price = price
+        self.stream = stream
         self._timeout = timeout
         try:
             self.client = openai.AsyncOpenAI(
@@ -182,7 +188,12 @@ class OpenAIResponsesModel:
                 str(exc), kind=ModelErrorKind.BAD_REQUEST, provider=ERROR_PROVIDER
             ) from exc
         try:
-            answer = await self.client.responses.create(**body)
+            if request.on_text is not None and self.stream:
+                payload = await self._streamed(body, request.on_text)
+            else:
+                answer = await self.client.responses.create(**body)
+                # Only the fields the API sent: reasoning items go back exactly as they came.
+                payload = answer.model_dump(mode="json", exclude_unset=True)
         except openai.APIError as exc:
             raise _translate(exc, self._timeout) from exc
         schemas = None
@@ -195,14 +206,22 @@ class OpenAIResponsesModel:
                 for spec in request.tools
             }
         try:
-            # Only the fields the API sent: reasoning items go back exactly as they came.
-            payload = answer.model_dump(mode="json", exclude_unset=True)
             response = from_response(payload, schemas)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise invalid_response(ERROR_PROVIDER, str(exc) or type(exc).__name__) from exc
         if self.price is None:
             return response
         return replace(response, usage=priced(response.usage, self.price))
+
+    async def _streamed(self, body: dict[str, Any], on_text: TextSink) -> dict[str, Any]:
+        """The response of a streamed call, its text passed to `on_text` meanwhile."""
+        events: openai.AsyncStream[Any] = await self.client.responses.create(**body, stream=True)
+        async with events:
+            try:
+                return await streaming.responses_payload(events, on_text, ERROR_PROVIDER)
+            except streaming.transport_errors() as exc:
+                detail = str(exc) or type(exc).__name__
+                raise streaming.broken_stream(ERROR_PROVIDER, detail) from exc
 
     async def aclose(self) -> None:
         """Close the HTTP client (its connection pool)."""

@@ -70,6 +70,8 @@ class ModelOptions:
         max_tokens: Output token limit per answer (``None``: OpenAI-compatible servers
             use their default, Anthropic 4096); a spec's own ``max_tokens`` option wins.
         prices: Prices per million tokens by spec (``"openai:gpt-4.1-mini"``).
+        stream: Whether models stream their answers when the runtime asks for the
+            text as it arrives (``ModelRequest.on_text``).
     """
 
     openai_api_key: str | None = None
@@ -80,6 +82,7 @@ class ModelOptions:
     max_retries: int = 2
     max_tokens: int | None = None
     prices: Mapping[str, Price] = field(default_factory=dict)
+    stream: bool = True
 
 
 def parse_spec(spec: str) -> tuple[Provider, str]:
@@ -238,6 +241,7 @@ def model_from_spec(spec: str, options: ModelOptions | None = None) -> Model:
     common: dict[str, object] = {
         "timeout": chosen.timeout_seconds,
         "max_retries": chosen.max_retries,
+        "stream": chosen.stream,
     }
     if provider in ("openai", "openai-responses"):
         common |= {"api_key": chosen.openai_api_key, "base_url": chosen.openai_base_url}

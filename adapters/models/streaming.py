@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -125,3 +126,110 @@ async def chat_completion(
         "choices": [{"index": 0, "message": message, "finish_reason": finish}],
         "usage": usage,
     }
+
+
+# -- Anthropic Messages ------------------------------------------------------------------------
+
+
+async def anthropic_message(
+    events: AsyncIterator[Any], on_text: TextSink, provider: str
+) -> dict[str, Any]:
+    """The message payload the server-sent `events` of a streamed call add up to.
+
+    Only ``text_delta`` pieces go to `on_text`: thinking and tool input never do.
+
+    Raises:
+        ModelError: The stream broke off before ``message_stop``, or a tool's input
+            did not add up to JSON.
+    """
+    send = safe_sink(on_text)
+    message: dict[str, Any] | None = None
+    blocks: dict[int, dict[str, Any]] = {}
+    inputs: dict[int, list[str]] = {}
+    stopped = False
+    async for event in events:
+        data = _dump(event)
+        kind = data.get("type")
+        if kind == "message_start":
+            message = dict(data.get("message") or {})
+        elif kind == "content_block_start":
+            index = int(data.get("index", 0))
+            blocks[index] = dict(data.get("content_block") or {})
+            if blocks[index].get("type") in ("tool_use", "server_tool_use"):
+                inputs[index] = []
+        elif kind == "content_block_delta":
+            index = int(data.get("index", 0))
+            block = blocks.setdefault(index, {})
+            delta = data.get("delta") or {}
+            match delta.get("type"):
+                case "text_delta":
+                    block["text"] = block.get("text", "") + delta.get("text", "")
+                    send(delta.get("text", ""))
+                case "thinking_delta":
+                    block["thinking"] = block.get("thinking", "") + delta.get("thinking", "")
+                case "signature_delta":
+                    block["signature"] = block.get("signature", "") + delta.get("signature", "")
+                case "input_json_delta":
+                    inputs.setdefault(index, []).append(delta.get("partial_json", ""))
+                case _:
+                    pass  # citations and future kinds: the block's text is what counts
+        elif kind == "content_block_stop":
+            index = int(data.get("index", 0))
+            if index in inputs:
+                raw = "".join(inputs.pop(index))
+                try:
+                    blocks[index]["input"] = json.loads(raw) if raw else {}
+                except ValueError as exc:
+                    raise broken_stream(provider, f"a tool's input is not JSON: {exc}") from exc
+        elif kind == "message_delta" and message is not None:
+            delta = data.get("delta") or {}
+            for key in ("stop_reason", "stop_sequence"):
+                if key in delta:
+                    message[key] = delta[key]
+            usage = dict(message.get("usage") or {})
+            usage.update({k: v for k, v in (data.get("usage") or {}).items() if v is not None})
+            message["usage"] = usage
+        elif kind == "message_stop":
+            stopped = True
+    if message is None or not stopped:
+        raise broken_stream(provider, "it ended before the answer did")
+    message["content"] = [blocks[i] for i in sorted(blocks)]
+    return message
+
+
+# -- OpenAI Responses --------------------------------------------------------------------------
+
+_FINAL = ("response.completed", "response.incomplete", "response.failed")
+
+
+async def responses_payload(
+    events: AsyncIterator[Any], on_text: TextSink, provider: str
+) -> dict[str, Any]:
+    """The response payload the server-sent `events` of a streamed call end with.
+
+    The closing event (``response.completed``, ``.incomplete`` or ``.failed``) carries
+    the whole response, read like an unstreamed one (its output items exactly as sent);
+    items finished earlier (``response.output_item.done``) fill an output it leaves
+    out. Only ``response.output_text.delta`` pieces go to `on_text`.
+
+    Raises:
+        ModelError: The stream broke off before its closing event, or carried an error.
+    """
+    send = safe_sink(on_text)
+    done: dict[int, dict[str, Any]] = {}
+    async for event in events:
+        data = event.model_dump(mode="json", exclude_unset=True)
+        kind = data.get("type")
+        if kind == "response.output_text.delta":
+            send(str(data.get("delta") or ""))
+        elif kind == "response.output_item.done":
+            done[int(data.get("output_index", len(done)))] = data.get("item") or {}
+        elif kind in _FINAL:
+            payload = dict(data.get("response") or {})
+            if not payload.get("output") and done:
+                payload["output"] = [done[i] for i in sorted(done)]
+            return payload
+        elif kind == "error":
+            message = str(data.get("message") or "the provider reported an error mid-answer")
+            raise ModelError(message, kind=ModelErrorKind.SERVER, provider=provider)
+    raise broken_stream(provider, "it ended before the answer did")

@@ -314,6 +314,8 @@ class _Console:
         self.codec = codec
         self.sso = sso
         self.token_sign_in = token_sign_in
+        self.live_text = False
+        """Whether run pages follow ``/runs/{run_id}/stream`` (`adapters.web.live`)."""
         self.env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(TEMPLATES),
             autoescape=True,
@@ -671,6 +673,7 @@ class _Console:
             may_control=may_control(actor, result),
             next=here,
             refresh=here if result.status in ACTIVE else None,
+            live=f"{here}/stream" if self.live_text and result.status in ACTIVE else None,
         )
 
     async def tickets(
