@@ -266,7 +266,7 @@ class SignIns:
                 client = await self._client(http, config, record, metadata)
         except (httpx2.HTTPError, ValidationError, ValueError) as exc:
             raise SignInRefused(
-                f"MCP server {server!r}: discovery failed: {redact_urls(str(exc))}"
+                f"Cannot sign in to MCP server {server!r}: {redact_urls(str(exc))}"
             ) from None
         if metadata.authorization_endpoint is None:
             raise SignInRefused(f"MCP server {server!r}: the authorization server has no endpoint")

@@ -149,6 +149,7 @@ def build(port: int) -> MCPServer[Any]:
             redirect_uris=[AnyUrl(os.environ["FAKE_OAUTH_REDIRECT"])],
             token_endpoint_auth_method="client_secret_basic",
             grant_types=["authorization_code", "refresh_token"],
+            scope="tools",
         )
     server: MCPServer[Any] = MCPServer(
         "crm",
