@@ -56,6 +56,8 @@ class AnthropicModel:
         name: The name recorded with every call (default ``anthropic:<model>``).
         stream: Stream the answer (server-sent events) when the runtime asks for its
             text as it arrives (`ModelRequest.on_text`); thinking never goes there.
+        tool_images: Send tool results' images to the model (else each is a line of
+            text saying it is not shown; for a model without image input).
 
     Raises:
         ConfigurationError: No API key was given and ``ANTHROPIC_API_KEY`` is not set, or
@@ -78,6 +80,7 @@ class AnthropicModel:
         default_headers: Mapping[str, str] | None = None,
         name: str | None = None,
         stream: bool = True,
+        tool_images: bool = True,
     ) -> None:
         if not model.strip():
             raise ConfigurationError("AnthropicModel needs a model name")
@@ -99,6 +102,7 @@ class AnthropicModel:
         self.temperature = temperature
         self.price = price
         self.stream = stream
+        self.tool_images = tool_images
         self.cache_prompt = cache_prompt
         self.thinking_budget = thinking_budget
         self._timeout = timeout
@@ -121,7 +125,7 @@ class AnthropicModel:
 
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
         """The Messages API parameters for one turn."""
-        system, messages = to_messages(request.messages)
+        system, messages = to_messages(request.messages, images=self.tool_images)
         body: dict[str, Any] = {
             "model": self.model,
             "max_tokens": self.max_tokens,

@@ -88,8 +88,11 @@ def _arguments(raw: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def to_messages(transcript: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
-    """The system prompt and the Messages API ``messages`` for a transcript."""
+def to_messages(
+    transcript: list[dict[str, Any]], *, images: bool = True
+) -> tuple[str, list[dict[str, Any]]]:
+    """The system prompt and the Messages API ``messages`` for a transcript (without
+    `images`, a tool result's images are lines of text)."""
     system: list[str] = []
     turns: list[dict[str, Any]] = []
 
@@ -136,8 +139,10 @@ def to_messages(transcript: list[dict[str, Any]]) -> tuple[str, list[dict[str, A
                 "tool_use_id": tool_id(message.get("tool_call_id")),
                 "content": content,
             }
-            found = split(message.get("content"))
-            if found is not None:  # images go in the tool_result's content, as blocks
+            found = split(message.get("content"), keep=images)
+            if found is not None and not found[1]:
+                result["content"] = found[0]
+            elif found is not None:  # images go in the tool_result's content, as blocks
                 result["content"] = [
                     {"type": "text", "text": found[0]},
                     *(

@@ -51,6 +51,8 @@ class OpenAIModel:
         stream: Stream the answer (``stream_options.include_usage``) when the runtime
             asks for its text as it arrives (`ModelRequest.on_text`); off, every call
             waits for the whole answer.
+        tool_images: Send tool results' images to the model (else each is a line of
+            text saying it is not shown; for a model without image input).
 
     Raises:
         ConfigurationError: No API key was given and ``OPENAI_API_KEY`` is not set.
@@ -70,6 +72,7 @@ class OpenAIModel:
         default_headers: Mapping[str, str] | None = None,
         name: str | None = None,
         stream: bool = True,
+        tool_images: bool = True,
     ) -> None:
         if not model.strip():
             raise ConfigurationError("OpenAIModel needs a model name")
@@ -79,6 +82,7 @@ class OpenAIModel:
         self.temperature = temperature
         self.price = price
         self.stream = stream
+        self.tool_images = tool_images
         self._timeout = timeout
         try:
             self.client = openai.AsyncOpenAI(
@@ -95,7 +99,7 @@ class OpenAIModel:
 
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
         """The Chat Completions parameters for one turn."""
-        messages = with_chat_images(chat_messages(request.messages))
+        messages = with_chat_images(chat_messages(request.messages), images=self.tool_images)
         body: dict[str, Any] = {"model": self.model, "messages": messages}
         if request.tools:
             body["tools"] = request.tools

@@ -76,6 +76,8 @@ class OpenAIResponsesModel:
         name: The name recorded with every call (default ``openai-responses:<model>``).
         stream: Stream the answer (server-sent events) when the runtime asks for its
             text as it arrives (`ModelRequest.on_text`); reasoning never goes there.
+        tool_images: Send tool results' images to the model (else each is a line of
+            text saying it is not shown; for a model without image input).
 
     Raises:
         ConfigurationError: No API key was given and ``OPENAI_API_KEY`` is not set, or an
@@ -102,6 +104,7 @@ class OpenAIResponsesModel:
         default_headers: Mapping[str, str] | None = None,
         name: str | None = None,
         stream: bool = True,
+        tool_images: bool = True,
     ) -> None:
         if not model.strip():
             raise ConfigurationError("OpenAIResponsesModel needs a model name")
@@ -123,6 +126,7 @@ class OpenAIResponsesModel:
         self.store = store
         self.price = price
         self.stream = stream
+        self.tool_images = tool_images
         self._timeout = timeout
         try:
             self.client = openai.AsyncOpenAI(
@@ -149,7 +153,9 @@ class OpenAIResponsesModel:
         Raises:
             ConfigurationError: With `strict_tools`, a tool strict mode cannot express.
         """
-        instructions, items = to_input(request.messages, stored_reasoning=self.store)
+        instructions, items = to_input(
+            request.messages, stored_reasoning=self.store, images=self.tool_images
+        )
         body: dict[str, Any] = {"model": self.model, "input": items, "store": self.store}
         if instructions:
             body["instructions"] = instructions

@@ -95,7 +95,7 @@ def _text(content: Any) -> str:
 
 
 def to_input(
-    transcript: list[dict[str, Any]], *, stored_reasoning: bool = False
+    transcript: list[dict[str, Any]], *, stored_reasoning: bool = False, images: bool = True
 ) -> tuple[str, list[dict[str, Any]]]:
     """The ``instructions`` and the ``input`` items for a transcript.
 
@@ -104,6 +104,7 @@ def to_input(
         stored_reasoning: Whether the provider keeps responses (``store: true``), so a
             reasoning item without encrypted content can be given back by its id. With
             ``store: false`` such an item cannot be found again and is left out.
+        images: Whether tool results' images are sent (else each is a line of text).
     """
     instructions: list[str] = []
     items: list[dict[str, Any]] = []
@@ -144,7 +145,7 @@ def to_input(
                 )
         elif role == "tool":
             output = _text(message.get("content")) or "(no output)"
-            found = split(message.get("content"))
+            found = split(message.get("content"), keep=images)
             if found is not None:
                 output = found[0]
                 pending.extend(found[1])

@@ -31,7 +31,7 @@ PROVIDERS: tuple[str, ...] = get_args(Provider)
 OptionValue = str | int | float | bool
 
 MODEL_OPTIONS: dict[str, dict[str, type]] = {
-    "openai": {"max_tokens": int, "temperature": float},
+    "openai": {"max_tokens": int, "temperature": float, "tool_images": bool},
     "openai-responses": {
         "max_tokens": int,
         "temperature": float,
@@ -41,12 +41,14 @@ MODEL_OPTIONS: dict[str, dict[str, type]] = {
         "tool_choice": str,
         "parallel_tool_calls": bool,
         "store": bool,
+        "tool_images": bool,
     },
     "anthropic": {
         "max_tokens": int,
         "temperature": float,
         "thinking_budget": int,
         "cache_prompt": bool,
+        "tool_images": bool,
     },
 }
 """The options a spec may give each provider's model, with their types (the keyword

@@ -57,10 +57,11 @@ def _blocks(content: str) -> tuple[str, list[Any]] | None:
     return None
 
 
-def split(content: Any) -> tuple[str, list[Image]] | None:
+def split(content: Any, *, keep: bool = True) -> tuple[str, list[Image]] | None:
     """The text and the images of a tool message's content; None when it has no image.
 
-    An image of a type no provider takes (not in `ANTHROPIC_TYPES`) stays a line of text.
+    An image of a type no provider takes (not in `ANTHROPIC_TYPES`) stays a line of text;
+    so does every image when not `keep` (a model that takes no images).
     """
     if not isinstance(content, str) or '"image"' not in content:
         return None
@@ -70,10 +71,14 @@ def split(content: Any) -> tuple[str, list[Image]] | None:
     note, blocks = found
     lines = [note] if note else []
     images: list[Image] = []
+    dropped = 0
     for block in blocks:
         kind = block.get("type") if isinstance(block, dict) else None
         if kind == "text" and isinstance(block.get("text"), str):
             lines.append(block["text"])
+        elif kind == "image" and not keep:
+            dropped += 1
+            lines.append(f"[image {dropped}: {block.get('mimeType')}, not shown to this model]")
         elif (
             kind == "image"
             and isinstance(block.get("data"), str)
@@ -85,7 +90,7 @@ def split(content: Any) -> tuple[str, list[Image]] | None:
             lines.append(f"[image of type {block.get('mimeType')!r}: not shown to the model]")
         else:
             lines.append(json.dumps(block, default=str))
-    if not images:
+    if not images and not dropped:
         return None
     return "\n".join(lines), images
 
@@ -112,9 +117,12 @@ def images_message(images: list[Image], *, responses: bool = False) -> dict[str,
     }
 
 
-def with_chat_images(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def with_chat_images(
+    messages: list[dict[str, Any]], *, images: bool = True
+) -> list[dict[str, Any]]:
     """Chat Completions messages with each batch's tool-result images in a user message
-    after its last tool message (`messages` itself when there are none)."""
+    after its last tool message (`messages` itself when there are none); without
+    `images`, each image is a line of text instead."""
     out: list[dict[str, Any]] = []
     pending: list[Image] = []
     changed = False
@@ -122,14 +130,16 @@ def with_chat_images(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if message.get("role") != "tool" and pending:
             out.append(images_message(pending))
             pending = []
-        found = split(message.get("content")) if message.get("role") == "tool" else None
+        found = (
+            split(message.get("content"), keep=images) if message.get("role") == "tool" else None
+        )
         if found is None:
             out.append(message)
             continue
         changed = True
-        text, images = found
+        text, kept = found
         out.append({**message, "content": text})
-        pending.extend(images)
+        pending.extend(kept)
     if pending:
         out.append(images_message(pending))
     return out if changed else messages

@@ -122,3 +122,32 @@ def test_text_without_images_and_other_json_are_left_alone() -> None:
     text, images = split(edited) or ("", [])
     assert text == "Note: the approver changed view.\n[image 1: image/png]"
     assert [i.data_url for i in images] == ["data:image/png;base64,AA=="]
+
+
+@pytest.mark.parametrize("protocol", ["openai", "responses", "anthropic"])
+async def test_a_model_without_image_input_gets_a_line_of_text_instead(
+    fake: FakeLLM, models: ModelFactory, store: SQLStore, protocol: Protocol
+) -> None:
+    runtime = Runtime(store, [camera(models(protocol, tool_images=False))])
+    fake.script(Turn.ask(Call("snapshot", {"view": "orders"})), Turn.say("Seen."))
+
+    done = await runtime.start("cam", "How do orders look?", requester="U1")
+
+    assert done.status is RunStatus.DONE
+    assert all(r.problem is None for r in fake.requests)
+    sent = str(fake.requests[1].body)
+    assert PNG not in sent  # no image data at all
+    assert "[image 1: image/png, not shown to this model]" in sent
+    assert "[image 2: image/tiff, not shown to this model]" in sent
+    assert "image_url" not in sent and "input_image" not in sent and "'base64'" not in sent
+
+
+def test_the_spec_option_turns_images_off() -> None:
+    from adapters.models.specs import spec_options
+
+    for spec in (
+        "openai:gpt-4.1?tool_images=false",
+        "openai-responses:gpt-5?tool_images=false",
+        "anthropic:claude-sonnet-4-5?tool_images=false",
+    ):
+        assert spec_options(spec) == {"tool_images": False}
