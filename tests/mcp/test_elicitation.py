@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mcpbed import McpBed, calls, stdio_server, until
+from mcpbed import HttpProcess, McpBed, calls, http_server, stdio_server, until
 from testkit import echo_model
 
 from adapters.mcp import Binding, ToolKnobs
@@ -205,6 +205,23 @@ async def test_the_sweep_voids_an_input_run_whose_call_is_not_in_flight(
 
 
 SCHEMA = {"type": "object", "properties": {"ticket": {"type": "integer"}}}
+
+
+async def test_a_server_over_streamable_http_gets_the_answer(make_bed: Any, state: Path) -> None:
+    served = await HttpProcess.start(state, FAKE_MCP_INPUT="1")
+    try:
+        ops = ops_agent()
+        rule = ToolKnobs("infra.restart", where="rule", permission=Permission.ALLOW)
+        server = http_server(served.url, elicitation=True)
+        bed: McpBed = await make_bed([ops], [server], [Binding(ops, ("infra",), (rule,))])
+        bed.hub.attach(bed.runtime)
+        run_id = await bed.start("ops")
+        ticket = await input_ticket(bed)
+        await bed.runtime.decide(ticket.ticket_id, InputData(data={"ticket": 5}), Actor(id="U1"))
+        done = await bed.finished(run_id)
+        assert "restarted api under change 5" in (done.text or "")
+    finally:
+        served.kill()
 
 
 def test_only_flat_primitive_schemas_are_asked() -> None:
