@@ -31,6 +31,21 @@ def agents_file(tmp_path: Path, server: str) -> Path:
     return path
 
 
+def test_the_documented_oauth_server_loads(tmp_path: Path) -> None:
+    page = (Path(__file__).parents[2] / "docs" / "agents-file.md").read_text()
+    [block] = [
+        b.split("```", 1)[0]
+        for b in page.split("```toml\n")[1:]
+        if 'auth = "oauth"' in b.split("```", 1)[0]
+    ]
+    (tmp_path / "crm-secret.txt").write_text("from-the-file\n")
+    [server] = load_agents_file(agents_file(tmp_path, block)).servers
+    assert isinstance(server, HttpServer) and server.oauth is not None
+    assert server.oauth.client_id == "signoff"
+    assert server.oauth.client_secret == "from-the-file"
+    assert server.oauth.scopes == ("crm.read",)
+
+
 def test_an_oauth_server_with_its_client_and_secret_file(tmp_path: Path) -> None:
     (tmp_path / "secret.txt").write_text("s3cret\n")
     path = agents_file(
