@@ -15,10 +15,26 @@ from mcpbed import HttpProcess, McpBed, calls, http_server, stdio_server, until
 from testkit import echo_model
 
 from adapters.mcp import Binding, ToolKnobs
-from adapters.mcp.elicitation import HOLDER_GONE_REASON, ORIGIN_KEY, InputDesk, check_schema
+from adapters.mcp.elicitation import (
+    HOLDER_GONE_REASON,
+    ORIGIN_KEY,
+    Asking,
+    InputDesk,
+    asking_now,
+    check_schema,
+)
 from adapters.web.forms import FIELD_PREFIX
-from runtime import Actor, Agent, PendingEntry, Permission, RunStatus, TicketStatus, Unauthorized
-from runtime.domain.tickets import InputData
+from runtime import (
+    Actor,
+    Agent,
+    InputData,
+    PendingEntry,
+    Permission,
+    RunStatus,
+    TicketStatus,
+    ToolContext,
+    Unauthorized,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -231,3 +247,14 @@ def test_only_flat_primitive_schemas_are_asked() -> None:
     assert check_schema(nested) == "property 'a' is not a string, number, integer or boolean"
     assert check_schema({"type": "string"}) == "the requested schema is not an object"
     assert HOLDER_GONE_REASON.startswith("the process holding")
+
+
+def test_a_request_outside_a_call_goes_to_the_only_call_in_flight() -> None:
+    def asking(call_id: str) -> Asking:
+        context = ToolContext("run_1", "th_1", "ops", call_id, "xk_" + call_id, 1, None, None, "U1")
+        return Asking(context, "infra", "restart")
+
+    one = asking("call_1")
+    assert asking_now({}) is None
+    assert asking_now({"call_1": one}) is one
+    assert asking_now({"call_1": one, "call_2": asking("call_2")}) is None  # ambiguous
