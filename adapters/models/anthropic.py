@@ -176,7 +176,9 @@ class AnthropicModel:
         async with events:
             try:
                 return await streaming.anthropic_message(events, on_text, PROVIDER)
-            except streaming.transport_errors() as exc:
+            except anthropic.APITimeoutError:
+                raise
+            except streaming.transport_errors(anthropic.APIConnectionError) as exc:
                 raise streaming.broken_stream(PROVIDER, str(exc) or type(exc).__name__) from exc
 
     async def aclose(self) -> None:

@@ -139,7 +139,9 @@ class OpenAIModel:
         async with chunks:
             try:
                 return await streaming.chat_completion(chunks, on_text, PROVIDER)
-            except streaming.transport_errors() as exc:
+            except openai.APITimeoutError:
+                raise
+            except streaming.transport_errors(openai.APIConnectionError) as exc:
                 raise streaming.broken_stream(PROVIDER, str(exc) or type(exc).__name__) from exc
 
     async def aclose(self) -> None:

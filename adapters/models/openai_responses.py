@@ -225,7 +225,9 @@ class OpenAIResponsesModel:
         async with events:
             try:
                 return await streaming.responses_payload(events, on_text, ERROR_PROVIDER)
-            except streaming.transport_errors() as exc:
+            except openai.APITimeoutError:
+                raise
+            except streaming.transport_errors(openai.APIConnectionError) as exc:
                 detail = str(exc) or type(exc).__name__
                 raise streaming.broken_stream(ERROR_PROVIDER, detail) from exc
 

@@ -23,9 +23,10 @@ from runtime import ModelError, ModelErrorKind
 from runtime.domain.model import TextSink
 
 
-def transport_errors() -> tuple[type[BaseException], ...]:
-    """The HTTP client's errors a broken stream raises while it is read."""
-    found: list[type[BaseException]] = []
+def transport_errors(*more: type[BaseException]) -> tuple[type[BaseException], ...]:
+    """The errors a broken stream raises while it is read: the HTTP client's, and `more`
+    (the SDK's connection error, which wraps them)."""
+    found: list[type[BaseException]] = list(more)
     for name in ("httpx", "httpx2"):  # the SDKs use one or the other
         try:
             module = importlib.import_module(name)

@@ -402,6 +402,9 @@ class _Console:
         response.headers["Content-Security-Policy"] = (
             _HEADERS["Content-Security-Policy"] + f"; script-src 'nonce-{nonce}'"
         )
+        if context.get("live"):
+            # The run page's live text follows its own stream (`adapters.web.live`).
+            response.headers["Content-Security-Policy"] += "; connect-src 'self'"
         cards = context.get("cards") or ()
         if self.sso is not None and any(getattr(c, "sso_sign_in", False) for c in cards):
             # A step-up card's single sign-on form redirects to the provider, which

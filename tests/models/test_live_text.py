@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
@@ -236,6 +237,30 @@ async def test_strangers_and_signed_out_visitors_get_nothing(bed: Bed, fake: Fak
     gate.set()
 
 
+async def test_a_stream_cut_midway_fails_the_turn_and_keeps_nothing_of_it(
+    bed: Bed, fake: FakeLLM
+) -> None:
+    owner = await bed.replica()
+    await owner.sign_in(OWNER)
+    gate = asyncio.Event()
+    cut = StreamScript(gate=gate, piece=8, cut_after=6)
+    fake.script(replace(Turn.say(ANSWER), streaming=cut))
+    started = await owner.runtime.start("writer", "About A1001?", requester="U1", wait=False)
+    async with owner.client.get(f"/runs/{started.run_id}/stream") as response:
+        events = Events(response)
+        await events.until(lambda kind, text: bool(text))
+        gate.set()
+        _, kinds = await events.until(lambda kind, _: kind in ("committed", "ended"))
+        assert kinds[-1] == "ended"
+    failed = await owner.runtime.get(started.run_id)
+    assert failed.status is RunStatus.FAILED and failed.text is None
+    assert failed.error is not None and "connection" in failed.error
+    assert "stream broke off" in failed.error
+    recorded = await owner.runtime.events(started.run_id)
+    assert [e["data"]["failure"] for e in recorded if e["kind"] == "model_failed"] == ["connection"]
+    assert not any(e["kind"] == "model_call" for e in recorded)
+
+
 SPECS = {
     "openai": "openai:gpt-test",
     "responses": "openai-responses:gpt-test",
@@ -283,3 +308,42 @@ async def test_a_viewer_on_another_replica_sees_the_answer_once_it_is_recorded(
         await Events(here).until(lambda kind, _: kind == "committed")
     page = await (await viewing.client.get(f"/runs/{run_id}")).text()
     assert ANSWER in page
+
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"]
+
+
+@pytest.mark.skipif(
+    not Path(CHROMIUM).exists() and not os.environ.get("CI"),
+    reason=f"Debian's chromium is not installed at {CHROMIUM} (apt-get install chromium)",
+)
+@pytest.mark.parametrize("provider", ["anthropic"], indirect=True)
+async def test_a_browser_shows_the_text_being_written_then_the_recorded_answer(
+    bed: Bed, fake: FakeLLM
+) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    owner = await bed.replica()
+    url = str(owner.client.make_url("")).rstrip("/")
+    run_id, gate = await held_run(bed, fake, owner)
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            # The console's own content security policy applies (no bypass).
+            page = await browser.new_page()
+            page.set_default_timeout(15_000)
+            await page.goto(f"{url}/runs/{run_id}")
+            await page.fill("#token", OWNER)
+            await page.click("button:has-text('Sign in')")
+            await expect(page).to_have_url(f"{url}/runs/{run_id}")
+            preview = page.locator("#live-text")
+            await expect(preview).to_have_text(re.compile(r"^The dupl"))
+            assert (await owner.runtime.get(run_id)).text is None
+            await expect(page.locator("#final-text")).to_have_count(0)
+
+            gate.set()
+            await expect(page.locator("#final-text")).to_have_text(ANSWER)
+            await expect(page.locator("#live")).to_have_count(0)
+        finally:
+            await browser.close()

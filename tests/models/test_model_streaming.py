@@ -130,6 +130,7 @@ async def test_a_stream_cut_midway_is_a_retryable_error(
         await model.complete(replace(ASK, on_text=pieces.append))
     assert raised.value.kind is ModelErrorKind.CONNECTION
     assert raised.value.retryable
+    assert "the answer's stream broke off" in str(raised.value)
     assert raised.value.provider in ("openai", "anthropic")
     assert "".join(pieces) != "Refunding both duplicates."
 
