@@ -325,11 +325,15 @@ class InputDesk:
         pause = _FIRST_POLL
         ticket_id = next((p.ticket_id for p in pending if p.ticket_id), None)
         while ticket_id is None:
-            run = await self._runtime.get(run_id)
-            if run.status.finished:
+            # Read before the events: a run that ended before its ticket opened never will.
+            ended = (await self._runtime.get(run_id)).status.finished
+            events = await self._runtime.events(run_id)
+            opened = [e for e in events if e["kind"] == "ticket_opened"]
+            if opened:
+                ticket_id = str((opened[0].get("data") or {}).get("ticket_id"))
+            elif ended:
                 return mcp_types.ElicitResult(action="cancel")
-            ticket_id = next((p.ticket_id for p in run.pending if p.ticket_id), None)
-            if ticket_id is None:
+            else:
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, _LONGEST_POLL)
         pause = _FIRST_POLL
