@@ -57,6 +57,13 @@ the backends to leave, so the per-database counters of ``pg_stat_database`` are 
   of the server's time, per side. The extension must be preloaded, which needs a restart:
   the flag sets ``shared_preload_libraries`` with ``ALTER SYSTEM`` and restarts the cluster
   with ``pg_ctl`` (as the data directory's owner) when it is not loaded yet.
+
+``--durable`` restarts the cluster with ``fsync``, ``synchronous_commit`` and
+``full_page_writes`` on (``.ci/with-postgres`` starts it with all three off). After the
+rounds, ``--parked N`` parks N runs on each side (never decided) and prints the bytes each
+takes in its tables, indexes included; ``--profile FILE`` profiles `--runs` signoff cycles,
+one at a time, with pyinstrument and writes the call tree to FILE. Use these flags on a
+throwaway cluster only.
 """
 
 from __future__ import annotations
