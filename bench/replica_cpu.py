@@ -188,6 +188,7 @@ async def cycles(
     urls: Sequence[str],
     runs: int,
     batch: int,
+    hop: int = 1,
 ) -> None:
     """`runs` full approval cycles, `batch` at a time."""
     headers = {"Authorization": f"Bearer {TOKEN}"}
@@ -207,6 +208,7 @@ async def cycles(
             )
         )
         ids = [str(body["run_id"]) for body in started]
+        at = {run_id: n for n, run_id in enumerate(ids)}
         await until(
             conn,
             "SELECT count(*) = $2 FROM tickets WHERE run_id = ANY($1) AND status = 'open'",
@@ -219,10 +221,11 @@ async def cycles(
         await asyncio.gather(
             *(
                 post(
-                    f"{urls[(done + n + 1) % len(urls)]}/api/tickets/{row['ticket_id']}/decision",
+                    f"{urls[(done + at[row['run_id']] + hop) % len(urls)]}"
+                    f"/api/tickets/{row['ticket_id']}/decision",
                     {"decision": "allow"},
                 )
-                for n, row in enumerate(tickets)
+                for row in tickets
             )
         )
         await until(
@@ -235,7 +238,9 @@ async def cycles(
         done += size
 
 
-async def measure(name: str, code: Path, replicas: int, args: argparse.Namespace) -> dict[str, Any]:
+async def measure(
+    name: str, code: Path, replicas: int, hop: int, args: argparse.Namespace
+) -> dict[str, Any]:
     async with database(args.postgres_url) as url:
         started = [Replica(code, url, dict(args.env)) for _ in range(replicas)]
         try:
@@ -248,9 +253,9 @@ async def measure(name: str, code: Path, replicas: int, args: argparse.Namespace
                 postmaster = int((data / "postmaster.pid").read_text().split()[0])
                 pg = Cluster(postmaster, me)
                 async with aiohttp.ClientSession() as http:
-                    await cycles(http, conn, urls, args.warmup, args.batch)
+                    await cycles(http, conn, urls, args.warmup, args.batch, hop)
                     before = [r.cpu() for r in started], pg.cpu(), time.monotonic()
-                    await cycles(http, conn, urls, args.runs, args.batch)
+                    await cycles(http, conn, urls, args.runs, args.batch, hop)
                     after = [r.cpu() for r in started], pg.cpu(), time.monotonic()
             finally:
                 await conn.close()
@@ -281,18 +286,22 @@ def table(rows: list[dict[str, Any]]) -> str:
 async def main(args: argparse.Namespace) -> None:
     if args.postgres_url is None:
         sys.exit("no --postgres-url nor SIGNOFF_TEST_POSTGRES_URL")
-    codes: list[tuple[str, Path]] = args.code
+    codes: list[tuple[str, Path, int]] = [
+        (name if len(args.hop) == 1 else f"{name}, hop {hop}", code, hop)
+        for name, code in args.code
+        for hop in args.hop
+    ]
     rows: list[dict[str, Any]] = []
     for round_ in range(args.rounds):
-        for name, code in codes:
+        for name, code, hop in codes:
             for count in args.replicas:
-                row = await measure(name, code, count, args)
+                row = await measure(name, code, count, hop, args)
                 row["round"] = round_ + 1
                 print(json.dumps(row), file=sys.stderr, flush=True)
                 rows.append(row)
     print(table(rows))
     summary = []
-    for name, _ in codes:
+    for name, _, _ in codes:
         medians = {}
         for count in args.replicas:
             mine = [r["total ms/run"] for r in rows if r["code"] == name and r["replicas"] == count]
@@ -335,6 +344,14 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=20, help="untimed cycles first")
     parser.add_argument("--batch", type=int, default=20, help="runs started at once")
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument(
+        "--hop",
+        type=int,
+        nargs="+",
+        default=[1],
+        help="a run is decided on the replica this many after the one it started on "
+        "(0: the same one); several: each is measured, as if another code tree",
+    )
     parser.add_argument(
         "--env",
         action="append",
