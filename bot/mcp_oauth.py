@@ -6,7 +6,7 @@ The tokens are sealed with ``SIGNOFF_SECRETS_KEY`` and kept in the database's
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -27,8 +27,8 @@ class StoreRecords:
     come before there is one to share.
     """
 
-    def __init__(self, settings: Settings) -> None:
-        self._settings = settings
+    def __init__(self, open_store: Callable[[], Awaitable[Store]]) -> None:
+        self._open_store = open_store
         self._store: Store | None = None
         self._owned: Store | None = None
 
@@ -41,9 +41,7 @@ class StoreRecords:
         if self._store is not None:
             return self._store
         if self._owned is None:
-            from bot.wiring import migrated_store
-
-            self._owned = await migrated_store(self._settings)
+            self._owned = await self._open_store()
         return self._owned
 
     async def read(self, server: str) -> str | None:
@@ -63,8 +61,15 @@ class StoreRecords:
             await owned.close()
 
 
-def oauth_sign_ins(settings: Settings, servers: Sequence[ServerConfig]) -> SignIns | None:
+def oauth_sign_ins(
+    settings: Settings,
+    servers: Sequence[ServerConfig],
+    open_store: Callable[[], Awaitable[Store]],
+) -> SignIns | None:
     """The sign-ins of the servers with ``auth = "oauth"``; None when there are none.
+
+    `open_store` opens (and migrates) a store of their own, used until the process's
+    store is given to them.
 
     Raises:
         ConfigurationError: ``SIGNOFF_SECRETS_KEY`` or ``SIGNOFF_PUBLIC_URL`` is missing.
@@ -92,4 +97,4 @@ def oauth_sign_ins(settings: Settings, servers: Sequence[ServerConfig]) -> SignI
     except ValueError as exc:
         raise ConfigurationError(f"SIGNOFF_SECRETS_KEY: {exc}") from None
     redirect = settings.public_url.rstrip("/") + CALLBACK_PATH
-    return SignIns(oauth, StoreRecords(settings), box, redirect)
+    return SignIns(oauth, StoreRecords(open_store), box, redirect)

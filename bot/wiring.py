@@ -316,7 +316,7 @@ def load_agent_set(settings: Settings) -> LoadedAgents:
     if file is not None:
         from bot.mcp_oauth import oauth_sign_ins
 
-        sign_ins = oauth_sign_ins(settings, file.servers)
+        sign_ins = oauth_sign_ins(settings, file.servers, lambda: migrated_store(settings))
     return LoadedAgents(agents, " and ".join(origins), file, sign_ins=sign_ins)
 
 

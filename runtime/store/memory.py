@@ -14,6 +14,7 @@ from runtime.domain.errors import LeaseLost
 from runtime.domain.states import CallState, RunStatus, TicketStatus
 from runtime.domain.tickets import Answer, ResumeTicket
 from runtime.store.base import DuplicateKey
+from runtime.store.memory_people import MemoryPeople
 from runtime.store.ports.audit import AuditEvent
 from runtime.store.ports.leases import Figures
 from runtime.store.records import (
@@ -81,11 +82,11 @@ def _copy(value: _T) -> _T:
     return copy.deepcopy(value)
 
 
-class MemoryTransaction:
+class MemoryTransaction(MemoryPeople):
     """A transaction over `MemoryStore`; all transactions run one at a time."""
 
     def __init__(self, tables: _Tables) -> None:
-        self._t = tables
+        self._t: _Tables = tables
         self.wrote = False
 
     # runs (RunPort) -----------------------------------------------------------------------
@@ -538,61 +539,6 @@ class MemoryTransaction:
         old = [k for k, until in self._t.revoked.items() if until < before]
         for key in old:
             del self._t.revoked[key]
-        self.wrote = self.wrote or bool(old)
-        return len(old)
-
-    # MCP sign-ins (McpOAuthPort) ------------------------------------------------------------
-    async def read_mcp_oauth(self, server: str) -> str | None:
-        return self._t.mcp_oauth.get(server)
-
-    async def write_mcp_oauth(self, server: str, sealed: str, at: datetime) -> None:
-        self.wrote = True
-        self._t.mcp_oauth[server] = sealed
-
-    async def delete_mcp_oauth(self, server: str) -> bool:
-        found = self._t.mcp_oauth.pop(server, None) is not None
-        self.wrote = self.wrote or found
-        return found
-
-    # identity links (IdentityPort) ---------------------------------------------------------
-    async def link_identity(self, identity: str, person: str, source: str, at: datetime) -> None:
-        self.wrote = True
-        self._t.links[identity] = person
-        self._t.link_sources[identity] = source
-
-    async def unlink_identity(self, identity: str) -> bool:
-        found = self._t.links.pop(identity, None) is not None
-        self._t.link_sources.pop(identity, None)
-        self.wrote = self.wrote or found
-        return found
-
-    async def person_of(self, identity: str) -> str | None:
-        return self._t.links.get(identity)
-
-    async def identities_of(self, person: str) -> list[str]:
-        return sorted(i for i, p in self._t.links.items() if p == person)
-
-    async def links_from(self, source: str) -> dict[str, str]:
-        return {i: self._t.links[i] for i, s in sorted(self._t.link_sources.items()) if s == source}
-
-    async def insert_link_code(self, digest: str, person: str, expires_at: datetime) -> None:
-        if digest in self._t.link_codes:
-            raise ValueError("link code exists")
-        self.wrote = True
-        self._t.link_codes[digest] = (person, expires_at)
-
-    async def take_link_code(self, digest: str, now: datetime) -> str | None:
-        found = self._t.link_codes.pop(digest, None)
-        if found is None:
-            return None
-        self.wrote = True
-        person, expires_at = found
-        return person if now < expires_at else None
-
-    async def forget_link_codes(self, before: datetime) -> int:
-        old = [k for k, (_, until) in self._t.link_codes.items() if until < before]
-        for key in old:
-            del self._t.link_codes[key]
         self.wrote = self.wrote or bool(old)
         return len(old)
 
