@@ -59,6 +59,7 @@ from adapters.web.forms import (
     form_fields,
     read_fields,
 )
+from adapters.web.live import state_of
 from adapters.web.sso import PendingSignIn, SsoClient, SsoRefused
 from adapters.web.timeline import calls, pretty, timeline
 from runtime import (
@@ -386,6 +387,7 @@ class _Console:
         if flash is not None:
             flashes.append(flash)
         context.setdefault("refresh", None)
+        context.setdefault("live", None)  # a run page following its live text
         nonce = secrets.token_urlsafe(16)
         html = self.env.get_template(template).render(
             actor=actor,
@@ -676,7 +678,11 @@ class _Console:
             may_control=may_control(actor, result),
             next=here,
             refresh=here if result.status in ACTIVE else None,
-            live=f"{here}/stream" if self.live_text and result.status in ACTIVE else None,
+            live=(
+                f"{here}/stream?seen={quote(state_of(result), safe='')}"
+                if self.live_text and result.status in ACTIVE
+                else None
+            ),
         )
 
     async def tickets(

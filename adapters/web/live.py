@@ -13,13 +13,19 @@ not see the run 404, and neither any event. Events, each a JSON ``data`` line:
 - ``reset`` ``{"text": ...}``: the turn's text so far (on connecting, and when a model
   call starts over); it replaces what the page shows;
 - ``text`` ``{"text": ...}``: the next piece;
-- ``committed`` ``{}``: the turn was recorded: reload for the durable record;
+- ``committed`` ``{}``: the turn was recorded, or the run changed otherwise (its
+  status, turns, tickets: read every 2 seconds, so on every replica): reload for the
+  durable record;
 - ``ended`` ``{}``: this process stopped driving the run, or is shutting down.
+
+``?seen=`` is the state the page showed (`state_of`); a change since then is sent at
+once as ``committed``. The run page follows the stream instead of refreshing itself
+every 2 seconds (without scripts it still does).
 
 The text is a preview, never a record: nothing of it is stored, a turn that fails or
 is retried drops it, and the run page shows what was committed. Only the process
 driving a run has its pieces; a viewer whose page another replica serves sees the
-answer when the turn commits (the page refreshes itself while the run is active).
+answer when the turn commits (the stream reads the run's state from the database).
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from typing import Any, Literal, Protocol
 
 from aiohttp import web
 
-from runtime import Actor, RunNotFound, Runtime
+from runtime import Actor, RunNotFound, RunResult, Runtime
 
 EventKind = Literal["reset", "text", "committed", "ended"]
 Event = tuple[EventKind, str]
@@ -50,6 +56,8 @@ class Observer(Protocol):
 
 KEEPALIVE_SECONDS = 15.0
 """Seconds between comments that keep an idle stream open through proxies."""
+POLL_SECONDS = 2.0
+"""Seconds between two reads of a watched run's state (its status, turns, tickets)."""
 
 
 class Viewers(Protocol):
@@ -177,8 +185,19 @@ class LiveText:
             self._publish(run_id, ("ended", "{}"))
 
 
+def state_of(run: RunResult) -> str:
+    """What a run page shows changes only when this does (status, turns, tickets, saves)."""
+    saved = run.updated_at.isoformat() if run.updated_at is not None else ""
+    return f"{run.status.value}/{run.turns}/{len(run.pending)}/{saved}"
+
+
 def add_live_routes(
-    app: web.Application, runtime: Runtime, viewers: Viewers, live: LiveText
+    app: web.Application,
+    runtime: Runtime,
+    viewers: Viewers,
+    live: LiveText,
+    *,
+    poll_seconds: float = POLL_SECONDS,
 ) -> None:
     """Add ``GET /runs/{run_id}/stream`` to `app` (see the module's description).
 
@@ -187,6 +206,7 @@ def add_live_routes(
         runtime: Whose runs are shown (the access check).
         viewers: The console's sessions.
         live: This process's live text.
+        poll_seconds: How often a stream reads its run's state from the database.
     """
 
     async def stream(request: web.Request) -> web.StreamResponse:
@@ -195,9 +215,10 @@ def add_live_routes(
             raise web.HTTPUnauthorized(text="Sign in to the console first.")
         run_id = request.match_info["run_id"]
         try:
-            await runtime.get(run_id, viewer=actor)
+            shown = await runtime.get(run_id, viewer=actor)
         except RunNotFound:
             raise web.HTTPNotFound(text=f"There is no run {run_id!r}.") from None
+        seen = request.query.get("seen") or state_of(shown)
         response = web.StreamResponse(
             headers={
                 "Content-Type": "text/event-stream",
@@ -206,13 +227,26 @@ def add_live_routes(
             }
         )
         await response.prepare(request)
+        quiet = 0.0
         with live.watch(run_id) as queue:
             while True:
                 try:
-                    kind, data = await asyncio.wait_for(queue.get(), KEEPALIVE_SECONDS)
+                    kind, data = await asyncio.wait_for(queue.get(), poll_seconds)
                 except TimeoutError:
-                    await response.write(b": keepalive\n\n")
-                    continue
+                    # Whichever replica drives the run: a recorded change reloads the page.
+                    try:
+                        now = state_of(await runtime.get(run_id, viewer=actor))
+                    except RunNotFound:
+                        now = ""
+                    if now != seen:
+                        kind, data = "committed", "{}"
+                    else:
+                        quiet += poll_seconds
+                        if quiet >= KEEPALIVE_SECONDS:
+                            quiet = 0.0
+                            await response.write(b": keepalive\n\n")
+                        continue
+                quiet = 0.0
                 await response.write(f"event: {kind}\ndata: {data}\n\n".encode())
                 if kind in ("committed", "ended"):
                     break

@@ -7,8 +7,8 @@ the text so far while nothing of the turn is recorded yet; once the fake goes on
 stream says ``committed`` and the run page shows the recorded answer. A stranger and a
 signed-out visitor get no event. With ``SIGNOFF_STREAM_TEXT=false`` a model built from
 its spec is not asked to stream and there is no such route. A second replica on the same database
-serves a page without the pieces (the driving process has them) and shows the answer
-once the turn is recorded.
+has none of the pieces (the driving process has them); its stream says ``committed``
+once the turn is recorded, and its page then shows the answer.
 """
 
 from __future__ import annotations
@@ -176,7 +176,9 @@ async def test_the_viewer_sees_the_answer_while_it_is_written_then_the_record(
     run_id, gate = await held_run(bed, fake, owner)
 
     page = await owner.client.get(f"/runs/{run_id}")
-    assert f'new EventSource("/runs/{run_id}/stream")' in await page.text()
+    html = await page.text()
+    assert f'new EventSource("/runs/{run_id}/stream?seen=' in html
+    assert '<noscript><meta http-equiv="refresh"' in html
     async with owner.client.get(f"/runs/{run_id}/stream") as response:
         assert response.status == 200
         assert response.headers["Content-Type"].startswith("text/event-stream")
@@ -298,14 +300,16 @@ async def test_a_viewer_on_another_replica_sees_the_answer_once_it_is_recorded(
     run_id, gate = await held_run(bed, fake, driving)
     async with driving.client.get(f"/runs/{run_id}/stream") as here:
         await Events(here).until(lambda kind, text: bool(text))
-        # The other replica has no piece of it: its page refreshes itself instead.
+        # The other replica has no piece of it; its stream reads the run's state instead.
         async with viewing.client.get(f"/runs/{run_id}/stream") as there:
-            kind, data = await Events(there).next()
-            assert (kind, data) == ("reset", {"text": ""})
-        page = await (await viewing.client.get(f"/runs/{run_id}")).text()
-        assert '<meta http-equiv="refresh"' in page and ANSWER not in page
-        gate.set()
-        await Events(here).until(lambda kind, _: kind == "committed")
+            elsewhere = Events(there)
+            assert await elsewhere.next() == ("reset", {"text": ""})
+            page = await (await viewing.client.get(f"/runs/{run_id}")).text()
+            assert "EventSource" in page and ANSWER not in page
+            gate.set()
+            await Events(here).until(lambda kind, _: kind == "committed")
+            text, kinds = await elsewhere.until(lambda kind, _: kind == "committed")
+            assert text == "" and kinds == ["committed"]
     page = await (await viewing.client.get(f"/runs/{run_id}")).text()
     assert ANSWER in page
 
