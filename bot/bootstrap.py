@@ -409,7 +409,7 @@ async def build_service(
             metrics.observe(point, info)
             also(point, info)
 
-    live = LiveText() if settings.stream_text else None
+    live = LiveText() if settings.stream_text and parts.web else None
     if live is not None:
         observe = live.observing(observe)
     owns_store = store is None
