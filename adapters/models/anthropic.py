@@ -178,6 +178,11 @@ class AnthropicModel:
                 return await streaming.anthropic_message(events, on_text, PROVIDER)
             except anthropic.APITimeoutError:
                 raise
+            except anthropic.APIStatusError as exc:
+                if exc.status_code != 200:
+                    raise
+                # An error event in place of the rest of the answer.
+                raise streaming.error_event(PROVIDER, exc.body, exc.message) from exc
             except streaming.transport_errors(anthropic.APIConnectionError) as exc:
                 raise streaming.broken_stream(PROVIDER, str(exc) or type(exc).__name__) from exc
 

@@ -139,10 +139,13 @@ class OpenAIModel:
         async with chunks:
             try:
                 return await streaming.chat_completion(chunks, on_text, PROVIDER)
-            except openai.APITimeoutError:
+            except (openai.APITimeoutError, openai.APIStatusError):
                 raise
             except streaming.transport_errors(openai.APIConnectionError) as exc:
                 raise streaming.broken_stream(PROVIDER, str(exc) or type(exc).__name__) from exc
+            except openai.APIError as exc:
+                # An error chunk in place of the rest of the answer.
+                raise streaming.error_event(PROVIDER, exc.body, exc.message) from exc
 
     async def aclose(self) -> None:
         """Close the HTTP client (its connection pool)."""

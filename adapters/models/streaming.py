@@ -19,6 +19,7 @@ import json
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from adapters.models.errors import status_error
 from runtime import ModelError, ModelErrorKind
 from runtime.domain.model import TextSink
 
@@ -43,6 +44,25 @@ def broken_stream(provider: str, detail: str) -> ModelError:
         kind=ModelErrorKind.CONNECTION,
         provider=provider,
     )
+
+
+# What an error sent in place of the rest of an answer means, as an HTTP status.
+_ERROR_STATUS = {
+    "rate_limit_error": 429,
+    "rate_limit_exceeded": 429,
+    "overloaded_error": 529,
+    "invalid_request_error": 400,
+    "context_length_exceeded": 400,
+}
+
+
+def error_event(provider: str, body: Any, fallback: str) -> ModelError:
+    """A `ModelError` for an error the provider sent in the middle of a stream, of the
+    kind the same error answered at once would have (a server error by default)."""
+    detail = body.get("error", body) if isinstance(body, dict) else None
+    names = [str(detail.get(k) or "") for k in ("type", "code")] if isinstance(detail, dict) else []
+    status = next((_ERROR_STATUS[n] for n in names if n in _ERROR_STATUS), 500)
+    return status_error(provider, status, body, fallback, None)
 
 
 def safe_sink(on_text: TextSink) -> Callable[[str], None]:
@@ -231,6 +251,5 @@ async def responses_payload(
                 payload["output"] = [done[i] for i in sorted(done)]
             return payload
         elif kind == "error":
-            message = str(data.get("message") or "the provider reported an error mid-answer")
-            raise ModelError(message, kind=ModelErrorKind.SERVER, provider=provider)
+            raise error_event(provider, data, "the provider reported an error mid-answer")
     raise broken_stream(provider, "it ended before the answer did")

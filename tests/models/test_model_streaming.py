@@ -160,3 +160,18 @@ async def test_an_error_answer_to_a_streamed_call_is_the_same_error(
         await model.complete(replace(ASK, on_text=lambda _: None))
     assert streamed.value.kind is plain.value.kind is ModelErrorKind.RATE_LIMITED
     assert str(streamed.value) == str(plain.value)
+
+
+@pytest.mark.parametrize(
+    ("protocol", "error"),
+    [("openai", "server_error"), ("anthropic", "overloaded_error"), ("responses", "server_error")],
+)
+async def test_an_error_sent_midway_is_the_error_it_names(
+    fake: FakeLLM, models: ModelFactory, protocol: Protocol, error: str
+) -> None:
+    model = models(protocol)
+    fake.script(replace(turns()[1], streaming=StreamScript(cut_after=3, error=error)))
+    with pytest.raises(ModelError) as raised:
+        await model.complete(replace(ASK, on_text=lambda _: None))
+    assert raised.value.kind is ModelErrorKind.SERVER and raised.value.retryable
+    assert str(raised.value) == f"The fake stopped this answer ({error})."

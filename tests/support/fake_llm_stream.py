@@ -37,9 +37,12 @@ class StreamScript:
         cut_after: Send only this many events, then end the body (``None``: all).
         gate: Hold the stream after its first text piece until this event is set.
         piece: Characters per text or arguments piece.
+        error: With `cut_after`: send an error event of this type (``server_error``,
+            ``overloaded_error``...) in place of the rest, as the API does, and end.
     """
 
     cut_after: int | None = None
+    error: str | None = None
     gate: asyncio.Event | None = None
     piece: int = 4
 
@@ -238,6 +241,24 @@ def _has_text(event: Event) -> bool:
     return False
 
 
+def _error_frame(protocol: str, kind: str, number: int) -> str:
+    message = f"The fake stopped this answer ({kind})."
+    if protocol == "openai":
+        error = {"message": message, "type": kind, "param": None, "code": None}
+        return f"data: {json.dumps({'error': error})}\n\n"
+    if protocol == "anthropic":
+        data = {"type": "error", "error": {"type": kind, "message": message}}
+    else:
+        data = {
+            "type": "error",
+            "code": kind,
+            "message": message,
+            "param": None,
+            "sequence_number": number,
+        }
+    return f"event: error\ndata: {json.dumps(data)}\n\n"
+
+
 async def stream(
     request: web.Request,
     protocol: str,
@@ -272,6 +293,9 @@ async def stream(
     await response.prepare(request)
     gated = script.gate
     for number, event in enumerate(events):
+        if script.cut_after is not None and number >= script.cut_after and script.error:
+            await response.write(_error_frame(protocol, script.error, number).encode())
+            break
         if script.cut_after is not None and number >= script.cut_after:
             # A connection lost midway: the body ends without the closing events.
             with contextlib.suppress(Exception):
