@@ -17,6 +17,7 @@ from runtime.domain.forms import (
 from runtime.domain.jsontext import NonFiniteNumber, loads_strict
 from runtime.domain.model import (
     PROVIDER_STATE,
+    TextSink,
     chat_messages,
     parse_chat_completion,
     provider_state,
@@ -117,6 +118,7 @@ __all__ = [
     "SchemaField",
     "Span",
     "SpanKind",
+    "TextSink",
     "TicketExpired",
     "TicketNotification",
     "TicketVoided",

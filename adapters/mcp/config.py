@@ -61,6 +61,11 @@ class StdioServer:
         max_tools: A listing with more tools is refused (the server counts as down).
         max_listing_bytes: A listing whose names, descriptions and schemas take more bytes
             (as JSON) is refused.
+        elicitation: Whether the server may ask for input during a tool call
+            (``elicitation/create``, form mode): the capability is declared to it, and each
+            request becomes a typed-input ticket (`adapters.mcp.elicitation`).
+        resources: Whether the agent gets ``read_resource``, reading the server's listed
+            resources (`adapters.mcp.resources`).
         trust_annotations: Whether the server's tool annotations may set defaults
             (``readOnlyHint``: ``allow``, ``idempotentHint``: replay policy
             ``idempotent``) where no rule sets them (`adapters.mcp.annotations`).
@@ -68,11 +73,6 @@ class StdioServer:
         exclude_tools: Globs of tool names left out (after `tools`).
         max_image_bytes: An image of a tool result that is bigger (decoded) is recorded
             as a note saying so (`adapters.mcp.images`).
-        elicitation: Whether the server may ask for input during a tool call
-            (``elicitation/create``, form mode): the capability is declared to it, and each
-            request becomes a typed-input ticket (`adapters.mcp.elicitation`).
-        resources: Whether the agent gets ``read_resource``, reading the server's listed
-            resources (`adapters.mcp.resources`).
     """
 
     name: str
@@ -121,6 +121,11 @@ class HttpServer:
         refresh_interval: Seconds between listings while connected (a server without a
             session cannot tell signoff that it restarted with other tools); a
             ``notifications/tools/list_changed`` from the server lists them at once.
+        elicitation: Whether the server may ask for input during a tool call
+            (``elicitation/create``, form mode): the capability is declared to it, and each
+            request becomes a typed-input ticket (`adapters.mcp.elicitation`).
+        resources: Whether the agent gets ``read_resource``, reading the server's listed
+            resources (`adapters.mcp.resources`).
         trust_annotations: Whether the server's tool annotations may set defaults
             (``readOnlyHint``: ``allow``, ``idempotentHint``: replay policy
             ``idempotent``) where no rule sets them (`adapters.mcp.annotations`).
@@ -128,11 +133,6 @@ class HttpServer:
         exclude_tools: Globs of tool names left out (after `tools`).
         max_image_bytes: An image of a tool result that is bigger (decoded) is recorded
             as a note saying so (`adapters.mcp.images`).
-        elicitation: Whether the server may ask for input during a tool call
-            (``elicitation/create``, form mode): the capability is declared to it, and each
-            request becomes a typed-input ticket (`adapters.mcp.elicitation`).
-        resources: Whether the agent gets ``read_resource``, reading the server's listed
-            resources (`adapters.mcp.resources`).
     """
 
     name: str

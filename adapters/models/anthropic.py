@@ -26,7 +26,7 @@ from adapters.models.errors import (
 )
 from adapters.models.pricing import Price, priced
 from runtime import ConfigurationError, ModelError, ModelRequest, ModelResponse
-from runtime.domain.model import TextSink
+from runtime.edges import TextSink
 
 PROVIDER = "anthropic"
 DEFAULT_MAX_TOKENS = 4096

@@ -25,8 +25,7 @@ from adapters.models.errors import (
 from adapters.models.pricing import Price, priced
 from adapters.models.tool_images import with_chat_images
 from runtime import ConfigurationError, ModelError, ModelRequest, ModelResponse
-from runtime.domain.model import TextSink
-from runtime.edges import chat_messages, parse_chat_completion
+from runtime.edges import TextSink, chat_messages, parse_chat_completion
 
 PROVIDER = "openai"
 

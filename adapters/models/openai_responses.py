@@ -35,7 +35,7 @@ from adapters.models.openai_responses_transcript import (
 )
 from adapters.models.pricing import Price, priced
 from runtime import ConfigurationError, ModelError, ModelErrorKind, ModelRequest, ModelResponse
-from runtime.domain.model import TextSink
+from runtime.edges import TextSink
 
 # Failures name the provider, as OpenAIModel's do.
 ERROR_PROVIDER = "openai"

@@ -21,7 +21,7 @@ from typing import Any
 
 from adapters.models.errors import status_error
 from runtime import ModelError, ModelErrorKind
-from runtime.domain.model import TextSink
+from runtime.edges import TextSink
 
 
 def transport_errors(*more: type[BaseException]) -> tuple[type[BaseException], ...]:

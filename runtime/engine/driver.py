@@ -17,7 +17,7 @@ from runtime.domain.context import ToolContext, _enter, _leave
 from runtime.domain.edits import model_note
 from runtime.domain.errors import LeaseLost, ModelError, ToolOutcomeUnknown
 from runtime.domain.external import agent_for_run
-from runtime.domain.model import ModelRequest, ModelResponse, StopReason, TextSink
+from runtime.domain.model import ModelRequest, ModelResponse, StopReason
 from runtime.domain.notifications import (
     ApprovalRequested,
     InputRequested,
@@ -432,7 +432,7 @@ class Driver:
             messages=[{"role": "system", "content": agent.instructions}, *self.run.messages],
             tools=[t.spec() for t in agent.offered()],
             attempt=self.run.model_attempt,
-            on_text=self._text_sink(),
+            on_text=measure.text_sink(self.deps, self.run),
         )
         try:
             response = await measure.complete(self.deps, model, request)
@@ -445,17 +445,6 @@ class Driver:
             await self._fail(f"model call failed: {type(exc).__name__}: {exc}")
             return False
         return await self._apply_response(agent, model.name, response)
-
-    def _text_sink(self) -> TextSink | None:
-        """Report each piece of streamed text as ``model_text`` (when observed at all)."""
-        if self.deps.checkpoint is None:
-            return None
-        run_id, turn, attempt = self.run.run_id, self.run.turns + 1, self.run.model_attempt
-
-        def sink(text: str) -> None:
-            self.deps.reach("model_text", run_id=run_id, turn=turn, attempt=attempt, text=text)
-
-        return sink
 
     async def _model_failed(self, model: str, exc: ModelError) -> None:
         """Fail the run on a model error, recording what the provider said."""

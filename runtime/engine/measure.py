@@ -10,10 +10,23 @@ import asyncio
 import time
 
 from runtime.domain.errors import ModelError
-from runtime.domain.model import Model, ModelRequest, ModelResponse
+from runtime.domain.model import Model, ModelRequest, ModelResponse, TextSink
 from runtime.domain.states import CallState
 from runtime.engine.deps import Deps
-from runtime.store.records import CallRecord
+from runtime.store.records import CallRecord, RunRecord
+
+
+def text_sink(deps: Deps, run: RunRecord) -> TextSink | None:
+    """Where the model's streamed text goes: each piece reported as ``model_text`` (None
+    when nothing observes the checkpoint, so models do not stream for nobody)."""
+    if deps.checkpoint is None:
+        return None
+    run_id, turn, attempt = run.run_id, run.turns + 1, run.model_attempt
+
+    def sink(text: str) -> None:
+        deps.reach("model_text", run_id=run_id, turn=turn, attempt=attempt, text=text)
+
+    return sink
 
 
 def started() -> float:

@@ -190,6 +190,7 @@ EDGES = (
     "RunFinished",
     "RunPaused",
     "SchemaField",
+    "TextSink",
     "TicketExpired",
     "TicketNotification",
     "TicketVoided",
