@@ -122,7 +122,9 @@ async def test_a_console_item_claimed_again_meanwhile_is_not_recorded(
     async with store.transaction() as tx:
         [stale] = await tx.claim_outbox(make.at(1), 10, owner="p1", until=make.at(2))
         [taken] = await tx.claim_outbox(make.at(3), 10, owner="p2", until=make.at(60))
-    assert await _record_silent(store, ManualClock(make.at(4)), [stale], RetryPolicy()) == 0
+    assert (
+        await _record_silent(store, ManualClock(make.at(4)), [stale], RetryPolicy(), Claim()) == 0
+    )
     async with store.transaction() as tx:
         [item] = await tx.outbox_for_run("run_1")
     assert (item.state, item.lease_owner, item.fence) == ("pending", "p2", taken.fence)
