@@ -156,10 +156,14 @@ class AnthropicModel:
         body = self.request_body(request)
         try:
             if request.on_text is not None and self.stream:
-                payload = await self._streamed(body, request.on_text)
+                on_text = request.on_text
+                payload = await streaming.streamed_or_plain(
+                    lambda: self._streamed(body, on_text),
+                    lambda: self._plain(body),
+                    self.client.max_retries,
+                )
             else:
-                message = await self.client.messages.create(**body)
-                payload = message.model_dump(mode="json")
+                payload = await self._plain(body)
         except anthropic.APIError as exc:
             raise _translate(exc, self._timeout) from exc
         try:
@@ -169,6 +173,12 @@ class AnthropicModel:
         if self.price is None:
             return response
         return replace(response, usage=priced(response.usage, self.price))
+
+    async def _plain(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The message of a call without streaming."""
+        message = await self.client.messages.create(**body)
+        payload: dict[str, Any] = message.model_dump(mode="json")
+        return payload
 
     async def _streamed(self, body: dict[str, Any], on_text: TextSink) -> dict[str, Any]:
         """The message of a streamed call, its text passed to `on_text` meanwhile."""

@@ -117,10 +117,14 @@ class OpenAIModel:
         body = self.request_body(request)
         try:
             if request.on_text is not None and self.stream:
-                payload = await self._streamed(body, request.on_text)
+                on_text = request.on_text
+                payload = await streaming.streamed_or_plain(
+                    lambda: self._streamed(body, on_text),
+                    lambda: self._plain(body),
+                    self.client.max_retries,
+                )
             else:
-                completion = await self.client.chat.completions.create(**body)
-                payload = completion.model_dump(mode="json")
+                payload = await self._plain(body)
         except openai.APIError as exc:
             raise _translate(exc, self._timeout) from exc
         try:
@@ -130,6 +134,12 @@ class OpenAIModel:
         if self.price is None:
             return response
         return replace(response, usage=priced(response.usage, self.price))
+
+    async def _plain(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The completion of a call without streaming."""
+        completion = await self.client.chat.completions.create(**body)
+        payload: dict[str, Any] = completion.model_dump(mode="json")
+        return payload
 
     async def _streamed(self, body: dict[str, Any], on_text: TextSink) -> dict[str, Any]:
         """The completion of a streamed call, its text passed to `on_text` meanwhile."""

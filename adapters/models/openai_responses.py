@@ -195,11 +195,14 @@ class OpenAIResponsesModel:
             ) from exc
         try:
             if request.on_text is not None and self.stream:
-                payload = await self._streamed(body, request.on_text)
+                on_text = request.on_text
+                payload = await streaming.streamed_or_plain(
+                    lambda: self._streamed(body, on_text),
+                    lambda: self._plain(body),
+                    self.client.max_retries,
+                )
             else:
-                answer = await self.client.responses.create(**body)
-                # Only the fields the API sent: reasoning items go back exactly as they came.
-                payload = answer.model_dump(mode="json", exclude_unset=True)
+                payload = await self._plain(body)
         except openai.APIError as exc:
             raise _translate(exc, self._timeout) from exc
         schemas = None
@@ -218,6 +221,13 @@ class OpenAIResponsesModel:
         if self.price is None:
             return response
         return replace(response, usage=priced(response.usage, self.price))
+
+    async def _plain(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The response of a call without streaming."""
+        answer = await self.client.responses.create(**body)
+        # Only the fields the API sent: reasoning items go back exactly as they came.
+        payload: dict[str, Any] = answer.model_dump(mode="json", exclude_unset=True)
+        return payload
 
     async def _streamed(self, body: dict[str, Any], on_text: TextSink) -> dict[str, Any]:
         """The response of a streamed call, its text passed to `on_text` meanwhile."""

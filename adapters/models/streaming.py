@@ -7,8 +7,10 @@ request's `runtime.ModelRequest.on_text` as they arrive; a listener that fails i
 ignored (the preview is not worth the turn).
 
 A stream that breaks off (a dropped connection, a body cut short, an end without the
-provider's closing event) raises a ``connection`` `runtime.ModelError`, which is
-retryable; nothing of the partial answer is returned.
+provider's closing event) raises a ``connection`` `runtime.ModelError` (`BrokenStream`);
+nothing of the partial answer is returned. The SDKs retry a call only until its answer
+starts, so `streamed_or_plain` asks once more without streaming, where the SDK's own
+retries apply, unless the model was told not to retry.
 """
 
 from __future__ import annotations
@@ -16,12 +18,39 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 from adapters.models.errors import status_error
 from runtime import ModelError, ModelErrorKind
 from runtime.edges import TextSink
+
+log = logging.getLogger("signoff.models")
+
+T = TypeVar("T")
+
+
+class BrokenStream(ModelError):
+    """An answer whose stream broke off before its end (a ``connection`` failure)."""
+
+
+async def streamed_or_plain(
+    streamed: Callable[[], Awaitable[T]], plain: Callable[[], Awaitable[T]], retries: int
+) -> T:
+    """The answer of `streamed`; when its stream breaks off, the answer of `plain` (one
+    call without streaming, which the SDK retries), unless `retries` is 0.
+
+    Raises:
+        BrokenStream: The stream broke off and the model may not retry.
+    """
+    try:
+        return await streamed()
+    except BrokenStream as exc:
+        if retries <= 0:
+            raise
+        log.warning("%s; asking again without streaming", exc)
+    return await plain()
 
 
 def transport_errors(*more: type[BaseException]) -> tuple[type[BaseException], ...]:
@@ -37,9 +66,9 @@ def transport_errors(*more: type[BaseException]) -> tuple[type[BaseException], .
     return tuple(found)
 
 
-def broken_stream(provider: str, detail: str) -> ModelError:
+def broken_stream(provider: str, detail: str) -> BrokenStream:
     """A retryable `ModelError` for an answer whose stream broke off."""
-    return ModelError(
+    return BrokenStream(
         f"the answer's stream broke off ({detail})",
         kind=ModelErrorKind.CONNECTION,
         provider=provider,

@@ -136,6 +136,24 @@ async def test_a_stream_cut_midway_is_a_retryable_error(
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
+async def test_a_stream_cut_midway_is_asked_again_without_streaming_when_retries_are_allowed(
+    fake: FakeLLM, models: ModelFactory, protocol: Protocol
+) -> None:
+    model = models(protocol, max_retries=1)
+    turn = turns()[1]
+    fake.script(turn)
+    plain = await model.complete(ASK)
+    fake.script(replace(turn, streaming=StreamScript(cut_after=2)), turn)
+    pieces: list[str] = []
+    again = await model.complete(replace(ASK, on_text=pieces.append))
+    cut, asked = fake.requests[-2:]
+    assert cut.body["stream"] is True
+    assert "stream" not in asked.body
+    assert without_ids(again) == without_ids(plain)
+    assert "".join(pieces) != "Refunding both duplicates."  # the preview stopped at the cut
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
 async def test_a_model_told_not_to_stream_does_not(
     fake: FakeLLM, models: ModelFactory, protocol: Protocol
 ) -> None:
