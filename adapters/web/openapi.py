@@ -5,6 +5,10 @@ in `OPERATIONS` with its body and answer models (`adapters.web.api_models`,
 `adapters.web.approval_models`); their JSON schemas (pydantic's, JSON Schema 2020-12 as
 OpenAPI 3.1 uses) go under ``components/schemas``. A test holds the document to the
 routes the application really serves, and real answers to its schemas.
+
+Routes mounted only where their part is configured (`OPTIONAL_OPERATIONS`: the MCP
+servers' refresh) are listed when the serving application mounts them: the served
+document describes the routes of that application.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from importlib import metadata
 from typing import Any, Literal
 
 from aiohttp import web
-from pydantic import BaseModel, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from pydantic.json_schema import models_json_schema
 
 from adapters.web import api_models as m
@@ -56,6 +60,7 @@ class Operation:
     public: bool = False
     errors: tuple[int, ...] = (400, 401)
     extra_content: dict[int, dict[str, Any]] = field(default_factory=dict)
+    error_words: dict[int, str] = field(default_factory=dict)
 
 
 def _path(name: str, description: str, **schema: Any) -> Param:
@@ -262,6 +267,30 @@ OPERATIONS: tuple[Operation, ...] = (
     ),
 )
 
+
+class McpRefreshed(BaseModel):
+    """``POST /api/mcp/servers/{name}/refresh``: the server listed its tools again."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    server: str = Field(description="The MCP server's name.")
+    tools: int = Field(description="How many tools it lists now.")
+
+
+OPTIONAL_OPERATIONS: tuple[Operation, ...] = (
+    Operation(
+        "post",
+        "/api/mcp/servers/{name}/refresh",
+        "List an MCP server's tools again, now (operators only; mounted when the agents "
+        "file connects MCP servers).",
+        {200: McpRefreshed},
+        params=(_path("name", "The MCP server's name."),),
+        errors=(401, 403, 404, 503),
+        error_words={503: "The MCP server did not list its tools in time"},
+    ),
+)
+"""Operations the application serves only when configured; listed when mounted."""
+
 STATUS_WORDS = {
     200: "OK",
     201: "Created",
@@ -282,7 +311,7 @@ Mode = Literal["validation", "serialization"]
 
 def _schemas() -> tuple[dict[tuple[type[BaseModel], Mode], dict[str, Any]], dict[str, Any]]:
     models: list[tuple[type[BaseModel], Mode]] = []
-    for op in OPERATIONS:
+    for op in (*OPERATIONS, *OPTIONAL_OPERATIONS):
         if isinstance(op.body, type) and issubclass(op.body, BaseModel):
             models.append((op.body, "validation"))
         for answer in op.answers.values():
@@ -307,11 +336,17 @@ def _json(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 @functools.cache
-def openapi_document() -> dict[str, Any]:
-    """The OpenAPI 3.1 document of every ``/api`` route (and the JWKS)."""
+def openapi_document(optional: frozenset[tuple[str, str]] = frozenset()) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of every ``/api`` route (and the JWKS).
+
+    Args:
+        optional: The ``(method, path)`` of the `OPTIONAL_OPERATIONS` to list (those the
+            application mounts).
+    """
     refs, schemas = _schemas()
     paths: dict[str, dict[str, Any]] = {}
-    for op in OPERATIONS:
+    listed = [op for op in OPTIONAL_OPERATIONS if (op.method, op.path) in optional]
+    for op in (*OPERATIONS, *listed):
         operation: dict[str, Any] = {
             "summary": op.summary,
             "operationId": _operation_id(op),
@@ -347,7 +382,7 @@ def openapi_document() -> dict[str, Any]:
             }
         for status in op.errors:
             operation["responses"][str(status)] = {
-                "description": STATUS_WORDS[status],
+                "description": op.error_words.get(status, STATUS_WORDS[status]),
                 "content": _json(refs[(m.Error, "serialization")]),
             }
         paths.setdefault(op.path, {})[op.method] = operation
@@ -397,10 +432,23 @@ def _version() -> str:
         return "0"
 
 
+def mounted_optional(app: web.Application) -> frozenset[tuple[str, str]]:
+    """The `OPTIONAL_OPERATIONS` `app` mounts, as ``(method, path)``."""
+    wanted = {(op.method, op.path) for op in OPTIONAL_OPERATIONS}
+    found = set()
+    for route in app.router.routes():
+        info = route.resource.get_info() if route.resource is not None else {}
+        path = info.get("path") or info.get("formatter") or ""
+        if (route.method.lower(), path) in wanted:
+            found.add((route.method.lower(), path))
+    return frozenset(found)
+
+
 def add_openapi_route(app: web.Application) -> None:
-    """Serve ``GET /api/openapi.json`` (no authentication)."""
+    """Serve ``GET /api/openapi.json`` (no authentication): the document of the routes
+    `app` mounts (its router is frozen once it serves)."""
 
     async def document(request: web.Request) -> web.StreamResponse:
-        return web.json_response(openapi_document())
+        return web.json_response(openapi_document(mounted_optional(request.app)))
 
     app.router.add_get(OPENAPI_PATH, document)
