@@ -213,6 +213,7 @@ def build_web(
     resumes: Mapping[str, ResumeConfig] | None = None,
     mcp_sign_ins: SignInFlow | None = None,
     live: LiveText | None = None,
+    acked: Callable[[str, float], None] | None = None,
 ) -> Web:
     """The aiohttp application (console, JSON API, webhooks, Slack) and its notifiers.
 
@@ -238,6 +239,7 @@ def build_web(
             sign-in page; None: no such servers).
         live: This process's live text of the answers being written: run pages follow
             it (``GET /runs/{run_id}/stream``); None: they do not.
+        acked: Told how long each Slack Socket Mode envelope took to acknowledge.
 
     Raises:
         ConfigurationError: A hook names an agent that is not loaded, or another bad value.
@@ -330,6 +332,7 @@ def build_web(
             config=slack_config,
             client=slack_client,
             limiter=slack_limiter,
+            acked=acked,
         )
         notifiers["slack"] = slack.notifier
     # Innermost, after the API's own error middleware; webhooks time their own reads.
@@ -403,6 +406,7 @@ def add_slack(
     config: SlackConfig | None = None,
     client: AsyncWebClient | None = None,
     limiter: ChannelLimiter | None = None,
+    acked: Callable[[str, float], None] | None = None,
 ) -> SlackEdge:
     """Mount the Slack edge (``SIGNOFF_SLACK_MODE`` http or socket).
 
@@ -417,6 +421,7 @@ def add_slack(
         config: The edge's configuration (default: `slack_config_of` the settings).
         client: Slack's Web API client (default: one for the configuration).
         limiter: Spacing of messages to one channel (default: one a second).
+        acked: Told how long each Socket Mode envelope took to acknowledge.
 
     Raises:
         ConfigurationError: The ``slack`` extra is not installed, or the default agent
@@ -443,7 +448,7 @@ def add_slack(
     if config.mode == "http":
         add_slack_routes(app, bolt, signing_secret=config.signing_secret)
     else:
-        socket = SlackSocketMode(bolt, config.app_token or "")
+        socket = SlackSocketMode(bolt, config.app_token or "", acked=acked)
 
         async def connect(_app: web.Application) -> None:
             await socket.start()

@@ -458,6 +458,7 @@ async def build_service(
             resumes=resumes,
             mcp_sign_ins=loaded.sign_ins if loaded is not None else None,
             live=live,
+            acked=metrics.acknowledged,
         )
     except BaseException:
         if loaded is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from runtime.domain.errors import ToolOutcomeUnknown
@@ -17,11 +18,46 @@ from runtime.domain.model import Model, ModelRequest, ModelResponse
 from runtime.domain.tickets import Allow, ResumeCommand, ResumeTicket
 from runtime.domain.tools import InputRequest
 from runtime.domain.tracing import NO_TRACER, AttributeValue, Carrier, Span, valid_carrier
-from runtime.store.records import CallRecord, RunRecord
+from runtime.store.records import CallRecord, ReceivedRecord, RunRecord
 
 if TYPE_CHECKING:
     from runtime.domain.tools import Tool
     from runtime.engine.deps import Deps
+
+
+CLICK_TRACE = "trace_context"
+"""The key of a stored click's ``reply`` that keeps the context of the span the click
+arrived in (a W3C carrier), so the worker that applies it later links to it."""
+
+# The span a decision applied outside any span came from (a stored click's), for the
+# run it resumes: a task created meanwhile (the worker driving the run) inherits it.
+_DECIDED_IN: ContextVar[Carrier | None] = ContextVar("signoff_decided_in", default=None)
+
+
+def click_trace(item: ReceivedRecord | None) -> Carrier | None:
+    """The context of the span a stored click arrived in, if it kept one."""
+    if item is None or item.reply is None:
+        return None
+    return valid_carrier(item.reply.get(CLICK_TRACE))
+
+
+@contextmanager
+def decided_in(carrier: Carrier | None) -> Iterator[None]:
+    """Inside the block (and in tasks created in it), a span opened while no span is
+    current links to `carrier`: the span a stored click arrived in."""
+    if carrier is None:
+        yield
+        return
+    token = _DECIDED_IN.set(carrier)
+    try:
+        yield
+    finally:
+        _DECIDED_IN.reset(token)
+
+
+def _decided_from(deps: Deps) -> Carrier | None:
+    """The span a decision is applied in: the current one, else a stored click's."""
+    return deps.tracer.carrier() or _DECIDED_IN.get()
 
 
 def run_trace(run: RunRecord) -> Carrier | None:
@@ -50,10 +86,10 @@ def start_trace(deps: Deps, run: RunRecord) -> Carrier | None:
 def drive_span(deps: Deps, run: RunRecord) -> Iterator[Span]:
     """The ``invoke_agent`` span of one stretch a worker drives `run` (claim to park or
     end), in the run's trace, linked to the span that made it go on (a decision's
-    request) when there is one."""
+    request, or the chat click the worker applied) when there is one."""
     tracer = deps.tracer
     parent = run_trace(run)
-    current = tracer.carrier() if parent is not None else None
+    current = _decided_from(deps) if parent is not None else None
     attributes: dict[str, AttributeValue | None] = {
         "gen_ai.operation.name": "invoke_agent",
         "gen_ai.agent.name": run.agent,
@@ -175,8 +211,8 @@ def record_wait(
 ) -> None:
     """Report a ticket's wait as the ``await_decision`` span, once it ended: from the
     ticket's opening to its decision (or expiry), in the run's trace, linked to the span
-    the decision is applied in, if any (the console's or the API's request; a chat click
-    is applied later by the worker, outside any span).
+    the decision came from, if any: the console's or the API's request, or the span a
+    chat click arrived in (stored with the click, which the worker applies later).
 
     Args:
         deps: The shared dependencies.
@@ -210,7 +246,7 @@ def record_wait(
             "signoff.decision.grant": isinstance(answer, Allow) and answer.grant is not None,
         }
         end = command.at
-    current = tracer.carrier()
+    current = _decided_from(deps)
     tracer.finished(
         f"await_decision {tool or target.kind}",
         start=ticket.created_at,

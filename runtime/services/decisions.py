@@ -43,7 +43,7 @@ from runtime.engine.journal import display_args, notify, record, record_claim, t
 from runtime.engine.moves import move, move_run
 from runtime.engine.people import as_person
 from runtime.engine.results import PendingEntry, RunResult
-from runtime.engine.traces import record_wait
+from runtime.engine.traces import click_trace, decided_in, record_wait
 from runtime.engine.turns import blocked_text
 from runtime.services.driving import Driving
 from runtime.services.queries import Queries
@@ -402,7 +402,11 @@ class Decisions:
                     move_run(run, RunStatus.QUEUED)
                 run.updated_at = command.at
                 await tx.update_run(run)
-        record_wait(deps, run, ticket, "decided", command)
+        # A stored click is applied outside the span it arrived in: its wait, and the
+        # stretch it resumes, link to that span.
+        clicked = click_trace(received)
+        with decided_in(clicked):
+            record_wait(deps, run, ticket, "decided", command)
         deps.reach(
             "decision_committed",
             ticket_id=command.ticket_id,
@@ -412,10 +416,12 @@ class Decisions:
             ticket_kind=ticket.target.kind,
         )
         if claimed_calls is not None and slot is not None:
-            slot.use(run.run_id, self._driving.proceed(run, calls=claimed_calls))
+            with decided_in(clicked):  # the task driving it is created here
+                slot.use(run.run_id, self._driving.proceed(run, calls=claimed_calls))
             return await self._report(command, report)
         if claimed_calls is not None:
-            return await self._driving.drive_claimed(run, calls=claimed_calls)
+            with decided_in(clicked):
+                return await self._driving.drive_claimed(run, calls=claimed_calls)
         if resume and not remaining:
             # Ready but not awaiting (e.g. paused meanwhile): the usual path decides.
             return await self.resume(command.run_id, command.actor, wait=True)

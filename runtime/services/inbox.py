@@ -38,9 +38,11 @@ from runtime.domain.tickets import (
     ResumeTicket,
     check_decidable,
 )
+from runtime.domain.tracing import NO_TRACER
 from runtime.engine.deps import Deps
 from runtime.engine.journal import notify
 from runtime.engine.people import as_person
+from runtime.engine.traces import CLICK_TRACE
 from runtime.services.decisions import Decisions
 from runtime.store.base import DuplicateKey, Transaction
 from runtime.store.records import ReceivedRecord
@@ -97,6 +99,10 @@ class Inbox:
         reply: dict[str, Any] | None,
         at: datetime,
     ) -> ReceivedRecord:
+        trace = self._deps.tracer.carrier()
+        if trace is not None and reply is not None:
+            # Kept with the click: the worker that applies it links its spans to this one.
+            reply = {**reply, CLICK_TRACE: trace}
         return ReceivedRecord(
             command_id=self._deps.ids.new_id("rc"),
             source=source,
@@ -126,8 +132,21 @@ class Inbox:
         answering at once), the ticket is read once, in the transaction that stores the
         click; otherwise it is read first for the look-up, outside any transaction.
         """
-        deps = self._deps
         click = _Click(ticket_id, answer, correlation, source, delivery_id, reply)
+        tracer = self._deps.tracer
+        if tracer is NO_TRACER or tracer.carrier() is not None:
+            return await self._accept(click, actor)
+        # A click that reached no traced request (a gateway's or a websocket's event) is
+        # a server span of its own, which the worker applying it links to.
+        attributes = {"signoff.platform": source, "signoff.ticket.id": ticket_id}
+        with tracer.span(f"click {source}", kind="server", attributes=attributes) as span:
+            outcome = await self._accept(click, actor)
+            span.set("signoff.click.stored", isinstance(outcome, Accepted) and outcome.stored)
+            return outcome
+
+    async def _accept(self, click: _Click, actor: ActorSource) -> AcceptOutcome:
+        deps = self._deps
+        ticket_id = click.ticket_id
         who, find = (actor, None) if isinstance(actor, Actor) else (None, actor)
         lookup: Awaitable[Actor] | None = None
         try:
@@ -354,4 +373,5 @@ class Inbox:
             actor=item.actor.get("id"),
         )
         to = {**(item.reply or {}), "platform": item.source}
+        to.pop(CLICK_TRACE, None)
         await notify(self._deps, tx, run, refused, to=to, at=at)
