@@ -4,8 +4,9 @@ Three kinds of series, documented one by one in ``docs/metrics.md``:
 
 - this replica's own: counters and histograms fed by the runtime's checkpoint points
   (`Metrics.observe`: decisions, deliveries, model and tool calls, expiries, recovered
-  runs), the time each edge takes to acknowledge a click (`ack_timing`, and the Discord
-  gateway's handlers), the worker's slots, the process and Python runtime collectors;
+  runs), the time each edge takes to acknowledge a click (`ack_timing`, the Discord
+  gateway's handlers and Slack's Socket Mode listener), the worker's slots, the process
+  and Python runtime collectors;
 - database-wide gauges (runs by status, open and overdue tickets, the outbox, received
   clicks, uncertain calls, queued work), read by *one* replica: the holder of the named
   lease `FIGURES_LEASE`, every ``SIGNOFF_METRICS_INTERVAL_SECONDS`` (`figures_loop`). The

@@ -13,7 +13,10 @@ Spans the runtime opens (names and attributes are listed in ``docs/tracing.md``)
 - ``agent_turn <agent>``, ``chat <model>`` and ``execute_tool <tool>`` inside it;
 - ``await_decision <tool>`` for a ticket's wait: recorded when the decision commits,
   from the ticket's opening to the decision, in the run's trace, linked to the span the
-  decision was applied in (a console or API request).
+  decision came from (a console or API request, or the span a stored chat click arrived
+  in, whose context is kept with the click);
+- ``click <platform>`` for a chat click that reaches no traced request (a gateway's or a
+  websocket's event).
 
 `NO_TRACER` does nothing and costs next to nothing: it is the default.
 """
