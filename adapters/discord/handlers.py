@@ -120,15 +120,19 @@ class Handlers:
     def agent_names(self, current: str) -> list[str]:
         """Agent names for the ``agent`` option's autocomplete (at most 25)."""
         wanted = current.lower()
-        return [name for name in sorted(self._runtime.agents) if wanted in name.lower()][:25]
+        return [name for name in self._offered() if wanted in name.lower()][:25]
+
+    def _offered(self) -> list[str]:
+        """The agents people may start (not those signoff starts itself)."""
+        agents = self._runtime.agents
+        return [n for n in sorted(agents) if not getattr(agents[n], "internal", False)]
 
     async def run(self, interaction: Interaction, agent: str, prompt: str) -> None:
         """``/agent run <agent> <prompt>``: start a run whose messages go to this channel."""
 
         async def work() -> Reply:
-            agents = self._runtime.agents
-            if agent not in agents:
-                known = ", ".join(cards.code(name) for name in sorted(agents)) or "none"
+            if agent not in self._offered():
+                known = ", ".join(cards.code(name) for name in self._offered()) or "none"
                 return Reply(f"⚠️ No agent named {cards.code(agent)}. Loaded: {known}.")
             if not prompt.strip():
                 return Reply("⚠️ Tell the agent what to do: the prompt is empty.")

@@ -185,6 +185,10 @@ class InputAgent(Agent):
         deadline: The deadline of tools without one (the server's call timeout).
     """
 
+    internal = True
+    """Started by signoff itself, never by a person: the edges neither offer it nor start
+    it by hand."""
+
     def __init__(self, agent: Agent, deadlines: Mapping[str, float]) -> None:
         super().__init__(
             input_agent_name(agent.name),

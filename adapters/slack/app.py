@@ -75,6 +75,7 @@ from runtime import (
     Accepted,
     Actor,
     ActorSource,
+    Agent,
     Allow,
     Answer,
     AnswerKind,
@@ -335,7 +336,7 @@ class _SlackEdge:
 
     # -- choosing the agent ------------------------------------------------------------
     def _usage(self) -> str:
-        names = sorted(self._runtime.agents)
+        names = sorted(self._offered())
         command = self._config.command
         example = names[0] if names else "refunds"
         text = (
@@ -347,10 +348,15 @@ class _SlackEdge:
         agents = ", ".join(f"`{blocks.escape(n)}`" for n in names) or "none loaded"
         return f"{text}\nAgents: {agents}."
 
+    def _offered(self) -> dict[str, Agent]:
+        """The agents people may start (not those signoff starts itself)."""
+        agents = self._runtime.agents
+        return {n: a for n, a in agents.items() if not getattr(a, "internal", False)}
+
     def _choose(self, text: str, previous: str | None) -> tuple[str, str] | str:
         """(agent, request) for a request text, or the help text to answer instead."""
         request = text.strip()
-        agents = self._runtime.agents
+        agents = self._offered()
         head, _, rest = request.partition(" ")
         if request.lower() in ("", "help"):
             return self._usage()

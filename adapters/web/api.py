@@ -466,7 +466,8 @@ def add_api_routes(
 
     async def agents(request: web.Request, actor: Actor) -> web.StreamResponse:
         loaded = runtime.agents
-        return json_response({"agents": [agent_json(loaded[name]) for name in sorted(loaded)]})
+        offered = sorted(n for n, a in loaded.items() if not getattr(a, "internal", False))
+        return json_response({"agents": [agent_json(loaded[name]) for name in offered]})
 
     async def runs(request: web.Request, actor: Actor) -> web.StreamResponse:
         statuses = parse_statuses(request.query.get("status", ""))
@@ -493,6 +494,14 @@ def add_api_routes(
             known = ", ".join(sorted(runtime.agents)) or "none"
             return error_response(
                 Refusal(422, "unknown_agent", f"no agent {agent!r} is loaded (loaded: {known})")
+            )
+        if getattr(runtime.agents[agent], "internal", False):
+            return error_response(
+                Refusal(
+                    422,
+                    "unknown_agent",
+                    f"agent {agent!r} is started by signoff itself, not by hand",
+                )
             )
         try:
             result = await runtime.start(

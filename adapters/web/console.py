@@ -813,7 +813,11 @@ class _Console:
             session=session,
             actor=actor,
             status=status,
-            agents=[agents[name] for name in sorted(agents)],
+            agents=[
+                agents[name]
+                for name in sorted(agents)
+                if not getattr(agents[name], "internal", False)
+            ],
             error=error,
             chosen=chosen,
             text=text,
@@ -828,6 +832,8 @@ class _Console:
         problem = None
         if agent not in self.runtime.agents:
             problem = "Choose one of the loaded agents."
+        elif getattr(self.runtime.agents[agent], "internal", False):
+            problem = f"{agent} is started by signoff itself, not by hand."
         elif not text.strip():
             problem = "Type what the agent should do."
         if problem is None:
