@@ -20,6 +20,12 @@ cancelled and its ticket voided. When the process holding the call dies, the cal
 dispatched: whoever recovers the run applies its replay policy (``manual``: uncertain),
 and the sweep (`InputDesk.sweep`, every few seconds on every process with the hub
 attached) cancels the input run whose call is no longer in flight, saying why.
+
+Through the MCP gateway (`adapters.mcp.gateway`), a call's elicitation goes to the MCP
+client that made the call instead, when that client declared the elicitation capability
+(`forwarding`): the client's answer is the server's. A client without the capability, or
+a call dispatched by a process other than the one serving the client, gets ``cancel``
+(gateway agents have no input agent).
 """
 
 from __future__ import annotations
@@ -28,8 +34,9 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import mcp_types
@@ -234,6 +241,34 @@ class InputAgent(Agent):
         return self.parent.catalog_fingerprint
 
 
+Forward = Callable[[str, dict[str, Any]], Awaitable[mcp_types.ElicitResult]]
+"""Asks an MCP client for input (message, requested schema) and returns its answer."""
+
+_FORWARD: ContextVar[Forward | None] = ContextVar("signoff_mcp_forward", default=None)
+_FORWARDS: dict[str, Forward] = {}  # by the run whose calls forward
+
+
+@contextlib.contextmanager
+def forwarding(forward: Forward) -> Iterator[Callable[[str], None]]:
+    """Within the block, the elicitations of MCP tool calls made by this task (and the
+    tasks it starts) go to `forward`; so do those of the runs named to the function it
+    yields (calls a worker of this process dispatches later)."""
+    token = _FORWARD.set(forward)
+    named: list[str] = []
+
+    def also(run_id: str) -> None:
+        _FORWARDS[run_id] = forward
+        named.append(run_id)
+
+    try:
+        yield also
+    finally:
+        _FORWARD.reset(token)
+        for run_id in named:
+            if _FORWARDS.get(run_id) is forward:
+                del _FORWARDS[run_id]
+
+
 @dataclass(frozen=True)
 class Asking:
     """One MCP tool call in flight that may elicit.
@@ -242,11 +277,13 @@ class Asking:
         context: The call's tool context.
         server: The MCP server.
         tool: The tool's name in the agent's catalog (with the server's prefix).
+        forward: The MCP client the call's elicitations go to (`forwarding`), if any.
     """
 
     context: ToolContext
     server: str
     tool: str
+    forward: Forward | None = field(default_factory=_FORWARD.get)
 
 
 def asking_now(in_flight: Mapping[str, Asking]) -> Asking | None:
@@ -292,6 +329,9 @@ class InputDesk:
             if isinstance(requested, Mapping)
             else requested.model_dump(mode="json", by_alias=True, exclude_none=True)
         )
+        forward = asking.forward or _FORWARDS.get(asking.context.run_id)
+        if forward is not None:
+            return await forward(params.message, schema)
         problem = check_schema(schema)
         if problem is not None:
             return mcp_types.ErrorData(code=mcp_types.INVALID_PARAMS, message=problem)

@@ -19,6 +19,11 @@ outcome: no second card, no second execution.
 
 Over Streamable HTTP (`add_gateway_routes`), every request is authenticated with a
 bearer token before the SDK sees it; the token's identity is the requester.
+
+An upstream server's elicitation during a call (a server with ``elicitation = true``) is
+forwarded to the calling client when it declared the elicitation capability, and the
+client's answer goes back to the server; otherwise the server gets ``cancel``
+(`adapters.mcp.elicitation.forwarding`).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
@@ -35,6 +41,7 @@ from aiohttp import web
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
+from adapters.mcp.elicitation import Forward, forwarding
 from adapters.mcp.images import content_blocks
 from runtime import (
     Actor,
@@ -58,6 +65,8 @@ are matched within the MCP session."""
 PROGRESS_SECONDS = 10.0
 """How often a waiting call sends a progress notification (when the client gave a
 ``progressToken``)."""
+
+log = logging.getLogger("signoff.mcp")
 
 _ACTOR_KEY = "signoff.actor"
 _FIRST_POLL = 0.05
@@ -229,6 +238,7 @@ class McpGateway:
             params.name,
             dict(params.arguments or {}),
             progress=ctx.session.report_progress,
+            forward=_client_forward(ctx),
         )
 
     # -- one call --------------------------------------------------------------------------
@@ -239,8 +249,24 @@ class McpGateway:
         tool: str,
         arguments: dict[str, Any],
         progress: Callable[..., Awaitable[None]] | None = None,
+        forward: Forward | None = None,
     ) -> mcp_types.CallToolResult:
-        """Ask for one call and answer with its result once it ran or was refused."""
+        """Ask for one call and answer with its result once it ran or was refused; the
+        servers' elicitations during it go to `forward` (the calling client), if given."""
+        if forward is None:
+            return await self._call(actor, session, tool, arguments, progress, None)
+        with forwarding(forward) as also:
+            return await self._call(actor, session, tool, arguments, progress, also)
+
+    async def _call(
+        self,
+        actor: Actor,
+        session: str,
+        tool: str,
+        arguments: dict[str, Any],
+        progress: Callable[..., Awaitable[None]] | None,
+        forwarded: Callable[[str], None] | None,
+    ) -> mcp_types.CallToolResult:
         request = ApprovalRequest(
             agent=self.agent.name, tool=tool, arguments=arguments, session_id=session or None
         )
@@ -250,6 +276,8 @@ class McpGateway:
             )
         except SignoffError as exc:
             return _error(str(exc))
+        if forwarded is not None:  # a worker of this process may dispatch it later
+            forwarded(approval.approval_id)
         if not approval.replayed and approval.status == "pending" and approval.ticket_id is None:
             # Asking drives the run at once: only a run still queued needs the worker.
             self._on_change()
@@ -348,6 +376,27 @@ def _result(event: Mapping[str, Any]) -> mcp_types.CallToolResult:
 
 def _error(text: str) -> mcp_types.CallToolResult:
     return mcp_types.CallToolResult(content=[mcp_types.TextContent(text=text)], is_error=True)
+
+
+def _client_forward(ctx: Any) -> Forward | None:
+    """Asks the calling client for input, when it declared the elicitation capability."""
+    session = ctx.session
+    wanted = mcp_types.ClientCapabilities(elicitation=mcp_types.ElicitationCapability())
+    if not session.check_client_capability(wanted):
+        return None
+    request_id = getattr(ctx, "request_id", None)
+
+    async def forward(message: str, schema: dict[str, Any]) -> mcp_types.ElicitResult:
+        try:
+            answer: mcp_types.ElicitResult = await session.elicit_form(
+                message, schema, related_request_id=request_id
+            )
+        except Exception as exc:  # the client went away, or has no way back: cancel
+            log.warning("an MCP client did not answer an elicitation: %s", exc)
+            return mcp_types.ElicitResult(action="cancel")
+        return answer
+
+    return forward
 
 
 def _caller(ctx: Any) -> tuple[Actor | None, str]:
