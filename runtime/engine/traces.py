@@ -60,6 +60,20 @@ def _decided_from(deps: Deps) -> Carrier | None:
     return deps.tracer.carrier() or _DECIDED_IN.get()
 
 
+@contextmanager
+def click_span(deps: Deps, source: str, ticket_id: str) -> Iterator[Span | None]:
+    """The ``click <source>`` server span of a chat click that reached no traced request
+    (a gateway's or a websocket's event), around its check and storage; None (and no
+    span) when tracing is off or a span is current already (the click's HTTP request)."""
+    tracer = deps.tracer
+    if tracer is NO_TRACER or tracer.carrier() is not None:
+        yield None
+        return
+    attributes = {"signoff.platform": source, "signoff.ticket.id": ticket_id}
+    with tracer.span(f"click {source}", kind="server", attributes=attributes) as span:
+        yield span
+
+
 def run_trace(run: RunRecord) -> Carrier | None:
     """The context of the trace `run` was started in, if it kept one."""
     return valid_carrier(run.trace_context) if run.trace_context else None

@@ -24,13 +24,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from runtime.domain.accepting import AcceptOutcome, ActorSource, Refused
+from runtime.domain.accepting import Accepted, AcceptOutcome, ActorSource, Refused
 from runtime.domain.errors import NotAwaiting, SignoffError, UnknownTicket
 from runtime.domain.refusals import Refusal, RefusalReason, classify
 from runtime.domain.tickets import Actor, Answer, ResumeTicket, ToolPermission
 from runtime.engine.batching import batch_token, first_per_call, offer_batch
 from runtime.engine.deps import Deps
 from runtime.engine.results import RunResult
+from runtime.engine.traces import click_span
 
 if TYPE_CHECKING:
     from runtime.services.decisions import Decisions
@@ -185,19 +186,23 @@ class Batches:
         except SignoffError as exc:
             return Refused(classify(exc, None))
         outcomes = []
-        for ticket in members:
-            outcome = await self._inbox.accept(
-                ticket.ticket_id,
-                answer,
-                actor,
-                # The batch token proved the click came from the batch message, which was
-                # posted only once every one of these cards was: each ticket's own token.
-                correlation=ticket.correlation,
-                source=source,
-                delivery_id=f"{delivery_id}:{ticket.ticket_id}",
-                reply=reply,
-            )
-            outcomes.append((ticket, outcome))
+        with click_span(self._deps, source, ticket_id) as span:  # one for the batch
+            for ticket in members:
+                outcome = await self._inbox.accept(
+                    ticket.ticket_id,
+                    answer,
+                    actor,
+                    # The batch token proved the click came from the batch message, which was
+                    # posted only once every one of these cards was: each ticket's own token.
+                    correlation=ticket.correlation,
+                    source=source,
+                    delivery_id=f"{delivery_id}:{ticket.ticket_id}",
+                    reply=reply,
+                )
+                outcomes.append((ticket, outcome))
+            if span is not None:
+                stored = any(isinstance(o, Accepted) and o.stored for _, o in outcomes)
+                span.set("signoff.click.stored", stored)
         return BatchAccepted(tuple(outcomes))
 
 

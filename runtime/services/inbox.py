@@ -38,11 +38,10 @@ from runtime.domain.tickets import (
     ResumeTicket,
     check_decidable,
 )
-from runtime.domain.tracing import NO_TRACER
 from runtime.engine.deps import Deps
 from runtime.engine.journal import notify
 from runtime.engine.people import as_person
-from runtime.engine.traces import CLICK_TRACE
+from runtime.engine.traces import CLICK_TRACE, click_span
 from runtime.services.decisions import Decisions
 from runtime.store.base import DuplicateKey, Transaction
 from runtime.store.records import ReceivedRecord
@@ -133,15 +132,12 @@ class Inbox:
         click; otherwise it is read first for the look-up, outside any transaction.
         """
         click = _Click(ticket_id, answer, correlation, source, delivery_id, reply)
-        tracer = self._deps.tracer
-        if tracer is NO_TRACER or tracer.carrier() is not None:
-            return await self._accept(click, actor)
-        # A click that reached no traced request (a gateway's or a websocket's event) is
-        # a server span of its own, which the worker applying it links to.
-        attributes = {"signoff.platform": source, "signoff.ticket.id": ticket_id}
-        with tracer.span(f"click {source}", kind="server", attributes=attributes) as span:
+        # The worker applying the click links to the span it arrived in (this one, when
+        # no request's span is current).
+        with click_span(self._deps, source, ticket_id) as span:
             outcome = await self._accept(click, actor)
-            span.set("signoff.click.stored", isinstance(outcome, Accepted) and outcome.stored)
+            if span is not None:
+                span.set("signoff.click.stored", isinstance(outcome, Accepted) and outcome.stored)
             return outcome
 
     async def _accept(self, click: _Click, actor: ActorSource) -> AcceptOutcome:

@@ -20,6 +20,7 @@ from runtime import (
     Actor,
     Agent,
     Allow,
+    BatchAccepted,
     Deny,
     ManualClock,
     RunStatus,
@@ -129,10 +130,12 @@ async def test_a_click_outside_any_span_is_its_own_server_span(store: SQLStore) 
 
 async def test_a_refused_click_is_told_where_the_edge_asked(store: SQLStore) -> None:
     tracer, spans = _tracing()
-    runtime = Runtime(store, [_agent()], clock=ManualClock(), tracer=tracer)
+    clock = ManualClock()
+    runtime = Runtime(store, [_agent()], clock=clock, tracer=tracer)
     parked = await runtime.start("support", "refund A1", requester="U1")
     ticket = parked.pending[0].ticket
     for n, answer in enumerate([Allow(), Deny(reason="no")]):
+        clock.advance(1)  # the allow arrives first, and wins
         with tracer.span("POST /slack/events", kind="server"):
             await runtime.accept(
                 ticket.ticket_id,
@@ -151,3 +154,43 @@ async def test_a_refused_click_is_told_where_the_edge_asked(store: SQLStore) -> 
         ]
     assert refused.destination == {"response_url": "http://127.0.0.1/r1", "platform": "slack"}
     assert len(_named(spans, "await_decision refund")) == 1
+
+
+async def test_an_allow_all_click_is_one_span_its_waits_link_to(store: SQLStore) -> None:
+    tracer, spans = _tracing()
+    agent = Agent(
+        "ops",
+        "Operate.",
+        ScriptedModel(
+            [
+                tool_call_reply(("restart", {"service": "api"}), ("restart", {"service": "db"})),
+                final_reply("Done."),
+            ]
+        ),
+    )
+
+    @agent.tool(permission="ask")
+    async def restart(service: str) -> str:
+        return f"restarted {service}"
+
+    runtime = Runtime(store, [agent], clock=ManualClock(), tracer=tracer)
+    parked = await runtime.start("ops", "fix it", requester="U1", origin={"ch": "C1"})
+    async with store.transaction() as tx:
+        [offer] = [o for o in await tx.outbox_for_run(parked.run_id) if o.kind == "batch_offered"]
+    accepted = await runtime.accept_batch(
+        offer.ticket_id,
+        offer.payload["token"],
+        Allow(),
+        Actor(id="U1", platform="discord"),
+        source="discord",
+        delivery_id="interaction-1",
+        reply={"channel_id": "C1"},
+    )
+    assert isinstance(accepted, BatchAccepted) and accepted.stored == 2
+    (click,) = _named(spans, "click discord")
+    assert click.attributes is not None and click.attributes["signoff.click.stored"] is True
+    assert [o.applied for o in await runtime.apply_received()] == [True, True]
+    waits = _named(spans, "await_decision restart")
+    assert [[link.context.span_id for link in w.links] for w in waits] == [
+        [click.context.span_id]
+    ] * 2
