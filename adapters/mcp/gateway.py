@@ -23,7 +23,10 @@ bearer token before the SDK sees it; the token's identity is the requester.
 An upstream server's elicitation during a call (a server with ``elicitation = true``) is
 forwarded to the calling client when it declared the elicitation capability, and the
 client's answer goes back to the server; otherwise the server gets ``cancel``
-(`adapters.mcp.elicitation.forwarding`).
+(`adapters.mcp.elicitation.forwarding`). On protocol 2026-07-28 and later the call answers
+an ``InputRequiredResult`` with the question while the call goes on; the client's retry
+with the answer gets the server's answer to it and waits for the call's outcome. Before
+it, the question is an ``elicitation/create`` request to the client.
 """
 
 from __future__ import annotations
@@ -33,13 +36,16 @@ import contextlib
 import hashlib
 import json
 import logging
+import secrets
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import mcp_types
 from aiohttp import web
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from adapters.mcp.elicitation import Forward, forwarding
 from adapters.mcp.images import content_blocks
@@ -154,6 +160,16 @@ def call_key(session: str, tool: str, arguments: Mapping[str, Any]) -> str:
     return "mcp:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
+@dataclass
+class _Question:
+    """An upstream server's question to the calling client, awaiting its answer."""
+
+    id: str
+    message: str
+    schema: dict[str, Any]
+    answer: asyncio.Future[mcp_types.ElicitResult]
+
+
 def _denies(tool: Tool) -> bool:
     return tool.permission is Permission.DENY
 
@@ -194,6 +210,11 @@ class McpGateway:
         self._on_change = on_change
         self._progress_seconds = progress_seconds
         self._stopping = asyncio.Event()
+        # Calls whose client answers questions by retrying (2026-07-28): by call key.
+        self._calls: dict[str, asyncio.Task[mcp_types.CallToolResult]] = {}
+        self._questions: dict[str, _Question] = {}
+        self._asked: dict[str, asyncio.Event] = {}
+        self._progress: dict[str, Callable[..., Awaitable[None]]] = {}
         self.server: Server[Any] = Server(
             "signoff",
             on_list_tools=self._list_tools,
@@ -226,12 +247,14 @@ class McpGateway:
 
     async def _call_tool(
         self, ctx: Any, params: mcp_types.CallToolRequestParams
-    ) -> mcp_types.CallToolResult:
+    ) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult:
         actor, session = _caller(ctx)
         actor = actor or self._actor
         session = session or self._session or ""
         if actor is None:
             return _error("not authenticated")
+        if _asks_by_retry(ctx):
+            return await self._call_answering(ctx, actor, session, params)
         return await self.call(
             actor,
             session,
@@ -240,6 +263,83 @@ class McpGateway:
             progress=ctx.session.report_progress,
             forward=_client_forward(ctx),
         )
+
+    async def _call_answering(
+        self, ctx: Any, actor: Actor, session: str, params: mcp_types.CallToolRequestParams
+    ) -> mcp_types.CallToolResult | mcp_types.InputRequiredResult:
+        """A call of a client that answers questions by retrying the call (2026-07-28):
+        the call runs in a task of its own; a question ends this request with an
+        ``InputRequiredResult``, and the retry carrying the answer waits on."""
+        arguments = dict(params.arguments or {})
+        key = call_key(session, params.name, arguments)
+        asked = self._questions.get(key)
+        answered = (params.input_responses or {}).get(asked.id) if asked is not None else None
+        done = asked is None or asked.answer.done()
+        if asked is not None and not done and isinstance(answered, mcp_types.ElicitResult):
+            asked.answer.set_result(answered)
+        self._progress[key] = ctx.session.report_progress
+        task = self._calls.get(key)
+        if task is None:
+            task = asyncio.ensure_future(
+                self.call(
+                    actor,
+                    session,
+                    params.name,
+                    arguments,
+                    progress=self._reporter(key),
+                    forward=self._asker(key),
+                )
+            )
+            self._calls[key] = task
+            task.add_done_callback(lambda done: self._ended(key, done))
+        event = self._asked.setdefault(key, asyncio.Event())
+        while True:
+            event.clear()
+            question = self._questions.get(key)
+            if question is not None and not question.answer.done():
+                request = mcp_types.ElicitRequest(
+                    params=mcp_types.ElicitRequestFormParams(
+                        message=question.message, requested_schema=question.schema
+                    )
+                )
+                return mcp_types.InputRequiredResult(input_requests={question.id: request})
+            waiting = asyncio.ensure_future(event.wait())
+            try:
+                await asyncio.wait((task, waiting), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiting.cancel()
+            if task.done():
+                return task.result()
+
+    def _ended(self, key: str, task: asyncio.Task[mcp_types.CallToolResult]) -> None:
+        if self._calls.get(key) is task:
+            del self._calls[key]
+            self._asked.pop(key, None)
+            self._progress.pop(key, None)
+
+    def _asker(self, key: str) -> Forward:
+        async def ask(message: str, schema: dict[str, Any]) -> mcp_types.ElicitResult:
+            question = _Question(
+                secrets.token_hex(8), message, schema, asyncio.get_running_loop().create_future()
+            )
+            self._questions[key] = question
+            self._asked.setdefault(key, asyncio.Event()).set()
+            try:
+                return await question.answer
+            finally:
+                if self._questions.get(key) is question:
+                    del self._questions[key]
+
+        return ask
+
+    def _reporter(self, key: str) -> Callable[..., Awaitable[None]]:
+        async def report(*args: Any) -> None:
+            current = self._progress.get(key)
+            if current is not None:
+                with contextlib.suppress(Exception):  # that request has ended
+                    await current(*args)
+
+        return report
 
     # -- one call --------------------------------------------------------------------------
     async def call(
@@ -378,11 +478,22 @@ def _error(text: str) -> mcp_types.CallToolResult:
     return mcp_types.CallToolResult(content=[mcp_types.TextContent(text=text)], is_error=True)
 
 
+def _elicits(ctx: Any) -> bool:
+    """Whether the calling client declared the elicitation capability."""
+    wanted = mcp_types.ClientCapabilities(elicitation=mcp_types.ElicitationCapability())
+    return bool(ctx.session.check_client_capability(wanted))
+
+
+def _asks_by_retry(ctx: Any) -> bool:
+    """Whether the client elicits by retrying the call (2026-07-28 and later)."""
+    version = getattr(ctx, "protocol_version", None)
+    return version in MODERN_PROTOCOL_VERSIONS and _elicits(ctx)
+
+
 def _client_forward(ctx: Any) -> Forward | None:
     """Asks the calling client for input, when it declared the elicitation capability."""
     session = ctx.session
-    wanted = mcp_types.ClientCapabilities(elicitation=mcp_types.ElicitationCapability())
-    if not session.check_client_capability(wanted):
+    if not _elicits(ctx):
         return None
     request_id = getattr(ctx, "request_id", None)
 

@@ -5,18 +5,20 @@ server's), else ``cancel``. The official SDK client over Streamable HTTP, agains
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx2
 import mcp_types
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from mcpbed import calls, stdio_server
+from mcpbed import calls, stdio_server, until
 from pydantic import SecretStr
 from testkit import echo_model
 
@@ -26,18 +28,27 @@ from adapters.mcp.hub import McpHub
 from adapters.web import ApiToken, TokenAuth
 from bot.bootstrap import Parts, build_service
 from bot.settings import Settings
-from runtime import Actor, Agent, ManualClock, Permission
+from runtime import Actor, Agent, ManualClock, Permission, Runtime
 from runtime.store.sql import SQLStore
 
 pytestmark = pytest.mark.timeout(120)
 
-MODE = "legacy"
+
+@pytest.fixture(params=["2026-07-28", "legacy"], ids=["2026-07-28", "handshake"])
+def mode(request: pytest.FixtureRequest) -> str:
+    """The client's protocol: 2026-07-28 (questions by retry) or an older one
+    (``elicitation/create`` requests to the client)."""
+    return str(request.param)
+
+
 CALLER = "tok-caller-0123456789"
 OPERATOR = "tok-operator-0123456789"
 
 
 @contextlib.asynccontextmanager
-async def serving(tmp_path: Path, state: Path, rule: Permission) -> AsyncIterator[str]:
+async def serving(
+    tmp_path: Path, state: Path, rule: Permission
+) -> AsyncIterator[tuple[str, Runtime]]:
     """The gateway to ``ops``'s tools at ``<url>/mcp/ops``; ``infra.restart`` by `rule`."""
     ops = Agent("ops", "Operate.", echo_model())
     agent = gateway_agent(ops)
@@ -76,7 +87,7 @@ async def serving(tmp_path: Path, state: Path, rule: Permission) -> AsyncIterato
         url = await service.start()
         stack.push_async_callback(service.stop, 5)
         stack.callback(lambda: None)
-        yield url
+        yield url, service.runtime
         # No input run: the elicitation never became a ticket.
         runs = await service.runtime.list_runs()
         assert not any(r.agent.endswith(".elicitation") for r in runs)
@@ -86,7 +97,6 @@ async def serving(tmp_path: Path, state: Path, rule: Permission) -> AsyncIterato
 
 @contextlib.asynccontextmanager
 async def client(url: str, **options: Any) -> AsyncIterator[Client]:
-    options.setdefault("mode", MODE)
     headers = {"Authorization": f"Bearer {CALLER}", "Signoff-Session": "s-1"}
     async with (
         httpx2.AsyncClient(
@@ -105,7 +115,9 @@ def restarts(state: Path) -> list[dict[str, Any]]:
     return [c["args"] for c in calls(state) if c["tool"] == "restart"]
 
 
-async def test_the_calling_client_answers_the_servers_question(tmp_path: Path, state: Path) -> None:
+async def test_the_calling_client_answers_the_servers_question(
+    tmp_path: Path, state: Path, mode: str
+) -> None:
     asked: list[tuple[str, dict[str, Any]]] = []
 
     async def answer(context: Any, params: mcp_types.ElicitRequestParams) -> mcp_types.ElicitResult:
@@ -115,8 +127,8 @@ async def test_the_calling_client_answers_the_servers_question(tmp_path: Path, s
         return mcp_types.ElicitResult(action="accept", content={"ticket": 42, "note": "ok"})
 
     async with (
-        serving(tmp_path, state, Permission.ALLOW) as url,
-        client(url, elicitation_callback=answer) as mcp,
+        serving(tmp_path, state, Permission.ALLOW) as (url, _),
+        client(url, mode=mode, elicitation_callback=answer) as mcp,
     ):
         result = await mcp.call_tool("restart", {"service": "api"})
 
@@ -128,13 +140,15 @@ async def test_the_calling_client_answers_the_servers_question(tmp_path: Path, s
     assert restarts(state)[-1]["action"] == "accept"
 
 
-async def test_a_declined_question_reaches_the_server(tmp_path: Path, state: Path) -> None:
+async def test_a_declined_question_reaches_the_server(
+    tmp_path: Path, state: Path, mode: str
+) -> None:
     async def decline(context: Any, params: mcp_types.ElicitRequestParams) -> Any:
         return mcp_types.ElicitResult(action="decline")
 
     async with (
-        serving(tmp_path, state, Permission.ALLOW) as url,
-        client(url, elicitation_callback=decline) as mcp,
+        serving(tmp_path, state, Permission.ALLOW) as (url, _),
+        client(url, mode=mode, elicitation_callback=decline) as mcp,
     ):
         result = await mcp.call_tool("restart", {"service": "web"})
 
@@ -142,10 +156,47 @@ async def test_a_declined_question_reaches_the_server(tmp_path: Path, state: Pat
 
 
 async def test_a_client_without_elicitation_gets_the_server_a_cancel(
-    tmp_path: Path, state: Path
+    tmp_path: Path, state: Path, mode: str
 ) -> None:
-    async with serving(tmp_path, state, Permission.ALLOW) as url, client(url) as mcp:
+    async with (
+        serving(tmp_path, state, Permission.ALLOW) as (url, _),
+        client(url, mode=mode) as mcp,
+    ):
         result = await mcp.call_tool("restart", {"service": "api"})
 
     assert text(result) == "did not restart api: cancel"
     assert restarts(state)[-1]["action"] == "cancel"
+
+
+async def test_a_call_signed_off_first_forwards_its_question_too(
+    tmp_path: Path, state: Path, mode: str
+) -> None:
+    """The worker dispatches the call once a person allowed it: the question still goes
+    to the client that waits for the call."""
+
+    async def answer(context: Any, params: mcp_types.ElicitRequestParams) -> Any:
+        return mcp_types.ElicitResult(action="accept", content={"ticket": 7})
+
+    async with (
+        serving(tmp_path, state, Permission.ASK) as (url, runtime),
+        client(url, mode=mode, elicitation_callback=answer) as mcp,
+        aiohttp.ClientSession() as http,
+    ):
+        calling = asyncio.ensure_future(mcp.call_tool("restart", {"service": "db"}))
+
+        async def open_one() -> str | None:
+            if calling.done():
+                return "ended: " + text(calling.result())
+            found = await runtime.open_tickets(viewer=Actor(id="ops", operator=True))
+            return found[0].ticket_id if found else None
+
+        ticket = await until(open_one, "the sign-off ticket of the gateway call")
+        async with http.post(
+            f"{url}/api/tickets/{ticket}/decision",
+            json={"decision": "allow"},
+            headers={"Authorization": f"Bearer {OPERATOR}"},
+        ) as decided:
+            assert decided.status == 200, await decided.text()
+        result = await calling
+
+    assert text(result) == "restarted db under change 7"
