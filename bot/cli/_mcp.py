@@ -58,6 +58,7 @@ async def _serve(agent: str, session: str | None, caller: Actor, database_url: s
             )
         registered = [*loaded.agents, *(found for found, _ in gateways.values())]
         runtime, store = await build_runtime(settings, registered)
+        loaded.attach(runtime)  # the servers' questions during a call: to the client
         try:
             gateway_of, source = gateways[agent]
             served = McpGateway(
