@@ -118,6 +118,7 @@ class PostgresTransaction(SQLTransaction):
     serialise what must be, and ``NOTIFY`` wakes the other replicas."""
 
     claim_returning = _CLAIM_SKIP_LOCKED.returning(*runs.c)
+    multi_row_insert = True
 
     quiet: frozenset[str] = frozenset()
     """What this process acts on itself (`PostgreSQL.local`): not sent to the others."""
