@@ -206,6 +206,14 @@ async def run_resume(config: ResumeConfig, session_id: str, cwd: str) -> str:
     return _summary(stdout)
 
 
+class ResumeAgent(Agent):
+    """A resume agent (`resume_agent`)."""
+
+    internal = True
+    """Started by signoff itself, never by a person: the edges neither offer it nor start
+    it by hand."""
+
+
 def resume_agent(source: Agent, config: ResumeConfig) -> Agent:
     """The agent whose runs resume `source`'s deferred sessions under `config`.
 
@@ -226,7 +234,7 @@ def resume_agent(source: Agent, config: ResumeConfig) -> Agent:
         approvers=source.approvers or None,
         grants=(),
     )
-    return Agent(
+    return ResumeAgent(
         resume_agent_name(source.name),
         "",
         ResumeModel(),

@@ -1,5 +1,6 @@
-"""Input agents (``<agent>.elicitation``) are started by signoff itself: the JSON API and
-the console neither list them nor start one by hand, for a stranger or an operator."""
+"""Input agents (``<agent>.elicitation``) and resume agents (``<agent>.resume``) are
+started by signoff itself: the JSON API and the console neither list them nor start one
+by hand, for a stranger or an operator."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from approvals_harness import COOKIE_SECRET, PARTS, TOKENS, agents
 from pydantic import SecretStr
 
+from adapters.claude_code.resume import ResumeConfig, resume_agent
 from adapters.mcp.elicitation import InputAgent
 from adapters.web import TokenAuth
 from bot.bootstrap import build_service
@@ -36,7 +38,11 @@ async def serving(tmp_path: Path) -> AsyncIterator[tuple[TestClient[Any, Any], R
     helper = next(a for a in loaded if a.name == "helper")
     built = await build_service(
         settings,
-        agents=[*loaded, InputAgent(helper, {})],
+        agents=[
+            *loaded,
+            InputAgent(helper, {}),
+            resume_agent(helper, ResumeConfig(workdirs=("/srv/*",))),
+        ],
         store=store,
         auth=TokenAuth(TOKENS),
         parts=PARTS,
@@ -54,23 +60,24 @@ async def serving(tmp_path: Path) -> AsyncIterator[tuple[TestClient[Any, Any], R
 
 async def test_the_api_neither_lists_nor_starts_an_input_agent(tmp_path: Path) -> None:
     async for client, runtime in serving(tmp_path):
-        assert "helper.elicitation" in runtime.agents
+        assert {"helper.elicitation", "helper.resume"} <= set(runtime.agents)
         for who, token in TOKENS_BY_WHO.items():
             bearer = {"Authorization": f"Bearer {token}"}
             listed = await (await client.get("/api/agents", headers=bearer)).json()
             names = [a["name"] for a in listed["agents"]]
             assert "helper" in names, who
-            assert not any(n.endswith(".elicitation") for n in names), who
+            assert not any(n.endswith((".elicitation", ".resume")) for n in names), who
 
-            started = await client.post(
-                "/api/runs",
-                json={"agent": "helper.elicitation", "input": '{"tool": "note"}'},
-                headers=bearer,
-            )
-            assert started.status == 422, who
-            body = await started.json()
-            assert body["error"] == "unknown_agent"
-            assert "started by signoff itself" in body["message"]
+            for internal in ("helper.elicitation", "helper.resume"):
+                started = await client.post(
+                    "/api/runs",
+                    json={"agent": internal, "input": '{"tool": "note"}'},
+                    headers=bearer,
+                )
+                assert started.status == 422, who
+                body = await started.json()
+                assert body["error"] == "unknown_agent"
+                assert "started by signoff itself" in body["message"]
 
         assert await runtime.list_runs() == []
 
@@ -96,6 +103,7 @@ async def test_the_console_neither_offers_nor_starts_an_input_agent(tmp_path: Pa
             assert page.status == 200, html
             assert 'value="helper"' in html
             assert "helper.elicitation" not in html
+            assert "helper.resume" not in html
 
             csrf = re.search(r'name="csrf" value="([^"]+)"', html)
             assert csrf is not None
