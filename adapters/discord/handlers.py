@@ -131,6 +131,8 @@ class Handlers:
         """``/agent run <agent> <prompt>``: start a run whose messages go to this channel."""
 
         async def work() -> Reply:
+            if agent in self._runtime.agents and agent not in self._offered():
+                return Reply(f"⚠️ {cards.code(agent)} is started by signoff itself, not by hand.")
             if agent not in self._offered():
                 known = ", ".join(cards.code(name) for name in self._offered()) or "none"
                 return Reply(f"⚠️ No agent named {cards.code(agent)}. Loaded: {known}.")

@@ -366,6 +366,9 @@ class _SlackEdge:
             if not rest.strip():
                 return f"What should *{blocks.escape(named)}* do?\n" + self._usage()
             return named, rest.strip()
+        if head in self._runtime.agents:  # one signoff starts itself
+            why = f"`{blocks.escape(head)}` is started by signoff itself, not by hand."
+            return why + "\n" + self._usage()
         chosen = previous or self._config.default_agent
         if chosen is None or chosen not in agents:
             return f"No agent named `{blocks.escape(head)}`.\n" + self._usage()

@@ -28,7 +28,7 @@ async def test_the_command_neither_lists_nor_starts_an_input_agent(slack: SlackB
         assert "elicitation" not in usage
 
         refused = (await slack.command("bank.elicitation answer 42", user=user)).json()["text"]
-        assert "No agent named `bank.elicitation`" in refused
+        assert "`bank.elicitation` is started by signoff itself, not by hand." in refused
         assert "elicitation`" not in refused.split("Agents:")[1]
 
     assert await slack.runtime.list_runs() == []
