@@ -34,7 +34,7 @@ from sqlalchemy.pool import NullPool
 
 from runtime.domain.errors import StorageError
 from runtime.store.schema import runs
-from runtime.store.sql.runs import CLAIM_RETURNING, CLAIMABLE, CLAIMED
+from runtime.store.sql.runs import CLAIM_RETURNING, CLAIMABLE, CLAIMED, StoredRuns
 from runtime.store.sql.sqlite_writer import Member
 from runtime.store.sql.transaction import SQLTransaction
 from runtime.store.sql.upserts import Upserts, build_upserts
@@ -174,9 +174,16 @@ class Database(ABC):
     def busy(self, exc: OperationalError) -> bool:
         """Whether a migration failed only because another process holds the database."""
 
+    @functools.cached_property
+    def stored_runs(self) -> StoredRuns:
+        """What this store's transactions last wrote to its runs' rows (see `StoredRuns`)."""
+        return StoredRuns()
+
     def open_transaction(self, conn: AsyncConnection | Member, dialect: Dialect) -> SQLTransaction:
         """A new transaction of this database on `conn` (see `SQLStore.transaction`)."""
-        return self.transaction(conn, dialect)
+        tx = self.transaction(conn, dialect)
+        tx.stored = self.stored_runs
+        return tx
 
     @abstractmethod
     def committed(self, woke: frozenset[str]) -> None:
@@ -267,6 +274,7 @@ class PostgreSQL(Database):
 
     def open_transaction(self, conn: AsyncConnection | Member, dialect: Dialect) -> SQLTransaction:
         tx = PostgresTransaction(conn, dialect)
+        tx.stored = self.stored_runs
         tx.quiet = self.local()
         return tx
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+import json
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -45,6 +48,91 @@ def _sealing(run: RunRecord) -> int:
 
 def _unseal(run: RunRecord, sealed: int) -> None:
     run.messages_sealed = sealed
+
+
+_ALWAYS_WRITTEN = frozenset({"updated_at", "lease_expires_at"})
+"""Columns every `update_run` writes: ``updated_at`` changes with nearly every write, and
+``lease_expires_at`` may have been moved by `renew_lease` since the row was known."""
+
+
+class _Unknown:
+    """A column value compared unequal to everything (one JSON cannot encode)."""
+
+    def __eq__(self, other: object) -> bool:
+        return False
+
+    def __hash__(self) -> int:
+        return id(self)
+
+
+def _snapshot(run: RunRecord, values: Mapping[str, Any]) -> dict[str, Any]:
+    """What `values` (a run's columns) hold, in a form that later changes to the record
+    cannot reach: JSON as its text; the transcript's newest entries as how many entries
+    there were and how many were kept apart (a transcript only grows, so these tell
+    whether the entries in the row are the same)."""
+    snapshot: dict[str, Any] = {}
+    for name, value in values.items():
+        if name == "recent_messages":
+            snapshot[name] = (values["sealed_messages"], len(run.messages))
+        elif isinstance(value, dict | list):
+            try:
+                snapshot[name] = json.dumps(value, sort_keys=True)
+            except (TypeError, ValueError):
+                snapshot[name] = _Unknown()
+        else:
+            snapshot[name] = value
+    return snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class _Known:
+    """A run's row as this store last wrote it, or read it locked."""
+
+    columns: dict[str, Any]
+    """`_snapshot` of the row's columns (those `update_run` writes)."""
+    by: weakref.ref[object]
+    """The transaction that wrote or locked it."""
+
+
+class StoredRuns:
+    """What one store last wrote to its recent runs' rows, so that `update_run` writes only
+    the columns that changed (a run's transcript, its largest column, moves with few of
+    its writes).
+
+    A row is taken as known only where nobody else can have written it since: within the
+    transaction that wrote or locked it; and in later transactions while the run is
+    running under the lease the known row holds (the write's `fence` matches it), which
+    every other writer of a running run takes over first (raising the fence).
+    """
+
+    def __init__(self, capacity: int = 4096) -> None:
+        self._rows: dict[str, _Known] = {}
+        self._capacity = capacity
+
+    def known(self, run_id: str, fence: int | None, tx: object) -> dict[str, Any] | None:
+        """The columns of `run_id`'s row that `tx` may take as stored, if any."""
+        known = self._rows.get(run_id)
+        if known is None:
+            return None
+        if known.by() is tx:
+            return known.columns
+        if (
+            fence is not None
+            and known.columns.get("fence") == fence
+            and known.columns.get("status") == RUNNING
+        ):
+            return known.columns
+        return None
+
+    def note(self, run_id: str, columns: dict[str, Any], tx: object) -> None:
+        """`run_id`'s row holds `columns` now, written or locked by `tx`."""
+        if run_id not in self._rows and len(self._rows) >= self._capacity:
+            self._rows.clear()
+        self._rows[run_id] = _Known(columns, weakref.ref(tx))
+
+    def forget(self, run_id: str) -> None:
+        """Take `run_id`'s row as unknown (a write that may not have committed)."""
+        self._rows.pop(run_id, None)
 
 
 # Statements that take no per-call structure are built once.
@@ -182,6 +270,10 @@ def _list_runs(statuses: bool, thread: bool, involving: bool, deciders: bool, be
 class RunStatements(TransactionCore):
     """The runs part of `SQLTransaction`."""
 
+    stored: StoredRuns | None = None
+    """What the store knows of its runs' rows (see `StoredRuns`); None: every
+    `update_run` writes every column."""
+
     async def _run_exists(self, run_id: str) -> bool:
         result = await self._execute(_RUN_EXISTS, {"run_id": run_id})
         return result.first() is not None
@@ -198,6 +290,7 @@ class RunStatements(TransactionCore):
         await self._execute(_INSERT_RUN, values, violation=DuplicateKey if child else ValueError)
         self.wrote = True
         await self._seal(run, sealed)
+        self._note(run.run_id, _snapshot(run, without(values, "run_id", *RUN_CREATED_WITH)))
         if run.status is RunStatus.QUEUED:
             self._wake.add(WAKE_RUNS)
 
@@ -205,7 +298,28 @@ class RunStatements(TransactionCore):
         """Read a run; ``for_update`` locks its row (a no-op on SQLite)."""
         statement = _GET_RUN_LOCKED if for_update else _GET_RUN
         row = (await self._execute(statement, {"run_id": run_id})).first()
-        return None if row is None else await self._run(row)
+        if row is None:
+            return None
+        run = await self._run(row)
+        if for_update:
+            self._note_read(run, wrote=False)
+        return run
+
+    def _note_read(self, run: RunRecord, *, wrote: bool) -> None:
+        """Note `run`, just read from its locked (or claimed) row, as its row stands."""
+        if self.stored is not None:
+            columns = without(run_values(run, run.messages_sealed), "run_id", *RUN_CREATED_WITH)
+            self._note(run.run_id, _snapshot(run, columns), wrote=wrote)
+
+    def _note(self, run_id: str, snapshot: dict[str, Any], *, wrote: bool = True) -> None:
+        """Note what `run_id`'s row holds; what this transaction wrote is unknown again
+        unless it commits."""
+        stored = self.stored
+        if stored is None:
+            return
+        stored.note(run_id, snapshot, self)
+        if wrote:
+            self._undo.append(partial(stored.forget, run_id))
 
     async def _seal(self, run: RunRecord, sealed: int) -> None:
         """Write the transcript entries that move out of the run's row (see
@@ -250,7 +364,16 @@ class RunStatements(TransactionCore):
         Returns the stored request flags (with ``RETURNING`` where the database has it).
         """
         sealed = _sealing(run)
-        values = without(run_values(run, sealed), "run_id", *RUN_CREATED_WITH)
+        columns = without(run_values(run, sealed), "run_id", *RUN_CREATED_WITH)
+        snapshot = _snapshot(run, columns)
+        known = None if self.stored is None else self.stored.known(run.run_id, fence, self)
+        values = columns
+        if known is not None:
+            values = {
+                name: value
+                for name, value in columns.items()
+                if name in _ALWAYS_WRITTEN or known.get(name, _Unknown()) != snapshot[name]
+            }
         values["b_run_id"] = run.run_id
         statement, returning = _UPDATE_RUN, _UPDATE_RUN_FLAGS
         if fence is not None:
@@ -263,11 +386,14 @@ class RunStatements(TransactionCore):
             matched = (await self._execute(statement, values)).rowcount == 1
             row = (await self._execute(_RUN_FLAGS, {"run_id": run.run_id})).first()
         if not matched:
+            if self.stored is not None:
+                self.stored.forget(run.run_id)
             if fence is not None and await self._run_exists(run.run_id):
                 raise LeaseLost(f"run {run.run_id}: lease fence {fence} was superseded")
             raise ValueError(f"run {run.run_id} does not exist")
         self.wrote = True
         await self._seal(run, sealed)
+        self._note(run.run_id, snapshot, wrote=True)
         if run.status is RunStatus.QUEUED:
             self._wake.add(WAKE_RUNS)
         assert row is not None
@@ -305,13 +431,18 @@ class RunStatements(TransactionCore):
             if row is None:
                 return None
             self.wrote = True
-            return await self._run(row)
+            claimed = await self._run(row)
+            self._note_read(claimed, wrote=True)
+            return claimed
         # Without RETURNING (SQLite < 3.35) the follow-up read is still safe: the
         # transaction holds the write lock since BEGIN IMMEDIATE.
         if (await self._execute(_CLAIM, params)).rowcount != 1:
             return None
         self.wrote = True
-        return await self.get_run(run_id)
+        found = await self.get_run(run_id)
+        if found is not None:
+            self._note_read(found, wrote=True)
+        return found
 
     async def renew_lease(self, run_id: str, *, fence: int, until: datetime) -> bool:
         """Extend a held lease; False when the fence no longer matches."""
