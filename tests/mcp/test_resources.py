@@ -140,6 +140,6 @@ def test_the_documented_settings_load(tmp_path: Path) -> None:
     block = section[start : section.index("```\n", start)]
     path = tmp_path / "agents.toml"
     agent = '\n[agents.ops]\ninstructions = "x"\nmodel = "examples.mcp:infra_model"\n'
-    path.write_text(block + agent + 'servers = ["infra"]\n')
+    path.write_text(block + agent + 'servers = ["helpdesk"]\n')
     (server,) = load_agents_file(path).servers
     assert server.elicitation and server.resources and server.timeout == 3600
