@@ -307,11 +307,12 @@ class Harness:
         command = self.fake.slash(user, "run", channel_id, agent=agent, prompt=prompt)
         record = await self.fake.interact(command)
         await self.fake.answered(record)
-        # Sub-agent runs the new run may already have started are not what was asked for.
+        # Runs the new run may already have started (sub-agents, an MCP server's input
+        # runs) are not what was asked for.
         runs = [
             r
             for r in await self.bots[-1].runtime.list_runs()
-            if r.run_id not in before and r.parent_run_id is None
+            if r.run_id not in before and r.parent_run_id is None and r.agent == agent
         ]
         assert len(runs) == 1, record.text
         return runs[0].run_id, record
