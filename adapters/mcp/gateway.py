@@ -27,6 +27,9 @@ client's answer goes back to the server; otherwise the server gets ``cancel``
 an ``InputRequiredResult`` with the question while the call goes on; the client's retry
 with the answer gets the server's answer to it and waits for the call's outcome. Before
 it, the question is an ``elicitation/create`` request to the client.
+
+Gateway agents are ``internal``: the edges neither offer them nor start them by hand
+(only a call opens a gateway run); their runs and tickets are listed and decided as any.
 """
 
 from __future__ import annotations
@@ -139,6 +142,7 @@ def gateway_agent(source: Agent, name: str | None = None, **options: Any) -> Ext
     agent.tools = GatewayCatalog(source)
     if not isinstance(agent.model, str):
         agent.model = GatewayModel(agent.model)
+    _started_by_gateway(agent)
     return agent
 
 
@@ -149,7 +153,16 @@ def serve_as_gateway(agent: ExternalAgent, source: Agent) -> ExternalAgent:
         agent.tools = GatewayCatalog(source)
     if not isinstance(agent.model, GatewayModel | str):
         agent.model = GatewayModel(agent.model)
+    _started_by_gateway(agent)
     return agent
+
+
+def _started_by_gateway(agent: ExternalAgent) -> None:
+    """Mark `agent` as started by signoff itself: only the gateway opens its runs (one per
+    call). The edges read ``internal`` to leave it out of the agents people may start and to
+    refuse starting it by hand; its runs and tickets stay listed and decidable."""
+    # Per instance: a declared external agent becomes a gateway agent in place.
+    vars(agent)["internal"] = True
 
 
 def call_key(session: str, tool: str, arguments: Mapping[str, Any]) -> str:
