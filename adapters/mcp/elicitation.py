@@ -25,7 +25,8 @@ Through the MCP gateway (`adapters.mcp.gateway`), a call's elicitation goes to t
 client that made the call instead, when that client declared the elicitation capability
 (`forwarding`): the client's answer is the server's. A client without the capability, or
 a call dispatched by a process other than the one serving the client, gets ``cancel``
-(gateway agents have no input agent).
+(gateway agents have no input agent); so does a question the client leaves unanswered for
+the gateway's ``question_seconds``.
 """
 
 from __future__ import annotations

@@ -26,7 +26,8 @@ client's answer goes back to the server; otherwise the server gets ``cancel``
 (`adapters.mcp.elicitation.forwarding`). On protocol 2026-07-28 and later the call answers
 an ``InputRequiredResult`` with the question while the call goes on; the client's retry
 with the answer gets the server's answer to it and waits for the call's outcome. Before
-it, the question is an ``elicitation/create`` request to the client.
+it, the question is an ``elicitation/create`` request to the client. A question the client
+leaves unanswered for ``question_seconds`` (`QUESTION_SECONDS`) gets the server ``cancel``.
 
 Gateway agents are ``internal``: the edges neither offer them nor start them by hand
 (only a call opens a gateway run); their runs and tickets are listed and decided as any.
@@ -57,6 +58,7 @@ from runtime import (
     Agent,
     Approval,
     ApprovalRequest,
+    ConfigurationError,
     ExternalAgent,
     Model,
     ModelRequest,
@@ -74,6 +76,11 @@ are matched within the MCP session."""
 PROGRESS_SECONDS = 10.0
 """How often a waiting call sends a progress notification (when the client gave a
 ``progressToken``)."""
+
+QUESTION_SECONDS = 300.0
+"""How long an upstream server's question waits for the calling client's answer (its retry
+with the answer on protocol 2026-07-28, its answer to ``elicitation/create`` before) until
+the server gets ``cancel``."""
 
 log = logging.getLogger("signoff.mcp")
 
@@ -196,6 +203,8 @@ class McpGateway:
         source: Its source agent.
         on_change: Called after a call opened an approval (wakes the worker).
         progress_seconds: How often a waiting call reports progress.
+        question_seconds: How long an upstream server's question waits for the calling
+            client's answer; then the server gets ``cancel`` (more than 0).
         actor: Who calls when the transport names nobody (stdio: the command's user).
         session: The session key when the client's request gives none (stdio).
         drive: Drive an allowed call's run in this process when no worker took it (a
@@ -210,10 +219,15 @@ class McpGateway:
         on_change: Callable[[], None] = lambda: None,
         *,
         progress_seconds: float = PROGRESS_SECONDS,
+        question_seconds: float = QUESTION_SECONDS,
         actor: Actor | None = None,
         session: str | None = None,
         drive: bool = False,
     ) -> None:
+        if not question_seconds > 0:
+            raise ConfigurationError(
+                f"question_seconds must be more than 0 seconds; got {question_seconds!r}"
+            )
         self.runtime = runtime
         self._actor = actor
         self._session = session
@@ -222,6 +236,7 @@ class McpGateway:
         self.source = source
         self._on_change = on_change
         self._progress_seconds = progress_seconds
+        self._question_seconds = question_seconds
         self._stopping = asyncio.Event()
         # Calls whose client answers questions by retrying (2026-07-28): by call key.
         self._calls: dict[str, asyncio.Task[mcp_types.CallToolResult]] = {}
@@ -274,7 +289,7 @@ class McpGateway:
             params.name,
             dict(params.arguments or {}),
             progress=ctx.session.report_progress,
-            forward=_client_forward(ctx),
+            forward=_client_forward(ctx, self._question_seconds),
         )
 
     async def _call_answering(
@@ -338,7 +353,13 @@ class McpGateway:
             self._questions[key] = question
             self._asked.setdefault(key, asyncio.Event()).set()
             try:
-                return await question.answer
+                # A client that never retries would hold the upstream call until its own
+                # timeout: the server gets cancel instead. A later retry finds the call's
+                # outcome (the same call key).
+                return await asyncio.wait_for(question.answer, self._question_seconds)
+            except TimeoutError:
+                _unanswered(self._question_seconds)
+                return mcp_types.ElicitResult(action="cancel")
             finally:
                 if self._questions.get(key) is question:
                     del self._questions[key]
@@ -503,8 +524,15 @@ def _asks_by_retry(ctx: Any) -> bool:
     return version in MODERN_PROTOCOL_VERSIONS and _elicits(ctx)
 
 
-def _client_forward(ctx: Any) -> Forward | None:
-    """Asks the calling client for input, when it declared the elicitation capability."""
+def _unanswered(seconds: float) -> None:
+    log.warning(
+        "an MCP client left an upstream server's question unanswered for %gs: cancel", seconds
+    )
+
+
+def _client_forward(ctx: Any, seconds: float) -> Forward | None:
+    """Asks the calling client for input, when it declared the elicitation capability;
+    `seconds` bounds the wait for its answer."""
     session = ctx.session
     if not _elicits(ctx):
         return None
@@ -512,9 +540,12 @@ def _client_forward(ctx: Any) -> Forward | None:
 
     async def forward(message: str, schema: dict[str, Any]) -> mcp_types.ElicitResult:
         try:
-            answer: mcp_types.ElicitResult = await session.elicit_form(
-                message, schema, related_request_id=request_id
+            answer: mcp_types.ElicitResult = await asyncio.wait_for(
+                session.elicit_form(message, schema, related_request_id=request_id), seconds
             )
+        except TimeoutError:
+            _unanswered(seconds)
+            return mcp_types.ElicitResult(action="cancel")
         except Exception as exc:  # the client went away, or has no way back: cancel
             log.warning("an MCP client did not answer an elicitation: %s", exc)
             return mcp_types.ElicitResult(action="cancel")
@@ -670,6 +701,7 @@ async def _asgi(
 
 __all__ = [
     "PROGRESS_SECONDS",
+    "QUESTION_SECONDS",
     "SESSION_HEADER",
     "GatewayCatalog",
     "GatewayModel",
