@@ -30,6 +30,32 @@ from runtime.edges import TextSink, chat_messages, parse_chat_completion
 PROVIDER = "openai"
 
 
+def openai_client(
+    here: str,
+    *,
+    api_key: str | None,
+    base_url: str | None,
+    timeout: float,
+    max_retries: int,
+    default_headers: Mapping[str, str] | None,
+) -> openai.AsyncOpenAI:
+    """The SDK's client for one model (`here` names it in the error).
+
+    Raises:
+        ConfigurationError: No API key was given and ``OPENAI_API_KEY`` is not set.
+    """
+    try:
+        return openai.AsyncOpenAI(
+            api_key=api_key,
+            base_url=base_url,
+            timeout=timeout,
+            max_retries=max_retries,
+            default_headers=dict(default_headers) if default_headers else None,
+        )
+    except openai.OpenAIError as exc:
+        raise ConfigurationError(f"{here}: no API key: pass api_key or set OPENAI_API_KEY") from exc
+
+
 class OpenAIModel:
     """A chat model behind an OpenAI-compatible Chat Completions endpoint.
 
@@ -83,18 +109,14 @@ class OpenAIModel:
         self.stream = stream
         self.tool_images = tool_images
         self._timeout = timeout
-        try:
-            self.client = openai.AsyncOpenAI(
-                api_key=api_key,
-                base_url=base_url,
-                timeout=timeout,
-                max_retries=max_retries,
-                default_headers=dict(default_headers) if default_headers else None,
-            )
-        except openai.OpenAIError as exc:
-            raise ConfigurationError(
-                f"OpenAIModel({self.model!r}): no API key: pass api_key or set OPENAI_API_KEY"
-            ) from exc
+        self.client = openai_client(
+            f"OpenAIModel({self.model!r})",
+            api_key=api_key,
+            base_url=base_url,
+            timeout=timeout,
+            max_retries=max_retries,
+            default_headers=default_headers,
+        )
 
     def request_body(self, request: ModelRequest) -> dict[str, Any]:
         """The Chat Completions parameters for one turn."""

@@ -24,6 +24,7 @@ from adapters.models.errors import (
     status_error,
     timeout_error,
 )
+from adapters.models.openai import openai_client
 from adapters.models.openai_responses_transcript import (
     EFFORTS,
     PROVIDER,
@@ -128,18 +129,14 @@ class OpenAIResponsesModel:
         self.stream = stream
         self.tool_images = tool_images
         self._timeout = timeout
-        try:
-            self.client = openai.AsyncOpenAI(
-                api_key=api_key,
-                base_url=base_url,
-                timeout=timeout,
-                max_retries=max_retries,
-                default_headers=dict(default_headers) if default_headers else None,
-            )
-        except openai.OpenAIError as exc:
-            raise ConfigurationError(
-                f"{here}: no API key: pass api_key or set OPENAI_API_KEY"
-            ) from exc
+        self.client = openai_client(
+            here,
+            api_key=api_key,
+            base_url=base_url,
+            timeout=timeout,
+            max_retries=max_retries,
+            default_headers=default_headers,
+        )
 
     @property
     def encrypted_reasoning(self) -> bool:
