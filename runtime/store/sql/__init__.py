@@ -10,7 +10,9 @@ thread round trips of a usual async driver would be most of the cost.
 
 PostgreSQL runs transactions concurrently. Everything that must be race-free across
 replicas is a single conditional ``UPDATE`` (claiming a run, closing a ticket, fenced
-writes) or takes a row lock first.
+writes) or takes a row lock first. A transaction runs on the asyncpg connection the pool
+hands out, its statements prepared once per connection (see `postgres_direct`), except
+behind a pooler in transaction mode, where statements go through SQLAlchemy.
 
 Driver errors become `StorageError` here; constraint violations (a duplicate id, a
 missing run) become `ValueError`, like in `MemoryStore`. On PostgreSQL a failed
@@ -29,6 +31,8 @@ The modules:
   (times as microseconds), `upserts`, `wake` (wake-ups between processes),
   `failures` (what a driver error says);
 - `migrating`: migrations and the schema's status;
+- `plans`: statements compiled once each, run by SQLite's writer and on PostgreSQL;
+- `postgres_direct`: PostgreSQL's transactions on asyncpg's connections;
 - `sqlite_engine`, `sqlite_writer`, `sqlite_plans`: SQLite's connections.
 """
 

@@ -34,6 +34,7 @@ from sqlalchemy.pool import NullPool
 
 from runtime.domain.errors import StorageError
 from runtime.store.schema import runs
+from runtime.store.sql.postgres_direct import DirectConnection
 from runtime.store.sql.runs import CLAIM_RETURNING, CLAIMABLE, CLAIMED, StoredRuns
 from runtime.store.sql.sqlite_writer import Member
 from runtime.store.sql.transaction import SQLTransaction
@@ -179,7 +180,9 @@ class Database(ABC):
         """What this store's transactions last wrote to its runs' rows (see `StoredRuns`)."""
         return StoredRuns()
 
-    def open_transaction(self, conn: AsyncConnection | Member, dialect: Dialect) -> SQLTransaction:
+    def open_transaction(
+        self, conn: AsyncConnection | Member | DirectConnection, dialect: Dialect
+    ) -> SQLTransaction:
         """A new transaction of this database on `conn` (see `SQLStore.transaction`)."""
         tx = self.transaction(conn, dialect)
         tx.stored = self.stored_runs
@@ -272,7 +275,9 @@ class PostgreSQL(Database):
                 kinds |= handled
         return kinds
 
-    def open_transaction(self, conn: AsyncConnection | Member, dialect: Dialect) -> SQLTransaction:
+    def open_transaction(
+        self, conn: AsyncConnection | Member | DirectConnection, dialect: Dialect
+    ) -> SQLTransaction:
         tx = PostgresTransaction(conn, dialect)
         tx.stored = self.stored_runs
         tx.quiet = self.local()

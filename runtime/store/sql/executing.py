@@ -13,13 +13,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import Executable
 
 from runtime.domain.errors import StorageError
-from runtime.store.sql.failures import unreachable, unreachable_reason
+from runtime.store.sql.failures import ConstraintViolated, unreachable, unreachable_reason
+from runtime.store.sql.postgres_direct import DirectConnection
 from runtime.store.sql.sqlite_writer import Member
 from runtime.store.sql.upserts import Upserts
 
 
 class Result(Protocol):
-    """What the store reads of a statement's result (SQLAlchemy's, or `sqlite_plans.Rows`)."""
+    """What the store reads of a statement's result (SQLAlchemy's, or `plans.Rows`)."""
 
     @property
     def rowcount(self) -> int: ...
@@ -45,10 +46,12 @@ class TransactionCore(ABC):
     claim_returning: ClassVar[Executable]
     """The conditional ``UPDATE ... RETURNING`` that claims a run (`claim_run`)."""
 
-    def __init__(self, conn: AsyncConnection | Member, dialect: Dialect) -> None:
+    def __init__(self, conn: AsyncConnection | Member | DirectConnection, dialect: Dialect) -> None:
         # SQLite: a member of the writer's shared transaction, statements run here;
-        # PostgreSQL: an async connection of the pool.
+        # PostgreSQL: the driver's connection (`postgres_direct`), or through a pooler
+        # in transaction mode an async connection of the pool.
         self._member = conn if isinstance(conn, Member) else None
+        self._direct = conn if isinstance(conn, DirectConnection) else None
         self._conn = conn if isinstance(conn, AsyncConnection) else None
         self._returning = bool(dialect.update_returning)
         self.wrote = False
@@ -89,9 +92,11 @@ class TransactionCore(ABC):
         try:
             if self._member is not None:
                 return self._member.execute(statement, params)
+            if self._direct is not None:
+                return await self._direct.execute(statement, params)
             assert self._conn is not None
             return await self._conn.execute(statement, params)
-        except sqlite3.IntegrityError as exc:
+        except (sqlite3.IntegrityError, ConstraintViolated) as exc:
             raise violation(f"constraint violated: {exc}") from exc
         except sqlite3.Error as exc:
             raise StorageError(f"database error: {exc}") from exc

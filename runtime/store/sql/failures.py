@@ -6,6 +6,11 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import SQLAlchemyError
 
 
+class ConstraintViolated(Exception):
+    """A constraint of the database refused a row (raised by a driver run directly; the
+    transaction reports it as the caller's ``violation``)."""
+
+
 def describe_database(url: URL) -> str:
     """Name a database for messages: the SQLite file, or the URL without its password."""
     if url.get_backend_name() == "sqlite":

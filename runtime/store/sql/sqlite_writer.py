@@ -42,7 +42,8 @@ from sqlalchemy.sql import ClauseElement, Executable
 from sqlalchemy.sql.dml import UpdateBase
 
 from runtime.domain.errors import StorageError
-from runtime.store.sql.sqlite_plans import OpenFailed, Plan, Rows, compile_plan, sqlite_dialect
+from runtime.store.sql.plans import Plan, Rows, compile_plan
+from runtime.store.sql.sqlite_plans import OpenFailed, sqlite_dialect
 
 _T = TypeVar("_T")
 

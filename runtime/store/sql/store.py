@@ -42,6 +42,7 @@ from runtime.store.sql.migrating import (
     read_schema_status,
     reading,
 )
+from runtime.store.sql.postgres_direct import DirectPlans, direct_transaction
 from runtime.store.sql.sqlite_engine import (
     install_sqlite_hooks,
     open_aiosqlite,
@@ -70,6 +71,10 @@ class SQLStore:
             `from_url`). Without it, every transaction takes a connection of the engine.
         listen: PostgreSQL only: the engine of the ``LISTEN`` connection (see `listen`);
             the store disposes it on `close`. Without it, `engine` listens.
+        direct: PostgreSQL only: run transactions on asyncpg's connections directly,
+            each statement prepared once per connection (see
+            `runtime.store.sql.postgres_direct`); not behind a pooler in transaction
+            mode. `from_url` turns it on where it applies.
     """
 
     def __init__(
@@ -78,6 +83,7 @@ class SQLStore:
         writer: SQLiteWriter | None = None,
         *,
         listen: AsyncEngine | None = None,
+        direct: bool = False,
     ) -> None:
         self._engine = engine
         self._writer = writer
@@ -89,6 +95,11 @@ class SQLStore:
         self._commits = 0
         self._sync_engine: Engine | None = None
         self._sync_for: sqlite3.Connection | None = None
+        self._plans = (
+            DirectPlans(engine.dialect)
+            if direct and engine.dialect.name == "postgresql" and engine.dialect.driver == "asyncpg"
+            else None
+        )
 
     @classmethod
     def from_url(
@@ -113,7 +124,8 @@ class SQLStore:
             synchronous: SQLite only: ``full`` (durable on power loss) or ``normal``
                 (WAL default; a power loss may lose the last commits, never corrupts).
             echo: Log every statement (of the engine; on SQLite the store's own
-                transactions do not go through it).
+                transactions do not go through it; on PostgreSQL they then do, through
+                SQLAlchemy).
             pool: PostgreSQL only: how many connections to keep (default `PoolOptions()`).
             pooler: PostgreSQL only: ``transaction`` when `url` goes through a pooler in
                 transaction mode such as PgBouncer (see `runtime.store.sql.dialects`).
@@ -141,7 +153,9 @@ class SQLStore:
                 listen_url=listen_url,
                 echo=echo,
             )
-            return cls(shared, listen=listen)
+            # Prepared statements outlive a transaction on one server connection, which a
+            # pooler in transaction mode does not give; echo logs what SQLAlchemy runs.
+            return cls(shared, listen=listen, direct=pooler == "none" and not echo)
         if pooler != "none" or listen_url is not None:
             raise ValueError("a pooler and a listen URL are PostgreSQL's, not SQLite's")
         if synchronous.lower() not in SYNCHRONOUS:
@@ -227,6 +241,12 @@ class SQLStore:
         return self._writer.syncs if self._writer is not None else self._commits
 
     @property
+    def runs_directly(self) -> bool:
+        """PostgreSQL: whether transactions run on asyncpg's connections directly, their
+        statements prepared once per connection (see `runtime.store.sql.postgres_direct`)."""
+        return self._plans is not None
+
+    @property
     def writer(self) -> SQLiteWriter | None:
         """SQLite: the connection the store's transactions share (benchmarks trace it)."""
         return self._writer
@@ -250,6 +270,20 @@ class SQLStore:
                     yield tx
                     await tx.flush()
                     member.wrote = tx.wrote
+                self._database.committed(tx.woke)
+                return
+            if self._plans is not None:
+                conn = await self._connect()
+                try:
+                    async with direct_transaction(conn, self._plans, self._where) as link:
+                        tx = made = self._database.open_transaction(link, self._engine.dialect)
+                        yield tx
+                        await tx.flush()
+                finally:
+                    with contextlib.suppress(SQLAlchemyError, OSError):
+                        await conn.close()
+                if tx.wrote:
+                    self._commits += 1
                 self._database.committed(tx.woke)
                 return
             async with self._lock:

@@ -1,0 +1,233 @@
+"""PostgreSQL transactions run on asyncpg itself, each statement prepared once per connection.
+
+SQLAlchemy's pool still hands out the connections: its size, overflow, timeouts and
+recycling, and the JSON codecs its asyncpg dialect installs on each new connection. A
+transaction of the store then runs on that connection's driver (`DirectConnection`):
+``BEGIN``, its statements, ``COMMIT`` or ``ROLLBACK``, without SQLAlchemy's per-statement
+machinery (the greenlet hand-over, the execution context, the result object). Each
+statement is compiled once per store (`DirectPlans`, the same `Plan` that SQLite's writer
+runs) and prepared once per server connection; later executions only bind and execute.
+
+Prepared statements live on one server connection, so this is only for stores that reach
+PostgreSQL itself or a pooler in session mode; behind a pooler in transaction mode the
+store runs its statements through SQLAlchemy with asyncpg's unnamed statements (see
+`runtime.store.sql.dialects`).
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager, suppress
+from typing import Any, cast
+
+from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection
+from sqlalchemy.sql import ClauseElement, Executable
+
+from runtime.domain.errors import StorageError
+from runtime.store.sql.failures import ConstraintViolated, unreachable, unreachable_reason
+from runtime.store.sql.plans import Plan, Rows, compile_plan
+
+_PLAN_CACHE = 512
+"""Compiled statements a store keeps (a store runs a few dozen distinct ones)."""
+_PREPARED_CACHE = 256
+"""Prepared statements a connection keeps; more and the oldest are closed."""
+_PREPARED = "signoff.prepared"
+"""The key of a connection's prepared statements in its pool record (`info`)."""
+
+
+class DirectPlans:
+    """The statements of one store, compiled once each for its PostgreSQL dialect.
+
+    Args:
+        dialect: The engine's dialect (asyncpg's, with its JSON serializer).
+    """
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+        self._plans: dict[tuple[int, tuple[str, ...]], tuple[ClauseElement, Plan]] = {}
+
+    def plan(self, statement: ClauseElement, keys: Sequence[str]) -> Plan:
+        """The plan of `statement`; `keys` name the parameters an INSERT or UPDATE sets."""
+        key = (id(statement), tuple(keys))
+        cached = self._plans.get(key)
+        if cached is not None:
+            return cached[1]
+        plan = compile_plan(statement, keys, self.dialect)
+        if len(self._plans) >= _PLAN_CACHE:
+            self._plans.clear()
+        # The statement is kept with its plan: its id is only unique while it lives.
+        self._plans[key] = (statement, plan)
+        return plan
+
+
+def _rowcount(status: str | None) -> int:
+    # "INSERT 0 3", "UPDATE 1", "DELETE 0", "SELECT 2"
+    if not status:
+        return -1
+    last = status.rpartition(" ")[2]
+    return int(last) if last.isdigit() else -1
+
+
+class DirectConnection:
+    """One transaction's connection: the driver's, taken from the pool by `SQLStore`.
+
+    Args:
+        plans: The store's compiled statements.
+        driver: The asyncpg connection.
+        prepared: The statements already prepared on this connection (kept with it in
+            the pool), by SQL text.
+    """
+
+    def __init__(self, plans: DirectPlans, driver: Any, prepared: dict[str, Any]) -> None:
+        self._plans = plans
+        self._driver = driver
+        self._prepared = prepared
+
+    @property
+    def broken(self) -> bool:
+        """Whether the connection was lost (it must not go back to the pool)."""
+        return bool(self._driver.is_closed())
+
+    async def begin(self) -> None:
+        """Start the transaction."""
+        await self._driver.execute("BEGIN")
+
+    async def commit(self) -> None:
+        """Commit the transaction."""
+        await self._driver.execute("COMMIT")
+
+    async def rollback(self) -> bool:
+        """Roll the transaction back; whether the connection is fit for reuse after."""
+        if self.broken:
+            return False
+        try:
+            await self._driver.execute("ROLLBACK")
+        except Exception:  # any failure here: the connection is discarded, not reused
+            return False
+        return True
+
+    async def execute(
+        self,
+        statement: Executable,
+        params: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None,
+    ) -> Rows:
+        """Run one statement (or one per parameter set, for a list of them).
+
+        Raises:
+            ConstraintViolated: A constraint of the database refused the row.
+            ValueError: A value its column type cannot store.
+            Exception: asyncpg's errors otherwise (the caller reports them).
+        """
+        assert isinstance(statement, ClauseElement)
+        try:
+            return await self._run(statement, params)
+        except Exception as exc:
+            import asyncpg  # type: ignore[import-untyped]
+
+            if isinstance(exc, asyncpg.IntegrityConstraintViolationError):
+                raise ConstraintViolated(str(exc)) from exc
+            if isinstance(exc, asyncpg.InvalidCachedStatementError):
+                # The schema changed under a prepared statement (a migration of another
+                # process): prepare everything again; this transaction has failed.
+                self._prepared.clear()
+            raise
+
+    async def _run(
+        self,
+        statement: ClauseElement,
+        params: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None,
+    ) -> Rows:
+        if type(params) is list:
+            if not params:
+                return Rows([], 0)
+            plan = self._plans.plan(statement, params[0])
+            prepared = await self._prepare(plan.sql)
+            await prepared.executemany([plan.parameters(p) for p in params])
+            return Rows([], -1)
+        given = cast(Mapping[str, Any], params or {})
+        plan = self._plans.plan(statement, given)  # type: ignore[arg-type]
+        if plan.expanding:
+            sql, values = plan.expand_numbered(given)
+        else:
+            sql, values = plan.sql, plan.parameters(given)
+        prepared = await self._prepare(sql)
+        raw = await prepared.fetch(*values)
+        if raw and plan.row is None:
+            self._learn(plan, prepared)
+        return Rows(plan.read(raw), _rowcount(prepared.get_statusmsg()))
+
+    async def _prepare(self, sql: str) -> Any:
+        prepared = self._prepared.get(sql)
+        if prepared is None:
+            if len(self._prepared) >= _PREPARED_CACHE:
+                # asyncpg closes a statement on the server once nothing refers to it.
+                del self._prepared[next(iter(self._prepared))]
+            prepared = await self._driver.prepare(sql)
+            self._prepared[sql] = prepared
+        return prepared
+
+    def _learn(self, plan: Plan, prepared: Any) -> None:
+        names = [attribute.name for attribute in prepared.get_attributes()]
+        if plan.table is not None:
+            plan.learn_returning([(name,) for name in names], self._plans.dialect)
+        else:
+            # A text statement: no column types to convert by (asyncpg decoded them).
+            plan.row = collections.namedtuple("Row", names, rename=True)._make  # type: ignore[attr-defined]
+
+
+@asynccontextmanager
+async def direct_transaction(
+    conn: AsyncConnection, plans: DirectPlans, where: str
+) -> AsyncIterator[DirectConnection]:
+    """Run a transaction on `conn`'s driver: commit when the block ends normally, roll
+    back when it raises. `conn` is the caller's to close (returning it to the pool).
+
+    Raises:
+        StorageError: The transaction could not begin, or its commit failed (then the
+            outcome is unknown).
+    """
+    try:
+        record = await conn.get_raw_connection()
+        prepared = record.info.setdefault(_PREPARED, {})
+        link = DirectConnection(plans, record.driver_connection, prepared)
+        await link.begin()
+    except Exception as exc:
+        await _discard(conn)
+        failed = _failed(f"{where}: could not begin a transaction", exc)
+        if failed is None:
+            raise
+        raise failed from exc
+    try:
+        yield link
+    except BaseException:
+        if not await link.rollback():
+            await _discard(conn)
+        raise
+    try:
+        await link.commit()
+    except Exception as exc:
+        if link.broken or not await link.rollback():
+            await _discard(conn)
+        failed = _failed("commit failed, outcome unknown", exc)
+        if failed is None:
+            raise
+        raise failed from exc
+
+
+def _failed(what: str, exc: Exception) -> StorageError | None:
+    """`exc` as the store reports it, or None when it is not the database's."""
+    if isinstance(exc, SQLAlchemyError):
+        original = getattr(exc, "orig", None)
+        return StorageError(f"{what}: {original if original is not None else exc}")
+    if unreachable(exc):
+        return StorageError(f"{what}: {unreachable_reason(exc)}")
+    return None
+
+
+async def _discard(conn: AsyncConnection) -> None:
+    # A connection in an unknown state is closed instead of going back to the pool.
+    with suppress(SQLAlchemyError, OSError):
+        await conn.invalidate()
