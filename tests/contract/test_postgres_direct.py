@@ -226,3 +226,30 @@ async def test_pooled_and_logging_stores_run_through_sqlalchemy(postgres_url: st
     finally:
         for store in (direct, logging_store, pooled):
             await store.close()
+
+
+async def test_a_connection_returned_inside_a_transaction_does_not_leak_it(
+    postgres_url: str, make: Make
+) -> None:
+    store = one_connection(postgres_url)
+    try:
+        # The pool's one connection goes back with a transaction left open on it (what
+        # a transaction cut short at the wrong moment could leave).
+        async with store.engine.connect() as conn:
+            record = await conn.get_raw_connection()
+            driver = record.driver_connection
+            assert driver is not None
+            await driver.execute("BEGIN")
+            await driver.execute(
+                "INSERT INTO leases (name, owner, fence, expires_at) VALUES ('stray', 'x', 1, 0)"
+            )
+        async with store.transaction() as tx:
+            await tx.insert_run(make.run())
+        conn2 = await admin(postgres_url)
+        try:
+            assert await conn2.fetchval("SELECT count(*) FROM runs") == 1
+            assert await conn2.fetchval("SELECT count(*) FROM leases") == 0
+        finally:
+            await conn2.close()
+    finally:
+        await store.close()

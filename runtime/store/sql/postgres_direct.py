@@ -93,6 +93,10 @@ class DirectConnection:
 
     async def begin(self) -> None:
         """Start the transaction."""
+        if self._driver.is_in_transaction():
+            # Left open by a transaction that could not end (never expected: such a
+            # connection is discarded); nothing of it may leak into this one.
+            await self._driver.execute("ROLLBACK")
         await self._driver.execute("BEGIN")
 
     async def commit(self) -> None:
@@ -194,7 +198,8 @@ async def direct_transaction(
         prepared = record.info.setdefault(_PREPARED, {})
         link = DirectConnection(plans, record.driver_connection, prepared)
         await link.begin()
-    except Exception as exc:
+    except BaseException as exc:
+        # Cancelled or failed half-way, the connection's state is unknown: it is closed.
         await _discard(conn)
         failed = _failed(f"{where}: could not begin a transaction", exc)
         if failed is None:
@@ -208,7 +213,7 @@ async def direct_transaction(
         raise
     try:
         await link.commit()
-    except Exception as exc:
+    except BaseException as exc:
         if link.broken or not await link.rollback():
             await _discard(conn)
         failed = _failed("commit failed, outcome unknown", exc)
@@ -217,8 +222,10 @@ async def direct_transaction(
         raise failed from exc
 
 
-def _failed(what: str, exc: Exception) -> StorageError | None:
+def _failed(what: str, exc: BaseException) -> StorageError | None:
     """`exc` as the store reports it, or None when it is not the database's."""
+    if not isinstance(exc, Exception):
+        return None  # a cancellation, or the process ending
     if isinstance(exc, SQLAlchemyError):
         original = getattr(exc, "orig", None)
         return StorageError(f"{what}: {original if original is not None else exc}")
