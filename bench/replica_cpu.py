@@ -28,158 +28,34 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
+import functools
 import json
 import os
 import platform
-import secrets
 import statistics
-import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import asyncpg
-from sqlalchemy.engine import make_url
+import asyncpg  # type: ignore[import-untyped]
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from runtime.store.sql import SQLStore  # noqa: E402
-
-TOKEN = "bench-operator-token-0123456789"
-COOKIE = "bench-cookie-secret-0123456789-0123456789"
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _dsn(url: str) -> str:
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-def cpu_seconds(pid: int, *, children: bool = False) -> float:
-    """User + system CPU of `pid` (with its reaped children's), 0 if it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0.0
-    fields = stat.rsplit(")", 1)[1].split()
-    # After the name: state ppid ... utime(14) stime(15) cutime(16) cstime(17), 1-based.
-    used = int(fields[11]) + int(fields[12])
-    if children:
-        used += int(fields[13]) + int(fields[14])
-    return used / TICK
-
-
-def children_of(pid: int) -> list[int]:
-    """The live processes whose parent is `pid`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            stat = (entry / "stat").read_text()
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry.name))
-    return found
-
-
-class Cluster:
-    """The PostgreSQL cluster's CPU, without one backend (the client's)."""
-
-    def __init__(self, postmaster: int, skip: int) -> None:
-        self.postmaster = postmaster
-        self.skip = skip
-
-    def cpu(self) -> float:
-        total = cpu_seconds(self.postmaster, children=True)
-        for pid in children_of(self.postmaster):
-            if pid != self.skip:
-                total += cpu_seconds(pid)
-        return total
-
-
-@contextlib.asynccontextmanager
-async def database(cluster: str) -> AsyncIterator[str]:
-    """A fresh, migrated database on `cluster`; yields its URL."""
-    name = f"signoff_cpu_{secrets.token_hex(4)}"
-    admin = await asyncpg.connect(_dsn(cluster))
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    await admin.close()
-    url = make_url(cluster).set(database=name).render_as_string(hide_password=False)
-    store = SQLStore.from_url(url)
-    await store.migrate()
-    await store.close()
-    try:
-        yield url
-    finally:
-        admin = await asyncpg.connect(_dsn(cluster))
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
-
-
-class Replica:
-    """One ``signoff serve`` subprocess of the code tree `code`."""
-
-    def __init__(self, code: Path, url: str, extra: dict[str, str]) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SIGNOFF_")}
-        env.update(
-            {
-                "PYTHONPATH": str(code),
-                "SIGNOFF_DATABASE_URL": url,
-                "SIGNOFF_APP": "bench.serve_app:agents",
-                "SIGNOFF_PORT": "0",
-                "SIGNOFF_OPERATOR_TOKEN": TOKEN,
-                "SIGNOFF_COOKIE_SECRET": COOKIE,
-                "SIGNOFF_AUTO_MIGRATE": "false",
-                "SIGNOFF_LOG_LEVEL": "ERROR",
-                **extra,
-            }
-        )
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "bot", "serve"],
-            cwd=code,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        self.url = ""
-
-    def wait_ready(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            if line.startswith("signoff serving at "):
-                self.url = line.split("signoff serving at ", 1)[1].strip()
-                return
-        raise RuntimeError("signoff serve did not start")
-
-    def cpu(self) -> float:
-        return cpu_seconds(self.process.pid)
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(10)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-
-
-async def until(conn: asyncpg.Connection, sql: str, *args: Any) -> Any:
-    """Poll `sql` every 50 ms until it returns a truthy value (within 120 s)."""
-    deadline = time.monotonic() + 120
-    while True:
-        found = await conn.fetchval(sql, *args)
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"never true: {sql}")
-        await asyncio.sleep(0.05)
+from bench._pg import (  # noqa: E402
+    TOKEN,
+    Serve,
+    add_cluster_option,
+    cluster_cpu,
+    cluster_pids,
+    dsn,
+    fresh_database,
+    table,
+    until,
+)
 
 
 async def cycles(
@@ -241,22 +117,19 @@ async def cycles(
 async def measure(
     name: str, code: Path, replicas: int, hop: int, args: argparse.Namespace
 ) -> dict[str, Any]:
-    async with database(args.postgres_url) as url:
-        started = [Replica(code, url, dict(args.env)) for _ in range(replicas)]
+    async with fresh_database(args.postgres_url, "signoff_cpu") as url:
+        started = [Serve(url, code=code, env=dict(args.env)) for _ in range(replicas)]
         try:
             await asyncio.gather(*(asyncio.to_thread(r.wait_ready) for r in started))
             urls = [r.url for r in started]
-            conn = await asyncpg.connect(_dsn(url))
+            conn = await asyncpg.connect(dsn(url))
             try:
-                me = int(await conn.fetchval("SELECT pg_backend_pid()"))
-                data = Path(await conn.fetchval("SHOW data_directory"))
-                postmaster = int((data / "postmaster.pid").read_text().split()[0])
-                pg = Cluster(postmaster, me)
+                pg = functools.partial(cluster_cpu, *await cluster_pids(conn))
                 async with aiohttp.ClientSession() as http:
                     await cycles(http, conn, urls, args.warmup, args.batch, hop)
-                    before = [r.cpu() for r in started], pg.cpu(), time.monotonic()
+                    before = [r.cpu() for r in started], pg(), time.monotonic()
                     await cycles(http, conn, urls, args.runs, args.batch, hop)
-                    after = [r.cpu() for r in started], pg.cpu(), time.monotonic()
+                    after = [r.cpu() for r in started], pg(), time.monotonic()
             finally:
                 await conn.close()
         finally:
@@ -272,15 +145,6 @@ async def measure(
         "postgres ms/run": 1000 * database_cpu / args.runs,
         "total ms/run": 1000 * (served + database_cpu) / args.runs,
     }
-
-
-def table(rows: list[dict[str, Any]]) -> str:
-    headers = list(rows[0])
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    for row in rows:
-        cells = [f"{v:.1f}" if isinstance(v, float) else str(v) for v in row.values()]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -359,10 +223,8 @@ def parse() -> argparse.Namespace:
         type=lambda s: tuple(s.split("=", 1)),
         help="NAME=VALUE: a setting of every replica (repeatable)",
     )
-    parser.add_argument(
-        "--postgres-url",
-        default=os.environ.get("SIGNOFF_TEST_POSTGRES_URL"),
-        help="a PostgreSQL cluster on this machine where databases may be created",
+    add_cluster_option(
+        parser, "a PostgreSQL cluster on this machine where databases may be created"
     )
     args = parser.parse_args()
     args.code = [(name, Path(where).resolve()) for name, where in args.code or [("this", ROOT)]]

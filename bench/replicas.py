@@ -35,7 +35,6 @@ import re
 import secrets
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,21 +43,13 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import asyncpg
 from sqlalchemy import text
-from sqlalchemy.engine import make_url
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench._pg import TOKEN, Serve, add_cluster_option, fresh_database, migrate, table  # noqa: E402
 from runtime.store.sql import SQLStore  # noqa: E402
-
-TOKEN = "bench-operator-token-0123456789"
-COOKIE = "bench-cookie-secret-0123456789-0123456789"
-
-
-def _dsn(url: str) -> str:
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 @contextlib.asynccontextmanager
@@ -66,75 +57,18 @@ async def database(kind: str, cluster: str | None, tmp: Path) -> AsyncIterator[s
     """A fresh, migrated database; yields its URL."""
     if kind == "sqlite":
         url = f"sqlite+aiosqlite:///{tmp / f'bench-{secrets.token_hex(3)}.db'}"
-    else:
-        assert cluster is not None
-        name = f"signoff_bench_{secrets.token_hex(4)}"
-        admin = await asyncpg.connect(_dsn(cluster))
-        await admin.execute(f'CREATE DATABASE "{name}"')
-        await admin.close()
-        url = make_url(cluster).set(database=name).render_as_string(hide_password=False)
-    store = SQLStore.from_url(url)
-    await store.migrate()
-    await store.close()
-    try:
+        await migrate(url)
         yield url
-    finally:
-        if kind != "sqlite":
-            admin = await asyncpg.connect(_dsn(cluster or ""))
-            await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            await admin.close()
-
-
-class Replica:
-    """One ``signoff serve`` subprocess."""
-
-    def __init__(self, url: str) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SIGNOFF_")}
-        env.update(
-            {
-                "PYTHONPATH": str(ROOT),
-                "SIGNOFF_DATABASE_URL": url,
-                "SIGNOFF_APP": "bench.serve_app:agents",
-                "SIGNOFF_PORT": "0",
-                "SIGNOFF_OPERATOR_TOKEN": TOKEN,
-                "SIGNOFF_COOKIE_SECRET": COOKIE,
-                "SIGNOFF_AUTO_MIGRATE": "false",
-                "SIGNOFF_LOG_LEVEL": "ERROR",
-            }
-        )
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "bot", "serve"],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        self.url = ""
-
-    def wait_ready(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            if line.startswith("signoff serving at "):
-                self.url = line.split("signoff serving at ", 1)[1].strip()
-                return
-        raise RuntimeError("signoff serve did not start")
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(10)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
+        return
+    assert cluster is not None
+    async with fresh_database(cluster, "signoff_bench") as url:
+        yield url
 
 
 class Client:
     """The JSON API of the replicas, as the operator."""
 
-    def __init__(self, http: aiohttp.ClientSession, replicas: Sequence[Replica]) -> None:
+    def __init__(self, http: aiohttp.ClientSession, replicas: Sequence[Serve]) -> None:
         self.http = http
         self.urls = [r.url for r in replicas]
         self.headers = {"Authorization": f"Bearer {TOKEN}"}
@@ -213,7 +147,7 @@ def pct(values: Sequence[float], q: float) -> float:
 
 async def measure(kind: str, replicas: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     async with database(kind, args.postgres_url, tmp) as url:
-        started = [Replica(url) for _ in range(replicas)]
+        started = [Serve(url) for _ in range(replicas)]
         try:
             await asyncio.gather(*(asyncio.to_thread(r.wait_ready) for r in started))
             async with aiohttp.ClientSession(
@@ -265,15 +199,6 @@ async def measure(kind: str, replicas: int, args: argparse.Namespace, tmp: Path)
     }
 
 
-def table(rows: list[dict[str, Any]]) -> str:
-    headers = list(rows[0])
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    for row in rows:
-        cells = [f"{v:.1f}" if isinstance(v, float) else str(v) for v in row.values()]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 async def main(args: argparse.Namespace) -> None:
     configs = [("sqlite", 1), ("postgresql", 1), ("postgresql", 3)]
     if args.postgres_url is None:
@@ -303,11 +228,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=300, help="runs decided concurrently")
     parser.add_argument("--concurrency", type=int, default=16, help="closed-loop API clients")
     parser.add_argument("--latency-runs", type=int, default=40, help="runs decided one by one")
-    parser.add_argument(
-        "--postgres-url",
-        default=os.environ.get("SIGNOFF_TEST_POSTGRES_URL"),
-        help="a PostgreSQL cluster where databases may be created",
-    )
+    add_cluster_option(parser)
     return parser.parse_args()
 
 

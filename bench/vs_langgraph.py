@@ -99,6 +99,7 @@ from psycopg_pool import AsyncConnectionPool
 from serve_app import BenchModel
 from sqlalchemy.engine import make_url
 
+from bench._pg import cluster_cpu, cluster_pids, dsn
 from runtime import Agent, RunStatus, Runtime, final_reply, tool_call_reply
 from runtime.store.sql import SQLStore
 
@@ -465,41 +466,6 @@ def report_round(
 
 # --- PostgreSQL ---------------------------------------------------------------------------
 
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _dsn(url: str) -> str:
-    """A libpq URL (for asyncpg and psycopg) from a SQLAlchemy one."""
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-def _cpu(pid: int, *, children: bool = False) -> float:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0.0
-    fields = stat.rsplit(")", 1)[1].split()
-    used = int(fields[11]) + int(fields[12])
-    if children:
-        used += int(fields[13]) + int(fields[14])
-    return used / TICK
-
-
-def cluster_cpu(postmaster: int, skip: int) -> float:
-    """User + system CPU of the cluster: the postmaster with its reaped children and every
-    live child but the backend `skip` (this script's monitor)."""
-    total = _cpu(postmaster, children=True)
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == skip:
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == postmaster:
-            total += _cpu(int(entry.name))
-    return total
-
 
 @dataclass
 class PgResult(Result):
@@ -519,7 +485,7 @@ class Monitor:
         self.statements = False
 
     async def open(self, want_statements: bool, durable: bool) -> None:
-        self.conn = await asyncpg.connect(_dsn(self.cluster))
+        self.conn = await asyncpg.connect(dsn(self.cluster))
         loaded = await self.conn.fetchval("SHOW shared_preload_libraries")
         fsync = await self.conn.fetchval("SHOW fsync")
         if (want_statements and "pg_stat_statements" not in loaded) or (durable and fsync != "on"):
@@ -547,13 +513,11 @@ class Monitor:
             data = Path(await self.conn.fetchval("SHOW data_directory"))
             await self.conn.close()
             await asyncio.to_thread(restart_cluster, data, options)
-            self.conn = await asyncpg.connect(_dsn(self.cluster))
+            self.conn = await asyncpg.connect(dsn(self.cluster))
         if want_statements:
             await self.conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
             self.statements = True
-        self.me = int(await self.conn.fetchval("SELECT pg_backend_pid()"))
-        data = Path(await self.conn.fetchval("SHOW data_directory"))
-        self.postmaster = int((data / "postmaster.pid").read_text().split()[0])
+        self.postmaster, self.me = await cluster_pids(self.conn)
 
     async def new_database(self, prefix: str) -> str:
         assert self.conn is not None
@@ -656,7 +620,7 @@ class PgLangGraph:
 
     async def open(self) -> None:
         self.pool = AsyncConnectionPool(
-            _dsn(self.url),
+            dsn(self.url),
             min_size=5,
             max_size=self.pool_size,
             kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
@@ -749,7 +713,7 @@ async def profile_signoff(url: str, runs: int, out: Path) -> None:
 
 async def table_bytes(url: str) -> dict[str, int]:
     """Bytes of every table of `url`'s database, indexes and TOAST included."""
-    conn = await asyncpg.connect(_dsn(url))
+    conn = await asyncpg.connect(dsn(url))
     try:
         rows = await conn.fetch(
             "SELECT relname, pg_total_relation_size(c.oid) AS size FROM pg_class c "

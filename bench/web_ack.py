@@ -34,21 +34,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import platform
-import secrets
 import statistics
-import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-TOKEN = "bench-operator-token-0123456789"
-COOKIE = "bench-cookie-secret-0123456789-0123456789"
 
 
 def agents() -> list[Any]:
@@ -85,111 +79,6 @@ def agents() -> list[Any]:
 # --- the bench (imports only what the serving processes do not need) ---------------------
 
 
-def _dsn(url: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of `pid`, 0 if it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0.0
-    fields = stat.rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-@contextlib.asynccontextmanager
-async def database(cluster: str) -> AsyncIterator[str]:
-    """A fresh, migrated database on `cluster`; yields its URL."""
-    import asyncpg  # type: ignore[import-untyped]
-    from sqlalchemy.engine import make_url
-
-    from runtime.store.sql import SQLStore
-
-    name = f"signoff_ack_{secrets.token_hex(4)}"
-    admin = await asyncpg.connect(_dsn(cluster))
-    await admin.execute(f'CREATE DATABASE "{name}"')
-    await admin.close()
-    url = make_url(cluster).set(database=name).render_as_string(hide_password=False)
-    store = SQLStore.from_url(url)
-    await store.migrate()
-    await store.close()
-    try:
-        yield url
-    finally:
-        admin = await asyncpg.connect(_dsn(cluster))
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.close()
-
-
-class Server:
-    """One ``signoff serve --role ROLE`` subprocess."""
-
-    def __init__(self, role: str, url: str, args: argparse.Namespace) -> None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SIGNOFF_")}
-        env.update(
-            {
-                "PYTHONPATH": str(ROOT),
-                "SIGNOFF_DATABASE_URL": url,
-                "SIGNOFF_APP": "bench.web_ack:agents",
-                "SIGNOFF_PORT": "0",
-                "SIGNOFF_OPERATOR_TOKEN": TOKEN,
-                "SIGNOFF_COOKIE_SECRET": COOKIE,
-                "SIGNOFF_AUTO_MIGRATE": "false",
-                "SIGNOFF_LOG_LEVEL": "ERROR",
-                "SIGNOFF_WORKERS": str(args.workers),
-                "WEB_ACK_TOOL_SECONDS": str(args.tool_seconds),
-                "WEB_ACK_TOOL_BUSY_MS": str(args.tool_busy_ms),
-            }
-        )
-        self.role = role
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "bot", "serve", "--role", role],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-        )
-        self.url = ""
-
-    def wait_ready(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            if line.startswith("signoff serving at "):
-                self.url = line.split("signoff serving at ", 1)[1].strip()
-                return
-        raise RuntimeError(f"signoff serve --role {self.role} did not start")
-
-    def cpu(self) -> float:
-        return cpu_seconds(self.process.pid)
-
-    def stop(self) -> None:
-        self.process.terminate()
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(10)
-        if self.process.stdout is not None:
-            self.process.stdout.close()
-
-
-async def until(conn: Any, sql: str, *args: Any) -> Any:
-    """Poll `sql` every 50 ms until it returns a truthy value (within 120 s)."""
-    deadline = time.monotonic() + 120
-    while True:
-        found = await conn.fetchval(sql, *args)
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"never true: {sql}")
-        await asyncio.sleep(0.05)
-
-
 def percentile(values: list[float], share: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
@@ -197,16 +86,25 @@ def percentile(values: list[float], share: float) -> float:
 
 async def measure(layout: str, round_: int, args: argparse.Namespace) -> dict[str, Any]:
     import aiohttp
-    import asyncpg
+    import asyncpg  # type: ignore[import-untyped]
+
+    from bench._pg import TOKEN, Serve, dsn, fresh_database, until
 
     roles = ["web", "worker"] if layout == "split" else ["all"]
     headers = {"Authorization": f"Bearer {TOKEN}"}
-    async with database(args.postgres_url) as url:
-        servers = [Server(role, url, args) for role in roles]
+    env = {
+        "SIGNOFF_WORKERS": str(args.workers),
+        "WEB_ACK_TOOL_SECONDS": str(args.tool_seconds),
+        "WEB_ACK_TOOL_BUSY_MS": str(args.tool_busy_ms),
+    }
+    async with fresh_database(args.postgres_url, "signoff_ack") as url:
+        servers = [
+            Serve(url, args=("--role", role), app="bench.web_ack:agents", env=env) for role in roles
+        ]
         try:
             await asyncio.gather(*(asyncio.to_thread(s.wait_ready) for s in servers))
             web = servers[0].url
-            conn = await asyncpg.connect(_dsn(url))
+            conn = await asyncpg.connect(dsn(url))
             try:
                 async with aiohttp.ClientSession() as http:
 
@@ -280,16 +178,9 @@ async def measure(layout: str, round_: int, args: argparse.Namespace) -> dict[st
     }
 
 
-def table(rows: list[dict[str, Any]]) -> str:
-    headers = list(rows[0])
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    for row in rows:
-        cells = [f"{v:.1f}" if isinstance(v, float) else str(v) for v in row.values()]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
 async def main(args: argparse.Namespace) -> None:
+    from bench._pg import table
+
     if not args.postgres_url:
         sys.exit("no --postgres-url nor SIGNOFF_TEST_POSTGRES_URL")
     print(
@@ -315,6 +206,8 @@ async def main(args: argparse.Namespace) -> None:
 
 
 def parse() -> argparse.Namespace:
+    from bench._pg import add_cluster_option
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clickers", type=int, default=100, help="decisions sent at once")
     parser.add_argument("--workers", type=int, default=4, help="SIGNOFF_WORKERS of each process")
@@ -323,11 +216,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument(
         "--tool-busy-ms", type=float, default=2.0, help="CPU ms of every 20 ms a tool uses"
     )
-    parser.add_argument(
-        "--postgres-url",
-        default=os.environ.get("SIGNOFF_TEST_POSTGRES_URL"),
-        help="a PostgreSQL cluster where databases may be created",
-    )
+    add_cluster_option(parser)
     return parser.parse_args()
 
 
