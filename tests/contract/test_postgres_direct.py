@@ -253,3 +253,47 @@ async def test_a_connection_returned_inside_a_transaction_does_not_leak_it(
             await conn2.close()
     finally:
         await store.close()
+
+
+async def test_reads_before_the_first_write_need_no_begin(postgres_url: str, make: Make) -> None:
+    store = one_connection(postgres_url)
+    try:
+        async with store.transaction() as tx:
+            await tx.insert_run(make.run())
+        async with store.transaction() as tx:
+            assert tx._direct is not None
+            assert await tx.get_run("run_1") is not None
+            assert await tx.get_run("run_2") is None
+            assert not tx._direct.begun  # two plain reads: no BEGIN, nothing to commit
+        with pytest.raises(RuntimeError, match="changed my mind"):
+            async with store.transaction() as tx:
+                assert tx._direct is not None
+                assert await tx.get_run("run_2") is None
+                await tx.insert_run(make.run("run_2"))
+                assert tx._direct.begun
+                raise RuntimeError("changed my mind")
+        async with store.transaction() as tx:
+            assert await tx.get_run("run_2") is None  # the read before it did not commit it
+    finally:
+        await store.close()
+
+
+async def test_a_locking_read_begins_the_transaction_and_holds_its_lock(
+    postgres_url: str, make: Make
+) -> None:
+    store = one_connection(postgres_url)
+    other = await admin(postgres_url)
+    try:
+        async with store.transaction() as tx:
+            await tx.insert_run(make.run())
+        async with store.transaction() as tx:
+            assert tx._direct is not None
+            assert await tx.get_run("run_1", for_update=True) is not None
+            assert tx._direct.begun
+            with pytest.raises(asyncpg.LockNotAvailableError):
+                await other.fetch("SELECT 1 FROM runs WHERE run_id = 'run_1' FOR UPDATE NOWAIT")
+        # Committed: the lock is gone.
+        assert await other.fetch("SELECT 1 FROM runs WHERE run_id = 'run_1' FOR UPDATE NOWAIT")
+    finally:
+        await other.close()
+        await store.close()

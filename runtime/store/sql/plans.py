@@ -16,7 +16,7 @@ from typing import Any, cast
 
 from sqlalchemy import Table
 from sqlalchemy.engine import Dialect
-from sqlalchemy.sql import ClauseElement
+from sqlalchemy.sql import ClauseElement, CompoundSelect, Select
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.dml import UpdateBase
 from sqlalchemy.types import TypeEngine
@@ -24,6 +24,7 @@ from sqlalchemy.types import TypeEngine
 from runtime.domain.errors import StorageError
 
 _REQUIRED: Any = object()
+_ROW_LOCKS = (" FOR UPDATE", " FOR NO KEY UPDATE", " FOR SHARE", " FOR KEY SHARE")
 
 
 class Rows:
@@ -80,6 +81,7 @@ class Plan:
         "binds",
         "compiled",
         "expanding",
+        "reads",
         "results",
         "row",
         "sql",
@@ -97,6 +99,9 @@ class Plan:
     ) -> None:
         self.sql = sql
         self.compiled = compiled
+        self.reads = False
+        """Whether the statement only reads, and locks no row (a ``SELECT`` without
+        ``FOR UPDATE`` or ``FOR SHARE``)."""
         self.binds = tuple(binds)
         self.table = table
         self.expanding = expanding
@@ -251,6 +256,8 @@ def compile_plan(statement: ClauseElement, keys: Sequence[str], dialect: Dialect
     plan = Plan(
         compiled.string, binds, expanding=expanding, compiled=compiled if expanding else None
     )
+    if isinstance(statement, Select | CompoundSelect):
+        plan.reads = not any(lock in plan.sql for lock in _ROW_LOCKS)
     columns = getattr(statement, "selected_columns", None)
     if columns is not None:
         plan.learn([(column.key, column.type) for column in columns], dialect)

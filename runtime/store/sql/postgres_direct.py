@@ -8,6 +8,12 @@ machinery (the greenlet hand-over, the execution context, the result object). Ea
 statement is compiled once per store (`DirectPlans`, the same `Plan` that SQLite's writer
 runs) and prepared once per server connection; later executions only bind and execute.
 
+``BEGIN`` waits for the first statement that writes or locks rows: the plain reads before
+it run on their own, and a transaction that only reads sends no ``BEGIN`` and no
+``COMMIT`` (two round trips fewer). Under PostgreSQL's default isolation, read committed,
+which the store uses, each statement of a transaction sees what was committed when it
+started, so such a read sees the same as it would inside the transaction.
+
 Prepared statements live on one server connection, so this is only for stores that reach
 PostgreSQL itself or a pooler in session mode; behind a pooler in transaction mode the
 store runs its statements through SQLAlchemy with asyncpg's unnamed statements (see
@@ -85,28 +91,36 @@ class DirectConnection:
         self._plans = plans
         self._driver = driver
         self._prepared = prepared
+        self._begun = False
 
     @property
     def broken(self) -> bool:
         """Whether the connection was lost (it must not go back to the pool)."""
         return bool(self._driver.is_closed())
 
+    @property
+    def begun(self) -> bool:
+        """Whether ``BEGIN`` was sent (a statement wrote or locked rows)."""
+        return self._begun
+
     async def begin(self) -> None:
-        """Start the transaction."""
+        """Start the transaction (its ``BEGIN`` goes with its first write or lock)."""
         if self._driver.is_in_transaction():
             # Left open by a transaction that could not end (never expected: such a
             # connection is discarded); nothing of it may leak into this one.
             await self._driver.execute("ROLLBACK")
-        await self._driver.execute("BEGIN")
 
     async def commit(self) -> None:
         """Commit the transaction."""
-        await self._driver.execute("COMMIT")
+        if self._begun:
+            await self._driver.execute("COMMIT")
 
     async def rollback(self) -> bool:
         """Roll the transaction back; whether the connection is fit for reuse after."""
         if self.broken:
             return False
+        if not self._begun:
+            return not self._driver.is_in_transaction()
         try:
             await self._driver.execute("ROLLBACK")
         except Exception:  # any failure here: the connection is discarded, not reused
@@ -149,6 +163,7 @@ class DirectConnection:
                 return Rows([], 0)
             plan = self._plans.plan(statement, params[0])
             prepared = await self._prepare(plan.sql)
+            await self._begin_before(plan)
             await prepared.executemany([plan.parameters(p) for p in params])
             return Rows([], -1)
         given = cast(Mapping[str, Any], params or {})
@@ -158,10 +173,16 @@ class DirectConnection:
         else:
             sql, values = plan.sql, plan.parameters(given)
         prepared = await self._prepare(sql)
+        await self._begin_before(plan)
         raw = await prepared.fetch(*values)
         if raw and plan.row is None:
             self._learn(plan, prepared)
         return Rows(plan.read(raw), _rowcount(prepared.get_statusmsg()))
+
+    async def _begin_before(self, plan: Plan) -> None:
+        if not self._begun and not plan.reads:
+            await self._driver.execute("BEGIN")
+            self._begun = True
 
     async def _prepare(self, sql: str) -> Any:
         prepared = self._prepared.get(sql)
