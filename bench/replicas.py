@@ -130,13 +130,18 @@ async def park(client: Client, runs: int, concurrency: int) -> list[tuple[str, s
 
 
 async def until_done(client: Client, count: int) -> None:
-    """Wait until `count` runs are done, as the server's metrics say (no extra writer)."""
+    """Wait until `count` runs are done, as the servers' metrics say (no extra writer).
+
+    Only the replica holding the ``metrics`` lease exports ``signoff_runs``: every
+    replica's ``/metrics`` is read in turn.
+    """
     pattern = re.compile(r'^signoff_runs\{status="done"\} ([0-9.e+]+)$', re.M)
     while True:
-        async with client.http.get(f"{client.urls[0]}/metrics") as answer:
-            found = pattern.search(await answer.text())
-        if found and float(found.group(1)) >= count:
-            return
+        for url in client.urls:
+            async with client.http.get(f"{url}/metrics") as answer:
+                found = pattern.search(await answer.text())
+            if found and float(found.group(1)) >= count:
+                return
         await asyncio.sleep(0.02)
 
 
