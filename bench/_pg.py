@@ -140,6 +140,7 @@ class Serve:
         app: the agents (``SIGNOFF_APP``).
         code: the checkout of this repository to run (its ``bot``, its ``bench``).
         env: more settings, over the ones given here.
+        cpus: the CPUs the process may run on (Linux's affinity); None: any.
     """
 
     def __init__(
@@ -150,6 +151,7 @@ class Serve:
         app: str = "bench.serve_app:agents",
         code: Path = ROOT,
         env: Mapping[str, str] | None = None,
+        cpus: set[int] | None = None,
     ) -> None:
         environ = {k: v for k, v in os.environ.items() if not k.startswith("SIGNOFF_")}
         environ.update(
@@ -173,6 +175,7 @@ class Serve:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             text=True,
+            preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
         )
         self.url = ""
 

@@ -26,6 +26,10 @@ loop, as a tool that parses and computes as it goes does. For each round the scr
    once, one client each, and times each answer (the acknowledgement: the decision is
    stored; the runs it releases wait for a free slot).
 
+With `--pin` the ``split`` layout's web process runs on the first CPU and its worker on
+the second (Linux's CPU affinity), as on machines or CPU quotas of their own; ``all`` runs
+on any CPU. PostgreSQL is not pinned.
+
 Printed per layout and round: ack latency p50, p99 and max (ms), every answer's status,
 and the CPU the serving processes used while the clicks were answered.
 """
@@ -84,6 +88,17 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
 
 
+def pinned(role: str) -> set[int] | None:
+    """`--pin`: the web process on the first CPU, the worker on the second; ``all`` on any."""
+    match role:
+        case "web":
+            return {0}
+        case "worker":
+            return {1}
+        case _:
+            return None
+
+
 async def measure(layout: str, round_: int, args: argparse.Namespace) -> dict[str, Any]:
     import aiohttp
     import asyncpg  # type: ignore[import-untyped]
@@ -99,7 +114,14 @@ async def measure(layout: str, round_: int, args: argparse.Namespace) -> dict[st
     }
     async with fresh_database(args.postgres_url, "signoff_ack") as url:
         servers = [
-            Serve(url, args=("--role", role), app="bench.web_ack:agents", env=env) for role in roles
+            Serve(
+                url,
+                args=("--role", role),
+                app="bench.web_ack:agents",
+                env=env,
+                cpus=pinned(role) if args.pin else None,
+            )
+            for role in roles
         ]
         try:
             await asyncio.gather(*(asyncio.to_thread(s.wait_ready) for s in servers))
@@ -216,8 +238,17 @@ def parse() -> argparse.Namespace:
     parser.add_argument(
         "--tool-busy-ms", type=float, default=2.0, help="CPU ms of every 20 ms a tool uses"
     )
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="split: run the web process on CPU 0 and the worker on CPU 1 (all: on any CPU), "
+        "as web and worker processes on CPUs of their own would",
+    )
     add_cluster_option(parser)
-    return parser.parse_args()
+    parsed = parser.parse_args()
+    if parsed.pin and len(os.sched_getaffinity(0)) < 2:
+        parser.error("--pin needs two CPUs")
+    return parsed
 
 
 if __name__ == "__main__":
