@@ -18,7 +18,7 @@ import asyncpg
 import pytest
 from pgbouncer import through_pgbouncer
 from pgtest import fresh_database
-from sqlalchemy import text
+from sqlalchemy import func, select, text
 from sqlalchemy.engine import make_url
 
 from runtime import StorageError
@@ -296,4 +296,39 @@ async def test_a_locking_read_begins_the_transaction_and_holds_its_lock(
         assert await other.fetch("SELECT 1 FROM runs WHERE run_id = 'run_1' FOR UPDATE NOWAIT")
     finally:
         await other.close()
+        await store.close()
+
+
+async def test_a_plain_read_cancelled_midway_leaves_the_store_usable(
+    postgres_url: str, make: Make
+) -> None:
+    # A read before any write runs outside BEGIN: cancelling it still must not hand the
+    # pool a connection that is busy cancelling.
+    store = one_connection(postgres_url)
+    started = asyncio.Event()
+
+    async def sleeper() -> None:
+        async with store.transaction() as tx:
+            assert tx._direct is not None
+            started.set()
+            await tx._execute(select(func.pg_sleep(30).label("slept")))
+
+    async with store.transaction() as tx:
+        await tx.insert_run(make.run())
+    task = asyncio.create_task(sleeper())
+    try:
+        await started.wait()
+        deadline = asyncio.get_running_loop().time() + 10
+        while not await backends(postgres_url, " AND query LIKE 'SELECT pg_sleep%'"):
+            assert asyncio.get_running_loop().time() < deadline, "the statement never ran"
+            assert not task.done()
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        async with asyncio.timeout(10):
+            async with store.transaction() as tx:
+                assert await tx.get_run("run_1") is not None
+    finally:
+        task.cancel()
         await store.close()

@@ -121,8 +121,8 @@ class Plan:
 
     def learn(self, columns: Sequence[tuple[str, TypeEngine[Any]]], dialect: Dialect) -> None:
         """Name the result columns and note how to convert each (by its type)."""
-        names = [name for name, _type in columns]
-        self.row = collections.namedtuple("Row", names)._make  # type: ignore[attr-defined]
+        names = [str(name) for name, _type in columns]
+        self.row = collections.namedtuple("Row", names, rename=True)._make  # type: ignore[attr-defined]
         results = []
         for index, (_name, type_) in enumerate(columns):
             convert = type_.dialect_impl(dialect).result_processor(dialect, None)

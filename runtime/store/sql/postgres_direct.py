@@ -92,6 +92,8 @@ class DirectConnection:
         self._driver = driver
         self._prepared = prepared
         self._begun = False
+        self._unsettled = False
+        """A statement did not end normally: the connection may still be busy with it."""
 
     @property
     def broken(self) -> bool:
@@ -119,8 +121,11 @@ class DirectConnection:
         """Roll the transaction back; whether the connection is fit for reuse after."""
         if self.broken:
             return False
-        if not self._begun:
+        if not self._begun and not self._unsettled:
             return not self._driver.is_in_transaction()
+        # After a statement cut short (cancelled, or failed) the ROLLBACK also shows
+        # whether the connection is free again: asyncpg refuses it while the statement is
+        # still being cancelled.
         try:
             await self._driver.execute("ROLLBACK")
         except Exception:  # any failure here: the connection is discarded, not reused
@@ -140,8 +145,9 @@ class DirectConnection:
             Exception: asyncpg's errors otherwise (the caller reports them).
         """
         assert isinstance(statement, ClauseElement)
+        self._unsettled = True
         try:
-            return await self._run(statement, params)
+            rows = await self._run(statement, params)
         except Exception as exc:
             import asyncpg  # type: ignore[import-untyped]
 
@@ -152,6 +158,8 @@ class DirectConnection:
                 # process): prepare everything again; this transaction has failed.
                 self._prepared.clear()
             raise
+        self._unsettled = False
+        return rows
 
     async def _run(
         self,
