@@ -467,7 +467,14 @@ async def build_service(
     if parts.web:
         app = built.app
         if built.auth is not None:
-            mount_gateways(app, runtime, built.auth, worker.wake_runs, gateways)
+            mount_gateways(
+                app,
+                runtime,
+                built.auth,
+                worker.wake_runs,
+                gateways,
+                question_seconds=settings.mcp_question_seconds,
+            )
             if loaded is not None and loaded.mcp_servers:
                 from adapters.web.mcp_routes import add_mcp_refresh_route
 

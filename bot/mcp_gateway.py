@@ -83,12 +83,15 @@ def mount_gateways(
     auth: TokenAuth,
     wake: Callable[[], None],
     gateways: Gateways,
+    *,
+    question_seconds: float,
 ) -> None:
-    """Serve each gateway at ``/mcp/<source agent>`` of `app`."""
+    """Serve each gateway at ``/mcp/<source agent>`` of `app`; an upstream server's
+    question waits `question_seconds` for the calling client's answer."""
     if not gateways:
         return
     from adapters.mcp.gateway import McpGateway, add_gateway_routes
 
     for agent, source in gateways:
-        served = McpGateway(runtime, agent, source, wake)
+        served = McpGateway(runtime, agent, source, wake, question_seconds=question_seconds)
         add_gateway_routes(app, served, auth.bearer, path=f"/mcp/{source.name}")

@@ -162,6 +162,9 @@ class Settings(BaseSettings):
             requester decides, cards in the console) or ``declared`` (refused, 403).
         mcp_headers: HTTP headers by MCP server name (``{"<server>": {"Authorization":
             "Bearer ..."}}``), sent to the Streamable HTTP servers of the agents file.
+        mcp_question_seconds: How long the MCP gateway waits for its calling client to
+            answer an upstream server's question (elicitation) before it tells the
+            server ``cancel``.
         sqlite_busy_timeout_ms: How long a SQLite connection waits for another
             process's write lock before failing.
         sqlite_synchronous: ``full`` (every commit survives a power loss) or ``normal``.
@@ -319,6 +322,7 @@ class Settings(BaseSettings):
     agents: Path | None = None
     external_agents: Literal["any", "declared"] = "any"
     mcp_headers: dict[str, dict[str, SecretStr]] = Field(default_factory=dict)
+    mcp_question_seconds: float = Field(default=300.0, gt=0, le=86_400)
     sqlite_busy_timeout_ms: int = Field(default=750, ge=0, le=600_000)
     sqlite_synchronous: Literal["full", "normal"] = "full"
     database_pool_size: int = Field(default=5, ge=1, le=1000)

@@ -68,6 +68,7 @@ async def _serve(agent: str, session: str | None, caller: Actor, database_url: s
                 actor=caller,
                 session=session or f"stdio-{secrets.token_hex(8)}",
                 drive=True,
+                question_seconds=settings.mcp_question_seconds,
             )
             await serve_stdio(served)
         finally:

@@ -13,7 +13,7 @@ from typing import Any
 import mcp_types
 import pytest
 from mcp import Client, StdioServerParameters
-from mcpbed import FAKE
+from mcpbed import FAKE, calls, until
 from testkit import ROOT
 
 pytestmark = pytest.mark.timeout(180)
@@ -83,3 +83,38 @@ async def test_signoff_mcp_forwards_the_question_to_the_client(tmp_path: Path, s
     async with Client(params) as client:
         result = await client.call_tool("restart", {"service": "web"})
     assert text(result) == "did not restart web: cancel"
+
+
+async def test_signoff_mcp_gives_up_on_a_question_after_its_setting(
+    tmp_path: Path, state: Path
+) -> None:
+    # SIGNOFF_MCP_QUESTION_SECONDS bounds the wait (300 s by default, beyond this test's
+    # time-out): the server gets cancel, and the client's late answer the call's outcome.
+    env = environment(tmp_path, state)
+    env["SIGNOFF_MCP_QUESTION_SECONDS"] = "0.5"
+    await migrate(env)
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "bot", "mcp", "ops", "--session", "job-2", "--as", "U1", "--no-operator"],
+        env=env,
+        cwd=str(ROOT),
+    )
+    late = asyncio.Event()
+
+    async def answer_late(context: Any, question: mcp_types.ElicitRequestParams) -> Any:
+        await late.wait()
+        return mcp_types.ElicitResult(action="accept", content={"ticket": 9})
+
+    def restarts() -> list[dict[str, Any]]:
+        return [c["args"] for c in calls(state) if c["tool"] == "restart"]
+
+    async with Client(params, elicitation_callback=answer_late) as client:
+        calling = asyncio.ensure_future(client.call_tool("restart", {"service": "api"}))
+        try:
+            [entry] = await until(restarts, "the server's restart call")
+            assert entry["action"] == "cancel"
+        finally:
+            late.set()
+        result = await asyncio.wait_for(calling, 60)
+    assert text(result) == "did not restart api: cancel"
+    assert [r["action"] for r in restarts()] == ["cancel"]
