@@ -43,7 +43,7 @@ reach.
 ``--database postgres`` runs the same cycle on PostgreSQL (the cluster of
 ``--postgres-url`` or ``SIGNOFF_TEST_POSTGRES_URL``, on this machine): each side gets a
 fresh database of its own on that server, signoff a `SQLStore` with its default pool
-(5 + 10 connections), LangGraph one `AsyncPostgresSaver` on a psycopg
+(5 + 10 connections; ``--signoff-pool N``: N kept open, none more), LangGraph one `AsyncPostgresSaver` on a psycopg
 ``AsyncConnectionPool`` of the same size (autocommit, ``prepare_threshold=0``, dict rows;
 the setup its documentation gives). Each measured block opens the system anew, warms it,
 waits for PostgreSQL's statistics to settle, runs, closes every connection and waits for
@@ -101,7 +101,7 @@ from sqlalchemy.engine import make_url
 
 from bench._pg import cluster_cpu, cluster_pids, dsn
 from runtime import Agent, RunStatus, Runtime, final_reply, tool_call_reply
-from runtime.store.sql import SQLStore
+from runtime.store.sql import PoolOptions, SQLStore
 
 # --- the work ----------------------------------------------------------------------------
 
@@ -605,9 +605,13 @@ def pg_bindir() -> str:
     return str(dirs[-1])
 
 
+SIGNOFF_POOL: PoolOptions | None = None
+"""signoff's pool on PostgreSQL (`--signoff-pool`); None: the store's default."""
+
+
 class PgSignoff(Signoff):
     def __init__(self, url: str) -> None:
-        self.store = SQLStore.from_url(url)
+        self.store = SQLStore.from_url(url, pool=SIGNOFF_POOL)
         self.runtime = Runtime(self.store, [signoff_agent()])
 
 
@@ -817,8 +821,11 @@ def report_statements(results: dict[str, PgResult], count: int = 8) -> str:
 
 
 async def main_postgres(args: argparse.Namespace, levels: tuple[int, ...]) -> None:
+    global SIGNOFF_POOL
     if not args.postgres_url:
         sys.exit("--database postgres needs --postgres-url or SIGNOFF_TEST_POSTGRES_URL")
+    if args.signoff_pool:
+        SIGNOFF_POOL = PoolOptions(size=args.signoff_pool, max_overflow=0)
     monitor = Monitor(args.postgres_url)
     await monitor.open(args.pg_stat_statements, args.durable)
     assert monitor.conn is not None
@@ -910,6 +917,14 @@ async def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--top", type=int, default=8, help="statements listed per side (pg_stat_statements)"
+    )
+    parser.add_argument(
+        "--signoff-pool",
+        type=int,
+        default=0,
+        help="PostgreSQL: signoff's pool keeps this many connections open and opens no "
+        "more (LangGraph's keeps up to 15); default: the store's own (5, and up to 10 "
+        "more opened for a burst and closed after it)",
     )
     parser.add_argument(
         "--parked",
