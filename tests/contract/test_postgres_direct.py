@@ -58,6 +58,19 @@ async def backends(url: str, where: str = "") -> list[int]:
         await conn.close()
 
 
+async def cancel_while_sleeping(url: str, task: asyncio.Task[None]) -> None:
+    """Cancel `task` once its ``pg_sleep`` statement runs on the server."""
+    # The server tells no one when a statement starts: it is looked for.
+    deadline = asyncio.get_running_loop().time() + 10
+    while not await backends(url, " AND query LIKE 'SELECT pg_sleep%'"):
+        assert asyncio.get_running_loop().time() < deadline, "the statement never ran"
+        assert not task.done()
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
 async def terminate(url: str) -> int:
     """End every other client's connection to the test's database; how many."""
     conn = await admin(url)
@@ -146,15 +159,7 @@ async def test_a_statement_cancelled_midway_leaves_the_store_usable(
     task = asyncio.create_task(sleeper())
     try:
         await started.wait()
-        # The server tells no one when a statement starts: it is looked for.
-        deadline = asyncio.get_running_loop().time() + 10
-        while not await backends(postgres_url, " AND query LIKE 'SELECT pg_sleep%'"):
-            assert asyncio.get_running_loop().time() < deadline, "the statement never ran"
-            assert not task.done()
-            await asyncio.sleep(0.01)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        await cancel_while_sleeping(postgres_url, task)
         # The one connection of the pool is usable, or was replaced: the next
         # transaction runs at once, and the cancelled one committed nothing.
         async with asyncio.timeout(10):
@@ -318,14 +323,7 @@ async def test_a_plain_read_cancelled_midway_leaves_the_store_usable(
     task = asyncio.create_task(sleeper())
     try:
         await started.wait()
-        deadline = asyncio.get_running_loop().time() + 10
-        while not await backends(postgres_url, " AND query LIKE 'SELECT pg_sleep%'"):
-            assert asyncio.get_running_loop().time() < deadline, "the statement never ran"
-            assert not task.done()
-            await asyncio.sleep(0.01)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
+        await cancel_while_sleeping(postgres_url, task)
         async with asyncio.timeout(10):
             async with store.transaction() as tx:
                 assert await tx.get_run("run_1") is not None
