@@ -43,11 +43,12 @@ reach.
 ``--database postgres`` runs the same cycle on PostgreSQL (the cluster of
 ``--postgres-url`` or ``SIGNOFF_TEST_POSTGRES_URL``, on this machine): each side gets a
 fresh database of its own on that server, signoff a `SQLStore` with its default pool
-(5 + 10 connections; ``--signoff-pool N``: N kept open, none more), LangGraph one `AsyncPostgresSaver` on a psycopg
-``AsyncConnectionPool`` of the same size (autocommit, ``prepare_threshold=0``, dict rows;
-the setup its documentation gives). Each measured block opens the system anew, warms it,
-waits for PostgreSQL's statistics to settle, runs, closes every connection and waits for
-the backends to leave, so the per-database counters of ``pg_stat_database`` are exact:
+(15 connections, opened as needed and kept; ``--signoff-pool N``: N), LangGraph one
+`AsyncPostgresSaver` on a psycopg ``AsyncConnectionPool`` of up to 15 (autocommit,
+``prepare_threshold=0``, dict rows; the setup its documentation gives). Each measured
+block opens the system anew, warms it, waits for PostgreSQL's statistics to settle, runs,
+closes every connection and waits for the backends to leave, so the per-database
+counters of ``pg_stat_database`` are exact:
 
 - ``xact/cycle``: committed transactions (``xact_commit``; autocommitted single statements
   count as one each);
@@ -923,8 +924,7 @@ async def main(argv: list[str] | None = None) -> None:
         type=int,
         default=0,
         help="PostgreSQL: signoff's pool keeps this many connections open and opens no "
-        "more (LangGraph's keeps up to 15); default: the store's own (5, and up to 10 "
-        "more opened for a burst and closed after it)",
+        "more (LangGraph's keeps up to 15); default: the store's own (15)",
     )
     parser.add_argument(
         "--parked",

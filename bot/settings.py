@@ -139,7 +139,7 @@ class Settings(BaseSettings):
             ``signoff.db`` relative to the working directory; ``sqlite://`` URLs get the
             aiosqlite driver automatically.
         database_pool_size: PostgreSQL: connections each process keeps open for its
-            transactions.
+            transactions, once opened (they are opened as transactions need them).
         database_max_overflow: PostgreSQL: connections opened beyond the pool size when
             every one is busy (closed again when returned).
         database_pool_timeout_seconds: PostgreSQL: how long a transaction waits for a
@@ -325,8 +325,8 @@ class Settings(BaseSettings):
     mcp_question_seconds: float = Field(default=300.0, gt=0, le=86_400)
     sqlite_busy_timeout_ms: int = Field(default=750, ge=0, le=600_000)
     sqlite_synchronous: Literal["full", "normal"] = "full"
-    database_pool_size: int = Field(default=5, ge=1, le=1000)
-    database_max_overflow: int = Field(default=10, ge=0, le=1000)
+    database_pool_size: int = Field(default=15, ge=1, le=1000)
+    database_max_overflow: int = Field(default=0, ge=0, le=1000)
     database_pool_timeout_seconds: float = Field(default=30.0, gt=0, le=3600)
     database_pool_recycle_seconds: int = Field(default=1800, ge=0)
     database_pooler: Literal["none", "transaction"] = "none"

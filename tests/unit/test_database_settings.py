@@ -26,8 +26,8 @@ def clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_defaults() -> None:
     settings = load_settings()
 
-    assert settings.database_pool_size == 5
-    assert settings.database_max_overflow == 10
+    assert settings.database_pool_size == 15
+    assert settings.database_max_overflow == 0
     assert settings.database_pool_timeout_seconds == 30
     assert settings.database_pool_recycle_seconds == 1800
     assert settings.database_pooler == "none"

@@ -351,10 +351,13 @@ class PoolOptions:
     """How many connections a PostgreSQL store keeps, and for how long.
 
     A store holds at most ``size + max_overflow`` connections for its transactions, and
-    one more while it listens for wake-ups (`SQLStore.listen`).
+    one more while it listens for wake-ups (`SQLStore.listen`). Connections are opened
+    as transactions need them; up to `size` of them are then kept.
 
     Attributes:
-        size: Connections kept open in the pool.
+        size: Connections kept open in the pool once opened. The default keeps every
+            connection it may open: one opened and closed again per burst costs the
+            server a new process and the store its prepared statements.
         max_overflow: Connections opened beyond `size` when all are busy, closed again
             when returned.
         timeout_seconds: How long a transaction waits for a free connection before it
@@ -364,8 +367,8 @@ class PoolOptions:
             None keeps connections for ever.
     """
 
-    size: int = 5
-    max_overflow: int = 10
+    size: int = 15
+    max_overflow: int = 0
     timeout_seconds: float = 30.0
     recycle_seconds: int | None = 1800
 
