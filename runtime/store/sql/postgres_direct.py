@@ -33,7 +33,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import ClauseElement, Executable
 
 from runtime.domain.errors import StorageError
-from runtime.store.sql.failures import ConstraintViolated, unreachable, unreachable_reason
+from runtime.store.sql.failures import (
+    ConstraintViolated,
+    driver_reason,
+    unreachable,
+    unreachable_reason,
+)
 from runtime.store.sql.plans import Plan, Rows, compile_plan
 
 _PLAN_CACHE = 512
@@ -256,8 +261,7 @@ def _failed(what: str, exc: BaseException) -> StorageError | None:
     if not isinstance(exc, Exception):
         return None  # a cancellation, or the process ending
     if isinstance(exc, SQLAlchemyError):
-        original = getattr(exc, "orig", None)
-        return StorageError(f"{what}: {original if original is not None else exc}")
+        return StorageError(f"{what}: {driver_reason(exc)}")
     if unreachable(exc):
         return StorageError(f"{what}: {unreachable_reason(exc)}")
     return None

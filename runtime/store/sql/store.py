@@ -282,9 +282,7 @@ class SQLStore:
                 finally:
                     with contextlib.suppress(SQLAlchemyError, OSError):
                         await conn.close()
-                if tx.wrote:
-                    self._commits += 1
-                self._database.committed(tx.woke)
+                self._committed(tx)
                 return
             async with self._lock:
                 conn = await self._connect()
@@ -310,13 +308,17 @@ class SQLStore:
                 finally:
                     with contextlib.suppress(SQLAlchemyError, OSError):
                         await conn.close()
-                if tx.wrote:
-                    self._commits += 1
-                self._database.committed(tx.woke)
+                self._committed(tx)
         except BaseException:
             if made is not None:
                 made.forget()
             raise
+
+    def _committed(self, tx: SQLTransaction) -> None:
+        """A transaction on a pooled PostgreSQL connection committed: count it, wake."""
+        if tx.wrote:
+            self._commits += 1
+        self._database.committed(tx.woke)
 
     async def _begin(self, conn: AsyncConnection) -> None:
         try:
