@@ -54,10 +54,16 @@ counters of ``pg_stat_database`` are exact:
   count as one each);
 - ``WAL B/cycle``: WAL bytes (``pg_current_wal_lsn`` delta; only one side runs at a time);
 - ``pg cpu ms/cycle``: CPU of the cluster's processes (``/proc``), next to this process's;
-- with ``--pg-stat-statements``: statements per cycle and the statements that took most
-  of the server's time, per side. The extension must be preloaded, which needs a restart:
-  the flag sets ``shared_preload_libraries`` with ``ALTER SYSTEM`` and restarts the cluster
-  with ``pg_ctl`` (as the data directory's owner) when it is not loaded yet.
+- ``stmts/cycle``: statements per cycle, ``BEGIN`` and ``COMMIT`` included (with
+  ``--pg-stat-statements``, which also lists the statements that took most of the
+  server's time, per side). The extension must be preloaded, which needs a restart: the
+  flag sets ``shared_preload_libraries`` with ``ALTER SYSTEM`` and restarts the cluster
+  with ``pg_ctl`` (as the data directory's owner) when it is not loaded yet;
+- ``signoff SQL replayed c1``: the floor under signoff's row, as on SQLite: the
+  statements signoff's store sent for `--runs` cycles (recorded on a database of their
+  own, with their bound values, ``BEGIN`` and ``COMMIT``), sent again in the same order by
+  one plain asyncpg connection to a fresh database, each statement prepared once. Its
+  ``stmts/cycle`` is the round trips a cycle costs.
 
 ``--durable`` restarts the cluster with ``fsync``, ``synchronous_commit`` and
 ``full_page_writes`` on (``.ci/with-postgres`` starts it with all three off). After the
@@ -103,6 +109,7 @@ from sqlalchemy.engine import make_url
 from bench._pg import cluster_cpu, cluster_pids, dsn
 from runtime import Agent, RunStatus, Runtime, final_reply, tool_call_reply
 from runtime.store.sql import PoolOptions, SQLStore
+from runtime.store.sql.postgres_direct import DirectConnection
 
 # --- the work ----------------------------------------------------------------------------
 
@@ -695,6 +702,137 @@ async def pg_block(
     )
 
 
+class PgStatementLog:
+    """What signoff's PostgreSQL store sends, in order, with bound values: each execution
+    of a prepared statement, ``BEGIN`` and ``COMMIT``.
+
+    Wraps the methods of `DirectConnection` that reach the driver while the block runs
+    (in this process only; the benchmark's own instrument).
+    """
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[str, str, Any]] = []
+        self._saved: dict[str, Any] = {}
+
+    def __enter__(self) -> PgStatementLog:
+        log = self.entries
+        saved = self._saved
+        saved.update(
+            _prepare=DirectConnection._prepare,
+            _begin=DirectConnection._begin,
+            commit=DirectConnection.commit,
+        )
+
+        class Recorded:
+            def __init__(self, prepared: Any, sql: str) -> None:
+                self.prepared, self.sql = prepared, sql
+
+            async def fetch(self, *values: Any) -> Any:
+                log.append(("one", self.sql, list(values)))
+                return await self.prepared.fetch(*values)
+
+            async def executemany(self, values: list[Any]) -> Any:
+                log.append(("many", self.sql, list(values)))
+                return await self.prepared.executemany(values)
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(self.prepared, name)
+
+        async def prepare(link: Any, sql: str) -> Any:
+            return Recorded(await saved["_prepare"](link, sql), sql)
+
+        async def begin(link: Any) -> None:
+            if not link.begun:
+                log.append(("sql", "BEGIN", None))
+            await saved["_begin"](link)
+
+        async def commit(link: Any) -> None:
+            if link.begun:
+                log.append(("sql", "COMMIT", None))
+            await saved["commit"](link)
+
+        DirectConnection._prepare = prepare  # type: ignore[method-assign]
+        DirectConnection._begin = begin  # type: ignore[method-assign]
+        DirectConnection.commit = commit  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for name, method in self._saved.items():
+            setattr(DirectConnection, name, method)
+
+
+async def pg_floor(monitor: Monitor, cluster: str, runs: int) -> PgResult:
+    """``signoff SQL replayed c1`` on PostgreSQL: signoff's statements for `runs` cycles,
+    recorded on a database of their own, sent again in the same order by one plain asyncpg
+    connection (each prepared once, JSON passed as the text the store encoded) to a fresh
+    database: the round trips and server work of signoff's cycle at no cost of its own."""
+    recorded = await monitor.new_database("vs_floor_rec")
+    target = await monitor.new_database("vs_floor_rep")
+    try:
+        signoff = PgSignoff(make_url(cluster).set(database=recorded).render_as_string(False))
+        await signoff.open()
+        try:
+            with PgStatementLog() as log:
+                for n in range(runs):
+                    await signoff.cycle(n)
+        finally:
+            await signoff.close()
+        url = make_url(cluster).set(database=target).render_as_string(False)
+        store = SQLStore.from_url(url)
+        await store.migrate()
+        await store.close()
+        await monitor.gone(target)
+        conn = await asyncpg.connect(dsn(url))
+        try:
+            for json_type in ("json", "jsonb"):
+                # As SQLAlchemy's asyncpg dialect sends JSON (binary format, the text).
+                prefix = b"\x01" if json_type == "jsonb" else b""
+                await conn.set_type_codec(
+                    json_type,
+                    encoder=lambda text, p=prefix: p + text.encode(),
+                    decoder=lambda raw: raw,
+                    schema="pg_catalog",
+                    format="binary",
+                )
+            before_xacts = await monitor.settled(target)
+            before_wal = await monitor.wal()
+            before_pg = cluster_cpu(monitor.postmaster, monitor.me)
+            prepared: dict[str, Any] = {}
+            began, cpu = time.perf_counter(), time.process_time()
+            for kind, sql, values in log.entries:
+                if kind == "sql":
+                    await conn.execute(sql)
+                    continue
+                statement = prepared.get(sql)
+                if statement is None:
+                    statement = prepared[sql] = await conn.prepare(sql)
+                if kind == "many":
+                    await statement.executemany(values)
+                else:
+                    await statement.fetch(*values)
+            seconds, cpu = time.perf_counter() - began, time.process_time() - cpu
+            after_pg = cluster_cpu(monitor.postmaster, monitor.me)
+            after_wal = await monitor.wal()
+        finally:
+            await conn.close()
+        await monitor.gone(target)
+        xacts = await monitor.xacts(target) - before_xacts
+        return PgResult(
+            "signoff SQL replayed c1",
+            runs,
+            seconds,
+            cpu,
+            commits=xacts,
+            xacts=xacts,
+            wal_bytes=after_wal - before_wal,
+            pg_cpu_seconds=after_pg - before_pg,
+            statements=len(log.entries),
+        )
+    finally:
+        await monitor.drop(recorded)
+        await monitor.drop(target)
+
+
 async def profile_signoff(url: str, runs: int, out: Path) -> None:
     """Profile signoff's side, one cycle at a time, with pyinstrument; write the text tree."""
     from pyinstrument import Profiler
@@ -802,6 +940,16 @@ def report_pg_round(number: int, results: dict[str, PgResult], levels: tuple[int
             for d in ("sync", "async")
         )
         lines.append(f"  ratio c{tasks}: signoff {ratios}")
+    floor = results.get("signoff SQL replayed c1")
+    if floor is not None:
+        ratios = ", ".join(
+            f"{floor.rate / results[f'langgraph {d} c1'].rate:.2f}x vs {d}"
+            for d in ("sync", "async")
+        )
+        lines.append(
+            f"  signoff c1 / its SQL replayed: {results['signoff c1'].rate / floor.rate:.2f}x;"
+            f" its SQL replayed c1: {ratios}"
+        )
     return "\n".join(lines)
 
 
@@ -856,6 +1004,9 @@ async def main_postgres(args: argparse.Namespace, levels: tuple[int, ...]) -> No
         for number in range(1, args.rounds + 1):
             first = "signoff" if number % 2 else "langgraph"
             results = await pg_round(monitor, names, args.runs, levels, first, number)
+            results["signoff SQL replayed c1"] = await pg_floor(
+                monitor, args.postgres_url, args.runs
+            )
             print(report_pg_round(number, results, levels), flush=True)
             if number == args.rounds and monitor.statements:
                 print(report_statements(results, args.top), flush=True)

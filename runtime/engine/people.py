@@ -22,9 +22,8 @@ async def as_person(tx: Transaction, actor: Actor, rules: IdentityRules) -> Acto
     Raises:
         NotLinked: A chat user linked to nobody, when `rules` refuse them.
     """
-    person = await tx.person_of(actor.id)
+    person, linked = await tx.person_with_identities(actor.id)
     if person is None:
-        linked = await tx.identities_of(actor.id)
         if not linked:
             chat = actor.platform in CHAT_PLATFORMS
             if rules.unlinked == "refuse" and chat and not actor.operator:
@@ -34,8 +33,6 @@ async def as_person(tx: Transaction, actor: Actor, rules: IdentityRules) -> Acto
                 )
             return actor
         person = actor.id
-    else:
-        linked = await tx.identities_of(person)
     aliases = (actor.aliases | {person, *linked}) - {actor.id}
     if aliases == actor.aliases:
         return actor

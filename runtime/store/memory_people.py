@@ -53,6 +53,10 @@ class MemoryPeople:
     async def identities_of(self, person: str) -> list[str]:
         return sorted(i for i, p in self._t.links.items() if p == person)
 
+    async def person_with_identities(self, identity: str) -> tuple[str | None, list[str]]:
+        person = self._t.links.get(identity)
+        return person, await self.identities_of(person if person is not None else identity)
+
     async def links_from(self, source: str) -> dict[str, str]:
         return {i: self._t.links[i] for i, s in sorted(self._t.link_sources.items()) if s == source}
 

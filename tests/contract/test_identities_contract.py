@@ -52,6 +52,20 @@ async def test_links_round_trip_and_replace(store: Store) -> None:
         assert await tx.person_of("slack:U1") is None
 
 
+async def test_a_person_and_their_identities_are_read_together(store: Store) -> None:
+    async with store.transaction() as tx:
+        await tx.link_identity("slack:U1", "oidc:ana@corp", "email", at(0))
+        await tx.link_identity("discord:42", "oidc:ana@corp", "code", at(1))
+        await tx.link_identity("slack:U2", "oidc:bo@corp", "file", at(2))
+    async with store.transaction() as tx:
+        linked = ["discord:42", "slack:U1"]
+        assert await tx.person_with_identities("slack:U1") == ("oidc:ana@corp", linked)
+        assert await tx.person_with_identities("discord:42") == ("oidc:ana@corp", linked)
+        assert await tx.person_with_identities("oidc:ana@corp") == (None, linked)
+        assert await tx.person_with_identities("slack:U2") == ("oidc:bo@corp", ["slack:U2"])
+        assert await tx.person_with_identities("slack:U9") == (None, [])
+
+
 async def test_a_link_code_is_redeemed_once_and_not_after_it_expires(store: Store) -> None:
     async with store.transaction() as tx:
         await tx.insert_link_code(code_digest("c1"), "oidc:ana@corp", at(60))

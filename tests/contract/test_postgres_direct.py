@@ -275,6 +275,8 @@ async def test_reads_before_the_first_write_need_no_begin(postgres_url: str, mak
                 assert tx._direct is not None
                 assert await tx.get_run("run_2") is None
                 await tx.insert_run(make.run("run_2"))
+                assert not tx._direct.begun  # the insert waits (see the tests below)
+                assert await tx.get_run("run_2") is not None  # sent, after BEGIN, to read it
                 assert tx._direct.begun
                 raise RuntimeError("changed my mind")
         async with store.transaction() as tx:

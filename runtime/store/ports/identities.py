@@ -25,6 +25,11 @@ class IdentityPort(Protocol):
         """Every identity linked to `person`, sorted."""
         ...
 
+    async def person_with_identities(self, identity: str) -> tuple[str | None, list[str]]:
+        """`person_of(identity)`, and `identities_of` that person (of `identity` itself
+        when it is linked to nobody), in one read."""
+        ...
+
     async def links_from(self, source: str) -> dict[str, str]:
         """Every link made from `source` (``file``, ``email`` ...): identity to person."""
         ...

@@ -30,16 +30,18 @@ class CallStatements(TransactionCore):
     """The tool calls part of `SQLTransaction`."""
 
     async def insert_call(self, call: CallRecord) -> None:
-        """Add a tool call; `ValueError` if its id or execution key exists."""
-        await self._execute(_INSERT_CALL, CALLS.values(call))
+        """Add a tool call; `ValueError` if its id or execution key exists (on PostgreSQL,
+        from a later statement of the transaction: see `_write`)."""
+        await self._write(_INSERT_CALL, CALLS.values(call), table=tool_calls)
         self.wrote = True
 
     async def update_call(self, call: CallRecord) -> None:
-        """Write a tool call back; `ValueError` if it does not exist."""
+        """Write a tool call back; `ValueError` if it does not exist (on PostgreSQL, from a
+        later statement of the transaction: see `_write`)."""
         values = without(CALLS.values(call), "call_id", *CALL_CREATED_WITH)
         values["b_call_id"] = call.call_id
-        if (await self._execute(_UPDATE_CALL, values)).rowcount != 1:
-            raise ValueError(f"call {call.call_id} does not exist")
+        missing = f"call {call.call_id} does not exist"
+        await self._write(_UPDATE_CALL, values, table=tool_calls, check=missing)
         self.wrote = True
 
     async def get_call(self, call_id: str) -> CallRecord | None:

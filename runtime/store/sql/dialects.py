@@ -133,7 +133,11 @@ class PostgresTransaction(SQLTransaction):
     async def _notify(self, wake: frozenset[str]) -> None:
         # Delivered at commit, and never if the transaction rolls back.
         payload = notify_payload(wake, self.quiet)
-        if payload is not None:
+        if payload is None:
+            return
+        if self._direct is not None:
+            await self._send_writes((WAKE_CHANNEL, payload))
+        else:
             await self._execute(NOTIFY, {"channel": WAKE_CHANNEL, "payload": payload})
 
     async def _events_horizon(self) -> int:

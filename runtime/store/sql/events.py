@@ -67,7 +67,7 @@ class EventStatements(TransactionCore):
 
     async def _insert_events(self, rows: list[dict[str, Any]]) -> None:
         if not self.multi_row_insert or len(rows) == 1:
-            await self._execute(_INSERT_EVENT, rows)
+            await self._write(_INSERT_EVENT, rows, table=events)
             return
         # The database numbers the rows (`seq`) in the order they are listed, as one
         # execution per row would.
@@ -79,19 +79,22 @@ class EventStatements(TransactionCore):
                 for row, values in enumerate(chunk)
                 for column in columns
             }
-            await self._execute(_insert_rows(columns, len(chunk)), params)
+            await self._write(_insert_rows(columns, len(chunk)), params, table=events)
 
     async def flush(self) -> None:
         """Write buffered events and queue the wake-ups; the store calls it before committing.
 
         On PostgreSQL a ``NOTIFY`` tells every listening replica what became ready (a
         queued run, a received command, a notification); it is delivered at commit, and
-        never if the transaction rolls back.
+        never if the transaction rolls back. It goes in one statement with the writes still
+        waiting (see `_write`); nothing of the transaction follows.
         """
         await self._flush_events()
         self.woke = frozenset(self._wake)
         if self.woke:
             await self._notify(self.woke)
+        if self._direct is not None:
+            await self._send_writes()  # what is still waiting (see `_write`)
         self._wake.clear()
 
     async def events(self, run_id: str, *, after: int = 0) -> list[EventRecord]:

@@ -7,10 +7,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
+from sqlalchemy import Table
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError, StatementError
 from sqlalchemy.ext.asyncio import AsyncConnection
-from sqlalchemy.sql import Executable
+from sqlalchemy.sql import ClauseElement, Executable
 
 from runtime.domain.errors import StorageError
 from runtime.store.sql.failures import ConstraintViolated, unreachable, unreachable_reason
@@ -82,6 +83,46 @@ class TransactionCore(ABC):
     async def _notify(self, wake: frozenset[str]) -> None:
         """Tell other processes, once this commits, what it made ready (see `flush`)."""
 
+    async def _write(
+        self,
+        statement: Executable,
+        params: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        *,
+        table: Table,
+        check: str | None = None,
+    ) -> None:
+        """Run a write of `table` whose outcome nobody reads (an insert whose only refusal
+        is a broken constraint, a delete of what may be gone; with `check`, an update that
+        must change one row, or `ValueError(check)`). On PostgreSQL it waits for a later
+        statement of the transaction, so a constraint it breaks fails that one, as a
+        `ValueError` (see `runtime.store.sql.postgres_direct`).
+        """
+        if self._direct is None:
+            result = await self._execute(statement, params)
+            if check is not None and result.rowcount != 1:
+                raise ValueError(check)
+            return
+        assert isinstance(statement, ClauseElement)
+        try:
+            await self._direct.defer(statement, params, table=table.name, check=check)
+        except Exception as exc:
+            reported = _reported(exc, ValueError)
+            if reported is exc:
+                raise
+            raise reported from exc
+
+    async def _send_writes(self, notify: tuple[str, str] | None = None) -> None:
+        """PostgreSQL: send the writes that wait (see `_write`), as the transaction's last
+        statement, with ``pg_notify(*notify)``."""
+        assert self._direct is not None
+        try:
+            await self._direct.send_deferred(last=True, notify=notify)
+        except Exception as exc:
+            reported = _reported(exc, ValueError)
+            if reported is exc:
+                raise
+            raise reported from exc
+
     async def _execute(
         self,
         statement: Executable,
@@ -96,21 +137,37 @@ class TransactionCore(ABC):
                 return await self._direct.execute(statement, params)
             assert self._conn is not None
             return await self._conn.execute(statement, params)
-        except (sqlite3.IntegrityError, ConstraintViolated) as exc:
-            raise violation(f"constraint violated: {exc}") from exc
-        except sqlite3.Error as exc:
-            raise StorageError(f"database error: {exc}") from exc
-        except IntegrityError as exc:
-            raise violation(f"constraint violated: {exc.orig}") from exc
-        except DBAPIError as exc:
-            raise StorageError(f"database error: {exc.orig}") from exc
-        except StatementError as exc:
+        except Exception as exc:
+            reported = _reported(exc, violation)
+            if reported is exc:
+                raise
+            raise reported from exc
+
+
+def _reported(exc: Exception, violation: type[ValueError]) -> Exception:
+    """`exc`, raised running a statement, as the store reports it (itself when it is
+    neither the database's nor the driver's): a broken constraint as `violation` (a
+    waiting write's as `ValueError`), a value that cannot be stored as `ValueError`, the
+    rest as `StorageError`."""
+    match exc:
+        case ConstraintViolated():
+            refused = ValueError if exc.waiting else violation
+            return refused(f"constraint violated: {exc}")
+        case sqlite3.IntegrityError():
+            return violation(f"constraint violated: {exc}")
+        case sqlite3.Error():
+            return StorageError(f"database error: {exc}")
+        case IntegrityError():
+            return violation(f"constraint violated: {exc.orig}")
+        case DBAPIError():
+            return StorageError(f"database error: {exc.orig}")
+        case StatementError():
             # Raised before reaching the database: a value that cannot be stored,
             # e.g. something JSON cannot encode.
-            raise ValueError(f"cannot store value: {exc.orig}") from exc
-        except SQLAlchemyError as exc:
-            raise StorageError(f"database error: {exc}") from exc
-        except Exception as exc:
-            if not unreachable(exc):
-                raise
-            raise StorageError(f"database error: {unreachable_reason(exc)}") from exc
+            return ValueError(f"cannot store value: {exc.orig}")
+        case SQLAlchemyError():
+            return StorageError(f"database error: {exc}")
+        case _ if unreachable(exc):
+            return StorageError(f"database error: {unreachable_reason(exc)}")
+        case _:
+            return exc

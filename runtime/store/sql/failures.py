@@ -8,7 +8,17 @@ from sqlalchemy.exc import SQLAlchemyError
 
 class ConstraintViolated(Exception):
     """A constraint of the database refused a row (raised by a driver run directly; the
-    transaction reports it as the caller's ``violation``)."""
+    transaction reports it as the caller's ``violation``).
+
+    Args:
+        message: The driver's message.
+        waiting: The row was one of a write that waited to be sent with a later statement
+            (`runtime.store.sql.postgres_direct`), not the caller's own.
+    """
+
+    def __init__(self, message: str, *, waiting: bool = False) -> None:
+        super().__init__(message)
+        self.waiting = waiting
 
 
 def describe_database(url: URL) -> str:

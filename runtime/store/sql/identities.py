@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import bindparam, insert, select
+from sqlalchemy import bindparam, func, insert, select
 
 from runtime.store.schema import identity_links, link_codes
 from runtime.store.sql.convert import to_micros
@@ -16,6 +16,15 @@ _PERSON_OF = select(identity_links.c.person).where(
 _IDENTITIES_OF = (
     select(identity_links.c.identity)
     .where(identity_links.c.person == bindparam("person"))
+    .order_by(identity_links.c.identity)
+)
+# The identities of the person `identity` is linked to, or of `identity` itself.
+_PERSON_WITH_IDENTITIES = (
+    select(identity_links.c.identity, identity_links.c.person)
+    .where(
+        identity_links.c.person
+        == func.coalesce(_PERSON_OF.scalar_subquery(), bindparam("identity"))
+    )
     .order_by(identity_links.c.identity)
 )
 _LINKS_FROM = (
@@ -63,6 +72,12 @@ class IdentityStatements(TransactionCore):
         """Every identity linked to `person`, sorted."""
         rows = (await self._execute(_IDENTITIES_OF, {"person": person})).all()
         return [str(row.identity) for row in rows]
+
+    async def person_with_identities(self, identity: str) -> tuple[str | None, list[str]]:
+        """`person_of(identity)` and `identities_of` that person, in one statement."""
+        rows = (await self._execute(_PERSON_WITH_IDENTITIES, {"identity": identity})).all()
+        person = next((str(row.person) for row in rows if row.identity == identity), None)
+        return person, [str(row.identity) for row in rows]
 
     async def links_from(self, source: str) -> dict[str, str]:
         """Every link made from `source` (``file``, ``email`` ...): identity to person."""

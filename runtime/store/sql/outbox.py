@@ -76,8 +76,9 @@ class OutboxStatements(TransactionCore):
     """The outbox part of `SQLTransaction`."""
 
     async def add_outbox(self, item: OutboxRecord) -> None:
-        """Queue a notification; `ValueError` if its id exists."""
-        await self._execute(_INSERT_OUTBOX, OUTBOX.values(item))
+        """Queue a notification; `ValueError` if its id exists (on PostgreSQL, from a later
+        statement of the transaction: see `_write`)."""
+        await self._write(_INSERT_OUTBOX, OUTBOX.values(item), table=outbox)
         self.wrote = True
         self._wake.add(WAKE_OUTBOX)
 

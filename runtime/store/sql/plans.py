@@ -16,9 +16,11 @@ from typing import Any, cast
 
 from sqlalchemy import Table
 from sqlalchemy.engine import Dialect
-from sqlalchemy.sql import ClauseElement, CompoundSelect, Select
+from sqlalchemy.sql import ClauseElement, CompoundSelect, Select, TableClause, TextClause
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.dml import UpdateBase
+from sqlalchemy.sql.selectable import Alias, Join, Subquery
+from sqlalchemy.sql.util import find_tables
 from sqlalchemy.types import TypeEngine
 
 from runtime.domain.errors import StorageError
@@ -86,6 +88,7 @@ class Plan:
         "row",
         "sql",
         "table",
+        "tables",
     )
 
     def __init__(
@@ -104,6 +107,8 @@ class Plan:
         ``FOR UPDATE`` or ``FOR SHARE``)."""
         self.binds = tuple(binds)
         self.table = table
+        self.tables: frozenset[str] | None = None
+        """The tables the statement reads or writes; None when not known (text)."""
         self.expanding = expanding
         self.row: Callable[[Sequence[Any]], Any] | None = None
         """Makes a row (named fields, like SQLAlchemy's rows); None without rows, or for
@@ -246,19 +251,44 @@ def compile_plan(statement: ClauseElement, keys: Sequence[str], dialect: Dialect
     if isinstance(statement, UpdateBase):
         # RETURNING columns are the table's; the rows say which (SQLAlchemy's own list
         # of them is memoized and can be stale on statements derived with returning()).
-        return Plan(
+        plan = Plan(
             compiled.string,
             binds,
             table=cast(Table, statement.table),
             expanding=expanding,
             compiled=compiled if expanding else None,
         )
+        plan.tables = _tables(statement)
+        return plan
     plan = Plan(
         compiled.string, binds, expanding=expanding, compiled=compiled if expanding else None
     )
+    plan.tables = _tables(statement)
     if isinstance(statement, Select | CompoundSelect):
         plan.reads = not any(lock in plan.sql for lock in _ROW_LOCKS)
     columns = getattr(statement, "selected_columns", None)
     if columns is not None:
         plan.learn([(column.key, column.type) for column in columns], dialect)
     return plan
+
+
+def _tables(statement: ClauseElement) -> frozenset[str] | None:
+    """The names of the tables `statement` reads or writes, subqueries included; None when
+    it is text, or names a table in a way this does not follow."""
+    if isinstance(statement, TextClause):
+        return None
+    names = set()
+    for found in find_tables(
+        statement,
+        check_columns=True,
+        include_aliases=True,
+        include_joins=True,
+        include_selects=True,
+        include_crud=True,
+    ):
+        named: Any = found.element if isinstance(found, Alias) else found
+        if isinstance(named, TableClause):
+            names.add(named.name)
+        elif not isinstance(named, Join | Select | CompoundSelect | Subquery):
+            return None
+    return frozenset(names)

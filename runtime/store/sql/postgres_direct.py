@@ -14,6 +14,15 @@ it run on their own, and a transaction that only reads sends no ``BEGIN`` and no
 which the store uses, each statement of a transaction sees what was committed when it
 started, so such a read sees the same as it would inside the transaction.
 
+Writes whose outcome the store does not read (`DirectConnection.defer`: events, queued
+notifications, new rows) wait and go with the next statement that must reach the server
+(one statement: ``WITH w0 AS (INSERT ...), w1 AS (...) <statement>``), or with the
+transaction's last one. A transaction whose writes all waited is one statement, without
+``BEGIN`` and ``COMMIT`` (a statement is atomic by itself). All parts of such a statement
+see the database as it was before it: a statement that reads or writes a table a
+waiting write changes is never joined to it (the waiting writes go first), nor are two
+writes of one table.
+
 Prepared statements live on one server connection, so this is only for stores that reach
 PostgreSQL itself or a pooler in session mode; behind a pooler in transaction mode the
 store runs its statements through SQLAlchemy with asyncpg's unnamed statements (see
@@ -23,10 +32,12 @@ store runs its statements through SQLAlchemy with asyncpg's unnamed statements (
 from __future__ import annotations
 
 import collections
+import re
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Any, cast
 
+from sqlalchemy import text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -47,6 +58,34 @@ _PREPARED_CACHE = 256
 """Prepared statements a connection keeps; more and the oldest are closed."""
 _PREPARED = "signoff.prepared"
 """The key of a connection's prepared statements in its pool record (`info`)."""
+_DEFERRED_PARAMETERS = 4096
+"""Parameters of waiting writes past which they are sent (a statement takes 32767)."""
+_PLACEHOLDER = re.compile(r"\$(\d+)")
+_ALONE = ("WITH", "DELETE")
+"""Statements never joined to waiting writes: those with a WITH of their own, and
+deletes (a row a waiting write refers to could go before the reference is checked)."""
+
+
+def _renumbered(sql: str, offset: int) -> str:
+    """`sql` with its placeholders ``$n`` moved up by `offset` (to join it to others).
+
+    The store's statements are SQLAlchemy's compilations: their only ``$`` are
+    placeholders (values are never written into the text).
+    """
+    if not offset:
+        return sql
+    return _PLACEHOLDER.sub(lambda m: f"${int(m.group(1)) + offset}", sql)
+
+
+class _Deferred:
+    """A write waiting to be sent (see `DirectConnection.defer`)."""
+
+    __slots__ = ("check", "sql", "values")
+
+    def __init__(self, sql: str, values: list[Any], check: str | None) -> None:
+        self.sql = sql
+        self.values = values
+        self.check = check
 
 
 class DirectPlans:
@@ -99,6 +138,11 @@ class DirectConnection:
         self._begun = False
         self._unsettled = False
         """A statement did not end normally: the connection may still be busy with it."""
+        self._deferred: list[_Deferred] = []
+        self._deferred_tables: set[str] = set()
+        self._deferred_parameters = 0
+        self._checked = False
+        """A waiting write must change a row (`defer`'s ``check``)."""
 
     @property
     def broken(self) -> bool:
@@ -118,7 +162,9 @@ class DirectConnection:
             await self._driver.execute("ROLLBACK")
 
     async def commit(self) -> None:
-        """Commit the transaction."""
+        """Commit the transaction (its waiting writes were sent: `send_deferred`)."""
+        if self._deferred:
+            raise StorageError("writes of the transaction were never sent")
         if self._begun:
             await self._driver.execute("COMMIT")
 
@@ -137,6 +183,113 @@ class DirectConnection:
             return False
         return True
 
+    async def defer(
+        self,
+        statement: ClauseElement,
+        params: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+        *,
+        table: str,
+        check: str | None = None,
+    ) -> None:
+        """Queue a write of `table` whose outcome nobody reads: it is sent with the next
+        statement that must reach the server, or the transaction's last (`send_deferred`).
+
+        A constraint it breaks fails that statement, and so the transaction. The rows of
+        a list of parameter sets are written in no particular order. With `check`, each
+        must change one row, or the statement that sends it raises ``ValueError(check)``
+        (such writes are sent inside ``BEGIN``: the failure rolls back what went with them).
+
+        Raises:
+            ValueError: A value its column type cannot store (found now).
+        """
+        if table in self._deferred_tables or self._deferred_parameters > _DEFERRED_PARAMETERS:
+            await self.send_deferred()
+        for given in params if type(params) is list else [params]:
+            given = cast(Mapping[str, Any], given)
+            plan = self._plans.plan(statement, given)  # type: ignore[arg-type]
+            sql, values = (
+                plan.expand_numbered(given)
+                if plan.expanding
+                else (plan.sql, plan.parameters(given))
+            )
+            self._deferred.append(_Deferred(sql, values, check))
+            self._deferred_parameters += len(values)
+        self._deferred_tables.add(table)
+        self._checked = self._checked or check is not None
+
+    async def send_deferred(
+        self, *, last: bool = False, notify: tuple[str, str] | None = None
+    ) -> None:
+        """Send the waiting writes now, with ``pg_notify(*notify)``.
+
+        With `last`, nothing else follows in the transaction: when nothing was sent before
+        that wrote, they go without ``BEGIN`` (one statement is atomic by itself).
+
+        Raises:
+            ConstraintViolated: A constraint of the database refused a row.
+            ValueError: A write with a ``check`` changed no row.
+        """
+        if not self._deferred:
+            if notify is not None:
+                await self.execute(_NOTIFY_ONLY, {"channel": notify[0], "payload": notify[1]})
+            return
+        tail, values = "SELECT 1", []
+        if notify is not None:
+            tail, values = "SELECT pg_notify($1::VARCHAR, $2::VARCHAR)", list(notify)
+        self._unsettled = True
+        try:
+            if not (last and not self._begun and not self._checked):
+                await self._begin()
+            await self._joined(tail, values)
+        except Exception as exc:
+            translated = _translated(exc, self._prepared)
+            if translated is exc:
+                raise
+            raise translated from exc
+        self._unsettled = False
+
+    async def _joined(self, sql: str, values: Sequence[Any]) -> tuple[Any, list[Any]]:
+        """Run `sql` (``$n`` placeholders, `values`) after the waiting writes, in one
+        statement: the prepared statement that ran, and its rows.
+
+        With writes that must change a row waiting, `sql` is one of ours, a ``SELECT``
+        of one row and no table, to which their counts are added.
+        """
+        parts = []
+        joined: list[Any] = []
+        checks: list[str] = []
+        for number, waiting in enumerate(self._deferred):
+            part = _renumbered(waiting.sql, len(joined))
+            if waiting.check is not None:
+                checks.append(waiting.check)
+                part = f"{part} RETURNING 1" if " RETURNING " not in part else part
+                sql = f"{sql}, (SELECT count(*) FROM w{number})"
+            parts.append(f"w{number} AS ({part})")
+            joined.extend(waiting.values)
+        text = f"WITH {', '.join(parts)} {_renumbered(sql, len(joined))}"
+        joined.extend(values)
+        sent_to = frozenset(self._deferred_tables)
+        self._deferred.clear()
+        self._deferred_tables.clear()
+        self._deferred_parameters = 0
+        self._checked = False
+        prepared = await self._prepare(text)
+        try:
+            rows = await prepared.fetch(*joined)
+        except Exception as exc:
+            import asyncpg  # type: ignore[import-untyped]
+
+            if isinstance(exc, asyncpg.IntegrityConstraintViolationError):
+                table = getattr(exc, "table_name", None)
+                raise ConstraintViolated(str(exc), waiting=table in sent_to) from exc
+            raise
+        if checks:
+            changed = list(rows[0])[-len(checks) :]
+            for check, count in zip(checks, changed, strict=True):
+                if count != 1:
+                    raise ValueError(check)
+        return prepared, rows
+
     async def execute(
         self,
         statement: Executable,
@@ -154,15 +307,10 @@ class DirectConnection:
         try:
             rows = await self._run(statement, params)
         except Exception as exc:
-            import asyncpg  # type: ignore[import-untyped]
-
-            if isinstance(exc, asyncpg.IntegrityConstraintViolationError):
-                raise ConstraintViolated(str(exc)) from exc
-            if isinstance(exc, asyncpg.InvalidCachedStatementError):
-                # The schema changed under a prepared statement (a migration of another
-                # process): prepare everything again; this transaction has failed.
-                self._prepared.clear()
-            raise
+            translated = _translated(exc, self._prepared)
+            if translated is exc:
+                raise
+            raise translated from exc
         self._unsettled = False
         return rows
 
@@ -175,9 +323,11 @@ class DirectConnection:
             if not params:
                 return Rows([], 0)
             plan = self._plans.plan(statement, params[0])
+            values_list = [plan.parameters(p) for p in params]
+            await self._send_before()
             prepared = await self._prepare(plan.sql)
             await self._begin_before(plan)
-            await prepared.executemany([plan.parameters(p) for p in params])
+            await prepared.executemany(values_list)
             return Rows([], -1)
         given = cast(Mapping[str, Any], params or {})
         plan = self._plans.plan(statement, given)  # type: ignore[arg-type]
@@ -185,17 +335,42 @@ class DirectConnection:
             sql, values = plan.expand_numbered(given)
         else:
             sql, values = plan.sql, plan.parameters(given)
+        if self._deferred and not (plan.reads and not self._begun and self._apart(plan)):
+            if not self._apart(plan) or sql.startswith(_ALONE):
+                await self._send_before()
+            elif not self._checked:
+                # Joined to the waiting writes: one round trip for both.
+                await self._begin()
+                prepared, raw = await self._joined(sql, values)
+                return self._rows(plan, prepared, raw)
+            # Otherwise it goes alone, ahead of writes it does not touch: they wait on.
         prepared = await self._prepare(sql)
         await self._begin_before(plan)
-        raw = await prepared.fetch(*values)
+        return self._rows(plan, prepared, await prepared.fetch(*values))
+
+    def _rows(self, plan: Plan, prepared: Any, raw: list[Any]) -> Rows:
         if raw and plan.row is None:
             self._learn(plan, prepared)
         return Rows(plan.read(raw), _rowcount(prepared.get_statusmsg()))
 
-    async def _begin_before(self, plan: Plan) -> None:
-        if not self._begun and not plan.reads:
+    def _apart(self, plan: Plan) -> bool:
+        """Whether `plan` touches no table a waiting write changes (it may join them)."""
+        return plan.tables is not None and self._deferred_tables.isdisjoint(plan.tables)
+
+    async def _send_before(self) -> None:
+        """Send the waiting writes on their own, before a statement that cannot join them."""
+        if self._deferred:
+            await self._begin()
+            await self._joined("SELECT 1", ())
+
+    async def _begin(self) -> None:
+        if not self._begun:
             await self._driver.execute("BEGIN")
             self._begun = True
+
+    async def _begin_before(self, plan: Plan) -> None:
+        if not plan.reads:
+            await self._begin()
 
     async def _prepare(self, sql: str) -> Any:
         prepared = self._prepared.get(sql)
@@ -214,6 +389,22 @@ class DirectConnection:
         else:
             # A text statement: no column types to convert by (asyncpg decoded them).
             plan.row = collections.namedtuple("Row", names, rename=True)._make  # type: ignore[attr-defined]
+
+
+_NOTIFY_ONLY = text("SELECT pg_notify(:channel, :payload)")
+
+
+def _translated(exc: Exception, prepared: dict[str, Any]) -> Exception:
+    """asyncpg's `exc` as the store raises it; `prepared` is the connection's statements."""
+    import asyncpg
+
+    if isinstance(exc, asyncpg.IntegrityConstraintViolationError):
+        return ConstraintViolated(str(exc))
+    if isinstance(exc, asyncpg.InvalidCachedStatementError):
+        # The schema changed under a prepared statement (a migration of another
+        # process): prepare everything again; this transaction has failed.
+        prepared.clear()
+    return exc
 
 
 @asynccontextmanager

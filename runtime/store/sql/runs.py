@@ -286,8 +286,10 @@ class RunStatements(TransactionCore):
         values = run_values(run, sealed)
         values["pause_requested"] = run.pause_requested
         values["cancel_requested"] = run.cancel_requested
-        child = run.parent_run_id is not None
-        await self._execute(_INSERT_RUN, values, violation=DuplicateKey if child else ValueError)
+        if run.parent_run_id is not None:
+            await self._execute(_INSERT_RUN, values, violation=DuplicateKey)
+        else:
+            await self._write(_INSERT_RUN, values, table=runs)
         self.wrote = True
         await self._seal(run, sealed)
         self._note(run.run_id, _snapshot(run, without(values, "run_id", *RUN_CREATED_WITH)))

@@ -106,11 +106,11 @@ class TicketStatements(TransactionCore):
             found = await self._execute(_OPEN_FOR_CALL, {"call_id": call_id})
             if found.first() is not None:
                 raise ValueError(f"call {call_id} already has an open ticket")
-        await self._execute(_INSERT_TICKET, TICKETS.values(ticket))
+        await self._write(_INSERT_TICKET, TICKETS.values(ticket), table=tickets)
         if ticket.status is TicketStatus.OPEN:
             rows = decider_rows(ticket)
             if rows:
-                await self._execute(_INSERT_DECIDERS, rows)
+                await self._write(_INSERT_DECIDERS, rows, table=ticket_deciders)
         self.wrote = True
 
     async def get_ticket(self, ticket_id: str) -> ResumeTicket | None:
@@ -138,7 +138,7 @@ class TicketStatements(TransactionCore):
         }
         if (await self._execute(_CLOSE_TICKET, params)).rowcount != 1:
             return False
-        await self._execute(_DROP_DECIDERS, {"b_ticket_id": ticket_id})
+        await self._write(_DROP_DECIDERS, {"b_ticket_id": ticket_id}, table=ticket_deciders)
         self.wrote = True
         return True
 
