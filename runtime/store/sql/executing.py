@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, NoReturn, Protocol
 
 from sqlalchemy import Table
 from sqlalchemy.engine import Dialect
@@ -106,10 +106,7 @@ class TransactionCore(ABC):
         try:
             await self._direct.defer(statement, params, table=table.name, check=check)
         except Exception as exc:
-            reported = _reported(exc, ValueError)
-            if reported is exc:
-                raise
-            raise reported from exc
+            _raise_reported(exc, ValueError)
 
     async def _send_writes(self, notify: tuple[str, str] | None = None) -> None:
         """PostgreSQL: send the writes that wait (see `_write`), as the transaction's last
@@ -118,10 +115,7 @@ class TransactionCore(ABC):
         try:
             await self._direct.send_deferred(last=True, notify=notify)
         except Exception as exc:
-            reported = _reported(exc, ValueError)
-            if reported is exc:
-                raise
-            raise reported from exc
+            _raise_reported(exc, ValueError)
 
     async def _execute(
         self,
@@ -138,10 +132,15 @@ class TransactionCore(ABC):
             assert self._conn is not None
             return await self._conn.execute(statement, params)
         except Exception as exc:
-            reported = _reported(exc, violation)
-            if reported is exc:
-                raise
-            raise reported from exc
+            _raise_reported(exc, violation)
+
+
+def _raise_reported(exc: Exception, violation: type[ValueError]) -> NoReturn:
+    """Raise `exc` as the store reports it (see `_reported`), from `exc`."""
+    reported = _reported(exc, violation)
+    if reported is exc:
+        raise exc
+    raise reported from exc
 
 
 def _reported(exc: Exception, violation: type[ValueError]) -> Exception:

@@ -33,9 +33,9 @@ from __future__ import annotations
 
 import collections
 import re
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import text
 from sqlalchemy.engine import Dialect
@@ -51,6 +51,8 @@ from runtime.store.sql.failures import (
     unreachable_reason,
 )
 from runtime.store.sql.plans import Plan, Rows, compile_plan
+
+_T = TypeVar("_T")
 
 _PLAN_CACHE = 512
 """Compiled statements a store keeps (a store runs a few dozen distinct ones)."""
@@ -236,17 +238,13 @@ class DirectConnection:
         tail, values = "SELECT 1", []
         if notify is not None:
             tail, values = "SELECT pg_notify($1::VARCHAR, $2::VARCHAR)", list(notify)
-        self._unsettled = True
-        try:
-            if not (last and not self._begun and not self._checked):
-                await self._begin()
-            await self._joined(tail, values)
-        except Exception as exc:
-            translated = _translated(exc, self._prepared)
-            if translated is exc:
-                raise
-            raise translated from exc
-        self._unsettled = False
+        alone = last and not self._begun and not self._checked
+        await self._settled(self._send(tail, values, begin=not alone))
+
+    async def _send(self, tail: str, values: list[Any], *, begin: bool) -> None:
+        if begin:
+            await self._begin()
+        await self._joined(tail, values)
 
     async def _joined(self, sql: str, values: Sequence[Any]) -> tuple[Any, list[Any]]:
         """Run `sql` (``$n`` placeholders, `values`) after the waiting writes, in one
@@ -303,16 +301,21 @@ class DirectConnection:
             Exception: asyncpg's errors otherwise (the caller reports them).
         """
         assert isinstance(statement, ClauseElement)
+        return await self._settled(self._run(statement, params))
+
+    async def _settled(self, work: Awaitable[_T]) -> _T:
+        """`work`'s result, with asyncpg's errors as the store raises them; until it ends
+        normally the connection counts as busy with a statement (see `rollback`)."""
         self._unsettled = True
         try:
-            rows = await self._run(statement, params)
+            result = await work
         except Exception as exc:
             translated = _translated(exc, self._prepared)
             if translated is exc:
                 raise
             raise translated from exc
         self._unsettled = False
-        return rows
+        return result
 
     async def _run(
         self,
