@@ -248,22 +248,19 @@ def compile_plan(statement: ClauseElement, keys: Sequence[str], dialect: Dialect
     expanding = frozenset(
         name for name in compiled.positiontup or () if compiled.binds[name].expanding
     )
-    if isinstance(statement, UpdateBase):
-        # RETURNING columns are the table's; the rows say which (SQLAlchemy's own list
-        # of them is memoized and can be stale on statements derived with returning()).
-        plan = Plan(
-            compiled.string,
-            binds,
-            table=cast(Table, statement.table),
-            expanding=expanding,
-            compiled=compiled if expanding else None,
-        )
-        plan.tables = _tables(statement)
-        return plan
+    # RETURNING columns are the table's; the rows say which (SQLAlchemy's own list of
+    # them is memoized and can be stale on statements derived with returning()).
+    table = cast(Table, statement.table) if isinstance(statement, UpdateBase) else None
     plan = Plan(
-        compiled.string, binds, expanding=expanding, compiled=compiled if expanding else None
+        compiled.string,
+        binds,
+        table=table,
+        expanding=expanding,
+        compiled=compiled if expanding else None,
     )
     plan.tables = _tables(statement)
+    if table is not None:
+        return plan
     if isinstance(statement, Select | CompoundSelect):
         plan.reads = not any(lock in plan.sql for lock in _ROW_LOCKS)
     columns = getattr(statement, "selected_columns", None)

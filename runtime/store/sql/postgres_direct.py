@@ -32,12 +32,12 @@ store runs its statements through SQLAlchemy with asyncpg's unnamed statements (
 from __future__ import annotations
 
 import collections
+import functools
 import re
 from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -51,6 +51,7 @@ from runtime.store.sql.failures import (
     unreachable_reason,
 )
 from runtime.store.sql.plans import Plan, Rows, compile_plan
+from runtime.store.sql.wake import NOTIFY
 
 _T = TypeVar("_T")
 
@@ -68,6 +69,7 @@ _ALONE = ("WITH", "DELETE")
 deletes (a row a waiting write refers to could go before the reference is checked)."""
 
 
+@functools.lru_cache(maxsize=1024)
 def _renumbered(sql: str, offset: int) -> str:
     """`sql` with its placeholders ``$n`` moved up by `offset` (to join it to others).
 
@@ -233,7 +235,7 @@ class DirectConnection:
         """
         if not self._deferred:
             if notify is not None:
-                await self.execute(_NOTIFY_ONLY, {"channel": notify[0], "payload": notify[1]})
+                await self.execute(NOTIFY, {"channel": notify[0], "payload": notify[1]})
             return
         tail, values = "SELECT 1", []
         if notify is not None:
@@ -338,8 +340,11 @@ class DirectConnection:
             sql, values = plan.expand_numbered(given)
         else:
             sql, values = plan.sql, plan.parameters(given)
-        if self._deferred and not (plan.reads and not self._begun and self._apart(plan)):
-            if not self._apart(plan) or sql.startswith(_ALONE):
+        if self._deferred:
+            apart = self._apart(plan)
+            if plan.reads and not self._begun and apart:
+                pass  # a read before BEGIN: the writes wait for the transaction's last
+            elif not apart or sql.startswith(_ALONE):
                 await self._send_before()
             elif not self._checked:
                 # Joined to the waiting writes: one round trip for both.
@@ -363,8 +368,7 @@ class DirectConnection:
     async def _send_before(self) -> None:
         """Send the waiting writes on their own, before a statement that cannot join them."""
         if self._deferred:
-            await self._begin()
-            await self._joined("SELECT 1", ())
+            await self._send("SELECT 1", [], begin=True)
 
     async def _begin(self) -> None:
         if not self._begun:
@@ -392,9 +396,6 @@ class DirectConnection:
         else:
             # A text statement: no column types to convert by (asyncpg decoded them).
             plan.row = collections.namedtuple("Row", names, rename=True)._make  # type: ignore[attr-defined]
-
-
-_NOTIFY_ONLY = text("SELECT pg_notify(:channel, :payload)")
 
 
 def _translated(exc: Exception, prepared: dict[str, Any]) -> Exception:
