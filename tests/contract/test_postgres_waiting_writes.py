@@ -11,12 +11,14 @@ statement's worth.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import asyncpg
 import pytest
 from pgtest import fresh_database
 
+from runtime.domain.errors import LeaseLost, StorageError
 from runtime.domain.states import CallState, RunStatus
 from runtime.store.records import IdempotencyRecord
 from runtime.store.sql import PoolOptions, SQLStore
@@ -170,6 +172,107 @@ async def test_an_update_that_must_change_a_row_waits_behind_other_statements(
     async with store.transaction() as tx:
         stored = await tx.get_call("call_1")
     assert stored is not None and stored.state is CallState.DISPATCHED
+
+
+async def test_a_fenced_run_update_carries_the_writes_that_must_change_a_row(
+    store: SQLStore, make: Make
+) -> None:
+    async with store.transaction() as tx:
+        await tx.insert_run(make.run(status=RunStatus.RUNNING, fence=3))
+        await tx.insert_call(make.call())
+    async with store.transaction() as tx:
+        run = await tx.get_run("run_1")
+        assert run is not None
+        await tx.update_call(make.call(state=CallState.DISPATCHED, attempts=1))
+        await tx.append_event(make.event(kind="tool_dispatched"))
+        flags = await tx.update_run(replace(run, turns=2), fence=3)
+        assert not flags.pause_requested
+    sent = await prepared(store)
+    carried = [s for s in sent if s.startswith("WITH w0 AS (UPDATE tool_calls")]
+    assert any("INSERT INTO events" in s and "UPDATE runs" in s for s in carried)
+    async with store.transaction() as tx:
+        stored, call = await tx.get_run("run_1"), await tx.get_call("call_1")
+        found = await tx.events("run_1")
+    assert stored is not None and stored.turns == 2
+    assert call is not None and call.state is CallState.DISPATCHED
+    assert [event.kind for event in found] == ["tool_dispatched"]
+
+
+async def test_what_went_with_a_fenced_run_update_that_failed_changes_nothing(
+    store: SQLStore, make: Make
+) -> None:
+    async with store.transaction() as tx:
+        await tx.insert_run(make.run(status=RunStatus.RUNNING, fence=3))
+        await tx.insert_call(make.call())
+    before = await counts(store)
+    run = make.run(status=RunStatus.RUNNING, fence=3, turns=7)
+    with pytest.raises(LeaseLost):
+        async with store.transaction() as tx:
+            await tx.update_call(make.call(state=CallState.DISPATCHED))
+            await tx.append_event(make.event(kind="tool_dispatched"))
+            await tx.update_run(run, fence=2)  # the lease moved on
+    with pytest.raises(ValueError, match="call call_9 does not exist"):
+        async with store.transaction() as tx:
+            await tx.update_call(make.call("call_9"))  # never inserted
+            await tx.append_event(make.event(kind="tool_dispatched"))
+            await tx.update_run(run, fence=3)
+    # A caller that goes on past the failed update cannot commit what went with it: the
+    # counts of its writes that must change a row came back with no row.
+    with pytest.raises(StorageError, match="not checked"):
+        async with store.transaction() as tx:
+            await tx.update_call(make.call("call_9"))
+            with pytest.raises(LeaseLost):
+                await tx.update_run(run, fence=2)
+    assert await counts(store) == before
+    async with store.transaction() as tx:
+        stored, call = await tx.get_run("run_1"), await tx.get_call("call_1")
+    assert stored is not None and stored.turns != 7
+    assert call is not None and call.state is CallState.PROPOSED
+
+
+async def test_a_call_updated_while_its_insert_waits_is_inserted_as_updated(
+    store: SQLStore, make: Make
+) -> None:
+    async with store.transaction() as tx:
+        await tx.insert_run(make.run())
+    proposed = make.call(args={"order": 42, "amount": 12.5})
+    # What it was proposed with stays as inserted, whatever the record says later.
+    later = make.call(
+        state=CallState.AWAITING_DECISION,
+        args={"order": 42, "amount": 10},
+        tool="other",
+        execution_key="key_other",
+    )
+    async with store.transaction() as tx:
+        await tx.insert_call(proposed)
+        # A ticket for a call of this transaction's own looks for no other open one.
+        await tx.insert_ticket(make.ticket())
+        await tx.update_call(later)
+        assert tx._direct is not None and not tx._direct.begun  # nothing sent yet
+    sent = await prepared(store)
+    assert not any(s.startswith("UPDATE tool_calls") or "(UPDATE tool_calls" in s for s in sent)
+    async with store.transaction() as tx:
+        stored = await tx.get_call("call_1")
+    assert stored is not None
+    assert stored.state is CallState.AWAITING_DECISION
+    assert stored.args == {"order": 42, "amount": 10}
+    assert (stored.tool, stored.execution_key) == ("refund", "key_call_1")
+
+
+async def test_a_call_updated_after_its_insert_went_is_updated(store: SQLStore, make: Make) -> None:
+    async with store.transaction() as tx:
+        await tx.insert_run(make.run())
+    async with store.transaction() as tx:
+        await tx.insert_call(make.call())
+        assert [c.call_id for c in await tx.calls_for_run("run_1")] == ["call_1"]  # sent
+        await tx.update_call(make.call(state=CallState.DISPATCHED, attempts=1))
+        await tx.update_call(make.call(state=CallState.COMPLETED, attempts=1, result="ok"))
+    sent = await prepared(store)
+    assert any(s.startswith("WITH w0 AS (UPDATE tool_calls") for s in sent)
+    async with store.transaction() as tx:
+        stored = await tx.get_call("call_1")
+    assert stored is not None and stored.state is CallState.COMPLETED
+    assert stored.result == "ok"
 
 
 async def test_a_transaction_that_raises_drops_what_waited(store: SQLStore, make: Make) -> None:

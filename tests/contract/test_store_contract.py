@@ -793,6 +793,32 @@ async def test_one_open_ticket_per_call(store: Store, make: Make) -> None:
     assert open_for_call is not None and open_for_call.ticket_id == "t3"
 
 
+async def test_one_open_ticket_per_call_inserted_in_the_same_transaction(
+    store: Store, make: Make
+) -> None:
+    await seed_runs(store, make)
+    with pytest.raises(ValueError):
+        async with store.transaction() as tx:
+            await tx.insert_call(make.call())
+            await tx.insert_ticket(make.ticket("t1"))
+            await tx.insert_ticket(make.ticket("t2"))
+    async with store.transaction() as tx:
+        assert await tx.get_call("call_1") is None
+        assert await tx.get_ticket("t1") is None
+    async with store.transaction() as tx:
+        await tx.insert_call(make.call())
+        await tx.insert_ticket(make.ticket("t1"))
+        assert await tx.close_ticket("t1", status=TicketStatus.VOIDED, at=make.at(1))
+        await tx.insert_ticket(make.ticket("t2", created_at=make.at(2)))
+    with pytest.raises(ValueError):
+        async with store.transaction() as tx:
+            await tx.insert_ticket(make.ticket("t3", created_at=make.at(3)))
+    async with store.transaction() as tx:
+        open_for_call = await tx.open_ticket_for_call("call_1")
+        assert await tx.get_ticket("t3") is None
+    assert open_for_call is not None and open_for_call.ticket_id == "t2"
+
+
 async def test_tickets_for_run_oldest_first(store: Store, make: Make) -> None:
     await seed_runs(store, make, "run_1", "run_2")
     target = lambda n: ToolPermission(call_id=f"call_{n}", tool="t", args={})  # noqa: E731

@@ -26,18 +26,35 @@ _GET_CALL = select(tool_calls).where(tool_calls.c.call_id == bindparam("call_id"
 _CALL_BY_KEY = select(tool_calls).where(tool_calls.c.execution_key == bindparam("key"))
 
 
+_WAITING = "insert_call"
+"""Names a call's insert while it waits (`TransactionCore._write`'s ``key``)."""
+
+
 class CallStatements(TransactionCore):
     """The tool calls part of `SQLTransaction`."""
 
     async def insert_call(self, call: CallRecord) -> None:
         """Add a tool call; `ValueError` if its id or execution key exists (on PostgreSQL,
         from a later statement of the transaction: see `_write`)."""
-        await self._write(_INSERT_CALL, CALLS.values(call), table=tool_calls)
+        values = CALLS.values(call)
+        await self._write(_INSERT_CALL, values, table=tool_calls, key=(_WAITING, call.call_id))
+        self._fresh_calls.add(call.call_id)
+        if self._direct is not None:
+            self._inserted_calls[call.call_id] = values
         self.wrote = True
 
     async def update_call(self, call: CallRecord) -> None:
         """Write a tool call back; `ValueError` if it does not exist (on PostgreSQL, from a
         later statement of the transaction: see `_write`)."""
+        inserted = self._inserted_calls.get(call.call_id)
+        if inserted is not None:
+            # Inserted by this transaction and not sent yet: the insert writes it as it
+            # is now (what it was proposed with stays as inserted).
+            values = CALLS.values(call)
+            values.update((name, inserted[name]) for name in CALL_CREATED_WITH)
+            if self._rewrite((_WAITING, call.call_id), _INSERT_CALL, values):
+                self.wrote = True
+                return
         values = without(CALLS.values(call), "call_id", *CALL_CREATED_WITH)
         values["b_call_id"] = call.call_id
         missing = f"call {call.call_id} does not exist"

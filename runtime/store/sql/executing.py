@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.sql import ClauseElement, Executable
 
 from runtime.domain.errors import StorageError
+from runtime.store.schema import events
 from runtime.store.sql.failures import ConstraintViolated, unreachable, unreachable_reason
 from runtime.store.sql.postgres_direct import DirectConnection
 from runtime.store.sql.sqlite_writer import Member
@@ -63,6 +64,20 @@ class TransactionCore(ABC):
         """What this transaction makes ready once committed, as `flush` found it."""
         # Bookkeeping of records to take back if this transaction does not commit.
         self._undo: list[Callable[[], None]] = []
+        # Calls this transaction inserted that have no open ticket yet: no other
+        # transaction can see them, so `insert_ticket` needs no look for one.
+        self._fresh_calls: set[str] = set()
+        if self._direct is not None:
+            # Buffered events go with a statement that is joined to waiting writes anyway.
+            self._direct.gather = self._flush_events
+            self._direct.gathers = events.name
+        # The columns of the calls this transaction inserted (`update_call` may fold its
+        # write into an insert that still waits).
+        self._inserted_calls: dict[str, dict[str, Any]] = {}
+
+    @abstractmethod
+    async def _flush_events(self) -> None:
+        """Write the buffered events (`EventStatements`)."""
 
     def forget(self) -> None:
         """The transaction did not commit (or its outcome is unknown): take back what it
@@ -90,12 +105,14 @@ class TransactionCore(ABC):
         *,
         table: Table,
         check: str | None = None,
+        key: object = None,
     ) -> None:
         """Run a write of `table` whose outcome nobody reads (an insert whose only refusal
         is a broken constraint, a delete of what may be gone; with `check`, an update that
         must change one row, or `ValueError(check)`). On PostgreSQL it waits for a later
         statement of the transaction, so a constraint it breaks fails that one, as a
-        `ValueError` (see `runtime.store.sql.postgres_direct`).
+        `ValueError` (see `runtime.store.sql.postgres_direct`); while it waits, `key` names
+        it for `_rewrite`.
         """
         if self._direct is None:
             result = await self._execute(statement, params)
@@ -104,7 +121,18 @@ class TransactionCore(ABC):
             return
         assert isinstance(statement, ClauseElement)
         try:
-            await self._direct.defer(statement, params, table=table.name, check=check)
+            await self._direct.defer(statement, params, table=table.name, check=check, key=key)
+        except Exception as exc:
+            _raise_reported(exc, ValueError)
+
+    def _rewrite(self, key: object, statement: Executable, params: Mapping[str, Any]) -> bool:
+        """PostgreSQL: send `statement` with `params` instead of the write `key` names, if
+        that write still waits (see `_write`); whether it did."""
+        if self._direct is None:
+            return False
+        assert isinstance(statement, ClauseElement)
+        try:
+            return self._direct.rewrite(key, statement, params)
         except Exception as exc:
             _raise_reported(exc, ValueError)
 
@@ -123,12 +151,15 @@ class TransactionCore(ABC):
         params: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
         *,
         violation: type[ValueError] = ValueError,
+        row_required: bool = False,
     ) -> Result:
+        """Run `statement`; with `row_required` the caller fails the transaction when it
+        returns no row (on PostgreSQL, writes that must change a row may go with it)."""
         try:
             if self._member is not None:
                 return self._member.execute(statement, params)
             if self._direct is not None:
-                return await self._direct.execute(statement, params)
+                return await self._direct.execute(statement, params, row_required=row_required)
             assert self._conn is not None
             return await self._conn.execute(statement, params)
         except Exception as exc:

@@ -21,7 +21,13 @@ transaction's last one. A transaction whose writes all waited is one statement, 
 ``BEGIN`` and ``COMMIT`` (a statement is atomic by itself). All parts of such a statement
 see the database as it was before it: a statement that reads or writes a table a
 waiting write changes is never joined to it (the waiting writes go first), nor are two
-writes of one table.
+writes of one table, except that a write may replace one still waiting (`rewrite`: a
+tool call inserted and changed in one transaction is inserted as changed). Writes that
+must change a row (`defer`'s ``check``) go with a statement whose rows are read: a
+``SELECT`` of one row of ours, or an ``UPDATE ... RETURNING`` whose caller fails the
+transaction without its row (the counts are added to the columns it returns). The
+transaction's events, held back until its end, join any statement that takes waiting
+writes.
 
 Prepared statements live on one server connection, so this is only for stores that reach
 PostgreSQL itself or a pooler in session mode; behind a pooler in transaction mode the
@@ -34,7 +40,7 @@ from __future__ import annotations
 import collections
 import functools
 import re
-from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Any, TypeVar, cast
 
@@ -67,6 +73,7 @@ _PLACEHOLDER = re.compile(r"\$(\d+)")
 _ALONE = ("WITH", "DELETE")
 """Statements never joined to waiting writes: those with a WITH of their own, and
 deletes (a row a waiting write refers to could go before the reference is checked)."""
+_RETURNING = " RETURNING "
 
 
 @functools.lru_cache(maxsize=1024)
@@ -84,12 +91,13 @@ def _renumbered(sql: str, offset: int) -> str:
 class _Deferred:
     """A write waiting to be sent (see `DirectConnection.defer`)."""
 
-    __slots__ = ("check", "sql", "values")
+    __slots__ = ("check", "key", "sql", "values")
 
-    def __init__(self, sql: str, values: list[Any], check: str | None) -> None:
+    def __init__(self, sql: str, values: list[Any], check: str | None, key: object) -> None:
         self.sql = sql
         self.values = values
         self.check = check
+        self.key = key
 
 
 class DirectPlans:
@@ -147,6 +155,14 @@ class DirectConnection:
         self._deferred_parameters = 0
         self._checked = False
         """A waiting write must change a row (`defer`'s ``check``)."""
+        self._unchecked = False
+        """Waiting writes that must change a row went with a statement that returned no
+        row, so their counts were never read: the transaction must not commit."""
+        self.gather: Callable[[], Awaitable[None]] | None = None
+        """Queues what the transaction holds back (its events) as waiting writes, so that
+        they go with the statement about to be joined to the others (see `_run`)."""
+        self.gathers: str = ""
+        """The table `gather` writes."""
 
     @property
     def broken(self) -> bool:
@@ -169,6 +185,8 @@ class DirectConnection:
         """Commit the transaction (its waiting writes were sent: `send_deferred`)."""
         if self._deferred:
             raise StorageError("writes of the transaction were never sent")
+        if self._unchecked:
+            raise StorageError("writes of the transaction that must change a row were not checked")
         if self._begun:
             await self._driver.execute("COMMIT")
 
@@ -194,6 +212,7 @@ class DirectConnection:
         *,
         table: str,
         check: str | None = None,
+        key: object = None,
     ) -> None:
         """Queue a write of `table` whose outcome nobody reads: it is sent with the next
         statement that must reach the server, or the transaction's last (`send_deferred`).
@@ -202,6 +221,7 @@ class DirectConnection:
         a list of parameter sets are written in no particular order. With `check`, each
         must change one row, or the statement that sends it raises ``ValueError(check)``
         (such writes are sent inside ``BEGIN``: the failure rolls back what went with them).
+        A `key` names the write for `rewrite` while it waits.
 
         Raises:
             ValueError: A value its column type cannot store (found now).
@@ -210,16 +230,32 @@ class DirectConnection:
             await self.send_deferred()
         for given in params if type(params) is list else [params]:
             given = cast(Mapping[str, Any], given)
-            plan = self._plans.plan(statement, given)  # type: ignore[arg-type]
-            sql, values = (
-                plan.expand_numbered(given)
-                if plan.expanding
-                else (plan.sql, plan.parameters(given))
-            )
-            self._deferred.append(_Deferred(sql, values, check))
+            sql, values = self._bound(statement, given)
+            self._deferred.append(_Deferred(sql, values, check, key))
             self._deferred_parameters += len(values)
         self._deferred_tables.add(table)
         self._checked = self._checked or check is not None
+
+    def rewrite(self, key: object, statement: ClauseElement, params: Mapping[str, Any]) -> bool:
+        """Put `statement` with `params` in the place of the waiting write named `key`;
+        False when no such write waits (it was sent).
+
+        Raises:
+            ValueError: A value its column type cannot store.
+        """
+        for waiting in self._deferred:
+            if waiting.key is not None and waiting.key == key:
+                sql, values = self._bound(statement, params)
+                self._deferred_parameters += len(values) - len(waiting.values)
+                waiting.sql, waiting.values = sql, values
+                return True
+        return False
+
+    def _bound(self, statement: ClauseElement, given: Mapping[str, Any]) -> tuple[str, list[Any]]:
+        plan = self._plans.plan(statement, given)  # type: ignore[arg-type]
+        if plan.expanding:
+            return plan.expand_numbered(given)
+        return plan.sql, plan.parameters(given)
 
     async def send_deferred(
         self, *, last: bool = False, notify: tuple[str, str] | None = None
@@ -252,8 +288,10 @@ class DirectConnection:
         """Run `sql` (``$n`` placeholders, `values`) after the waiting writes, in one
         statement: the prepared statement that ran, and its rows.
 
-        With writes that must change a row waiting, `sql` is one of ours, a ``SELECT``
-        of one row and no table, to which their counts are added.
+        With writes that must change a row waiting, `sql` ends with the list of columns it
+        returns (one of ours, a ``SELECT`` of one row and no table, or an ``UPDATE ...
+        RETURNING`` whose caller fails the transaction without its row); their counts
+        are added to that list, and taken off the rows returned.
         """
         parts = []
         joined: list[Any] = []
@@ -284,18 +322,27 @@ class DirectConnection:
                 raise ConstraintViolated(str(exc), waiting=table in sent_to) from exc
             raise
         if checks:
+            if not rows:
+                self._unchecked = True
+                return prepared, rows
             changed = list(rows[0])[-len(checks) :]
             for check, count in zip(checks, changed, strict=True):
                 if count != 1:
                     raise ValueError(check)
+            rows = [tuple(row)[: -len(checks)] for row in rows]
         return prepared, rows
 
     async def execute(
         self,
         statement: Executable,
         params: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None,
+        *,
+        row_required: bool = False,
     ) -> Rows:
         """Run one statement (or one per parameter set, for a list of them).
+
+        With `row_required` (an ``UPDATE ... RETURNING``), the caller fails the
+        transaction when no row comes back: writes that must change a row may go with it.
 
         Raises:
             ConstraintViolated: A constraint of the database refused the row.
@@ -303,7 +350,7 @@ class DirectConnection:
             Exception: asyncpg's errors otherwise (the caller reports them).
         """
         assert isinstance(statement, ClauseElement)
-        return await self._settled(self._run(statement, params))
+        return await self._settled(self._run(statement, params, row_required))
 
     async def _settled(self, work: Awaitable[_T]) -> _T:
         """`work`'s result, with asyncpg's errors as the store raises them; until it ends
@@ -323,6 +370,7 @@ class DirectConnection:
         self,
         statement: ClauseElement,
         params: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None,
+        row_required: bool = False,
     ) -> Rows:
         if type(params) is list:
             if not params:
@@ -340,13 +388,15 @@ class DirectConnection:
             sql, values = plan.expand_numbered(given)
         else:
             sql, values = plan.sql, plan.parameters(given)
+        if self._deferred and self._joins(plan, sql) and self.gather is not None:
+            await self.gather()
         if self._deferred:
             apart = self._apart(plan)
             if plan.reads and not self._begun and apart:
                 pass  # a read before BEGIN: the writes wait for the transaction's last
             elif not apart or sql.startswith(_ALONE):
                 await self._send_before()
-            elif not self._checked:
+            elif not self._checked or (row_required and _RETURNING in sql):
                 # Joined to the waiting writes: one round trip for both.
                 await self._begin()
                 prepared, raw = await self._joined(sql, values)
@@ -358,8 +408,19 @@ class DirectConnection:
 
     def _rows(self, plan: Plan, prepared: Any, raw: list[Any]) -> Rows:
         if raw and plan.row is None:
-            self._learn(plan, prepared)
+            self._learn(plan, prepared, len(raw[0]))
         return Rows(plan.read(raw), _rowcount(prepared.get_statusmsg()))
+
+    def _joins(self, plan: Plan, sql: str) -> bool:
+        """Whether `plan` may take waiting writes of `gathers`' table too: it does not
+        touch that table, may be joined at all, and is not a read before ``BEGIN``."""
+        return (
+            plan.tables is not None
+            and self.gathers not in plan.tables
+            and self.gathers not in self._deferred_tables
+            and not sql.startswith(_ALONE)
+            and (self._begun or not plan.reads)
+        )
 
     def _apart(self, plan: Plan) -> bool:
         """Whether `plan` touches no table a waiting write changes (it may join them)."""
@@ -389,8 +450,9 @@ class DirectConnection:
             self._prepared[sql] = prepared
         return prepared
 
-    def _learn(self, plan: Plan, prepared: Any) -> None:
-        names = [attribute.name for attribute in prepared.get_attributes()]
+    def _learn(self, plan: Plan, prepared: Any, width: int) -> None:
+        # The first `width` columns: those after are the counts of joined writes.
+        names = [attribute.name for attribute in prepared.get_attributes()][:width]
         if plan.table is not None:
             plan.learn_returning([(name,) for name in names], self._plans.dialect)
         else:

@@ -382,7 +382,7 @@ class RunStatements(TransactionCore):
             values["b_fence"] = fence
             statement, returning = _UPDATE_RUN_FENCED, _UPDATE_RUN_FENCED_FLAGS
         if self._returning:
-            row = (await self._execute(returning, values)).first()
+            row = (await self._execute(returning, values, row_required=True)).first()
             matched = row is not None
         else:
             matched = (await self._execute(statement, values)).rowcount == 1

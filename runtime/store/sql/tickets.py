@@ -100,12 +100,17 @@ class TicketStatements(TransactionCore):
         """Add a ticket; `ValueError` if its id exists or its call already has an open one."""
         call_id = ticket.call_id
         if call_id is not None and ticket.status is TicketStatus.OPEN:
-            # So that the check below cannot race another transaction inserting a
-            # ticket for the same call.
-            await self._lock_run(ticket.run_id)
-            found = await self._execute(_OPEN_FOR_CALL, {"call_id": call_id})
-            if found.first() is not None:
-                raise ValueError(f"call {call_id} already has an open ticket")
+            if call_id in self._fresh_calls:
+                # A call of this transaction's own, without a ticket so far: nobody else
+                # can have opened one. Its next ticket is looked for like any other's.
+                self._fresh_calls.discard(call_id)
+            else:
+                # So that the check below cannot race another transaction inserting a
+                # ticket for the same call.
+                await self._lock_run(ticket.run_id)
+                found = await self._execute(_OPEN_FOR_CALL, {"call_id": call_id})
+                if found.first() is not None:
+                    raise ValueError(f"call {call_id} already has an open ticket")
         await self._write(_INSERT_TICKET, TICKETS.values(ticket), table=tickets)
         if ticket.status is TicketStatus.OPEN:
             rows = decider_rows(ticket)
