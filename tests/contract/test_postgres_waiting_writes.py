@@ -174,12 +174,17 @@ async def test_an_update_that_must_change_a_row_waits_behind_other_statements(
     assert stored is not None and stored.state is CallState.DISPATCHED
 
 
-async def test_a_fenced_run_update_carries_the_writes_that_must_change_a_row(
-    store: SQLStore, make: Make
-) -> None:
+async def running_with_call(store: SQLStore, make: Make) -> None:
+    """A running run at fence 3 with one proposed tool call."""
     async with store.transaction() as tx:
         await tx.insert_run(make.run(status=RunStatus.RUNNING, fence=3))
         await tx.insert_call(make.call())
+
+
+async def test_a_fenced_run_update_carries_the_writes_that_must_change_a_row(
+    store: SQLStore, make: Make
+) -> None:
+    await running_with_call(store, make)
     async with store.transaction() as tx:
         run = await tx.get_run("run_1")
         assert run is not None
@@ -201,9 +206,7 @@ async def test_a_fenced_run_update_carries_the_writes_that_must_change_a_row(
 async def test_what_went_with_a_fenced_run_update_that_failed_changes_nothing(
     store: SQLStore, make: Make
 ) -> None:
-    async with store.transaction() as tx:
-        await tx.insert_run(make.run(status=RunStatus.RUNNING, fence=3))
-        await tx.insert_call(make.call())
+    await running_with_call(store, make)
     before = await counts(store)
     run = make.run(status=RunStatus.RUNNING, fence=3, turns=7)
     with pytest.raises(LeaseLost):
