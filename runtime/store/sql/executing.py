@@ -67,13 +67,13 @@ class TransactionCore(ABC):
         # Calls this transaction inserted that have no open ticket yet: no other
         # transaction can see them, so `insert_ticket` needs no look for one.
         self._fresh_calls: set[str] = set()
+        # PostgreSQL: the columns of the calls this transaction inserted, while their
+        # insert may still wait (`update_call` folds its write into it).
+        self._inserted_calls: dict[str, dict[str, Any]] = {}
         if self._direct is not None:
             # Buffered events go with a statement that is joined to waiting writes anyway.
             self._direct.gather = self._flush_events
             self._direct.gathers = events.name
-        # The columns of the calls this transaction inserted (`update_call` may fold its
-        # write into an insert that still waits).
-        self._inserted_calls: dict[str, dict[str, Any]] = {}
 
     @abstractmethod
     async def _flush_events(self) -> None:

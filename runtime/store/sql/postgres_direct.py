@@ -160,7 +160,7 @@ class DirectConnection:
         row, so their counts were never read: the transaction must not commit."""
         self.gather: Callable[[], Awaitable[None]] | None = None
         """Queues what the transaction holds back (its events) as waiting writes, so that
-        they go with the statement about to be joined to the others (see `_run`)."""
+        they go with a statement joined to the others (see `_gather`)."""
         self.gathers: str = ""
         """The table `gather` writes."""
 
@@ -388,8 +388,6 @@ class DirectConnection:
             sql, values = plan.expand_numbered(given)
         else:
             sql, values = plan.sql, plan.parameters(given)
-        if self._deferred and self._joins(plan, sql) and self.gather is not None:
-            await self.gather()
         if self._deferred:
             apart = self._apart(plan)
             if plan.reads and not self._begun and apart:
@@ -398,6 +396,7 @@ class DirectConnection:
                 await self._send_before()
             elif not self._checked or (row_required and _RETURNING in sql):
                 # Joined to the waiting writes: one round trip for both.
+                await self._gather(plan)
                 await self._begin()
                 prepared, raw = await self._joined(sql, values)
                 return self._rows(plan, prepared, raw)
@@ -411,16 +410,14 @@ class DirectConnection:
             self._learn(plan, prepared, len(raw[0]))
         return Rows(plan.read(raw), _rowcount(prepared.get_statusmsg()))
 
-    def _joins(self, plan: Plan, sql: str) -> bool:
-        """Whether `plan` may take waiting writes of `gathers`' table too: it does not
-        touch that table, may be joined at all, and is not a read before ``BEGIN``."""
-        return (
-            plan.tables is not None
-            and self.gathers not in plan.tables
-            and self.gathers not in self._deferred_tables
-            and not sql.startswith(_ALONE)
-            and (self._begun or not plan.reads)
-        )
+    async def _gather(self, plan: Plan) -> None:
+        """Queue what the transaction holds back (`gather`) to go with `plan` too, unless
+        `plan` touches its table or a write of that table waits already."""
+        held = self.gathers
+        if self.gather is None or held in self._deferred_tables:
+            return
+        if plan.tables is not None and held not in plan.tables:
+            await self.gather()
 
     def _apart(self, plan: Plan) -> bool:
         """Whether `plan` touches no table a waiting write changes (it may join them)."""
