@@ -289,7 +289,8 @@ class Tool:
         return self._spec
 
     def parse_arguments(self, raw: dict[str, Any]) -> dict[str, Any]:
-        """Validate the model's arguments.
+        """Validate the model's arguments; the checked ones, as JSON values (see
+        `check_arguments`).
 
         Raises:
             ArgumentError: With a message the model can act on.
@@ -306,6 +307,10 @@ class Tool:
         """Validate arguments; the parsed ones, or None and one ``{"path", "message"}``
         per problem (``path`` is the dotted argument name, empty for the whole call).
 
+        The parsed arguments are JSON values (coerced and defaulted as the function's
+        signature says: ``"2"`` for an ``int`` is ``2``, a ``date`` its ISO text), as
+        they are stored and read back; `invoke` hands the function its declared types.
+
         A message never quotes the value of a secret argument, nor an object holding
         one: such a problem is told from the failing check and the schema alone.
         """
@@ -320,7 +325,7 @@ class Tool:
             parsed = self._args_model.model_validate(raw)
         except ValidationError as exc:
             return None, [_model_problem(e, self.secret) for e in exc.errors()]
-        return {name: getattr(parsed, name) for name in type(parsed).model_fields}, []
+        return parsed.model_dump(mode="json"), []
 
     def editable_arguments(self) -> tuple[str, ...]:
         """The arguments an approver may change, in the schema's order (never secret ones)."""
@@ -359,8 +364,14 @@ class Tool:
         return {k: (MASK if k in self.secret else v) for k, v in args.items()}
 
     async def invoke(self, args: dict[str, Any]) -> Any:
-        """Call the function (or a `from_schema` invoker) with validated arguments."""
-        outcome = self.fn(dict(args)) if self._schema is not None else self.fn(**args)
+        """Call the function (or a `from_schema` invoker) with validated arguments: a
+        function gets the types its signature declares (a model, a ``date``, a tuple),
+        whether `args` were just checked or read back from the store."""
+        if self._schema is not None:
+            outcome = self.fn(dict(args))
+        else:
+            typed = self._args_model.model_validate(args)
+            outcome = self.fn(**{name: getattr(typed, name) for name in type(typed).model_fields})
         if inspect.isawaitable(outcome):
             outcome = await outcome
         return outcome

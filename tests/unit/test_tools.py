@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import date, timedelta
 from typing import Any
 
 import pytest
@@ -187,13 +187,24 @@ def test_schema_from_type_hints() -> None:
     assert schema.get("additionalProperties") is False
 
 
-def test_parse_arguments_validates_and_builds_models() -> None:
+async def test_parse_arguments_validates_to_json_and_invoke_builds_models() -> None:
+    got: list[Any] = []
+
+    async def ship(order: str, to: Address, express: bool = False, note: str | None = None) -> str:
+        got.append((to, express, note))
+        return "shipped"
+
     built = tool(ship)
     args = built.parse_arguments({"order": "A1", "to": {"street": "Main", "city": "X"}})
-    assert args["order"] == "A1"
-    assert args["to"] == Address(street="Main", city="X")
-    assert args["express"] is False
-    assert args["note"] is None
+    assert args == {
+        "order": "A1",
+        "to": {"street": "Main", "city": "X"},
+        "express": False,
+        "note": None,
+    }
+    assert json.loads(json.dumps(args)) == args  # stored as it is
+    assert await built.invoke(args) == "shipped"
+    assert got == [(Address(street="Main", city="X"), False, None)]
     with pytest.raises(ArgumentError) as info:
         built.parse_arguments({"order": "A1"})
     assert "to" in str(info.value)
@@ -413,3 +424,61 @@ async def test_model_receives_tool_specs(runtime_factory: Any) -> None:
     assert [t["function"]["name"] for t in request.tools] == ["ship"]
     assert request.messages[0] == {"role": "system", "content": "i"}
     assert request.messages[-1] == {"role": "user", "content": "hello"}
+
+
+async def test_typed_arguments_reach_the_function_typed_before_and_after_a_restart(
+    tmp_path: Any,
+) -> None:
+    """A model, a date and a tuple: stored as JSON (they used to fail the store), and
+    handed to the function as its signature declares, run at once or after approval
+    by another process."""
+    from runtime import Runtime
+    from runtime.store.sql import SQLStore
+
+    got: list[tuple[str, Any, Any, Any]] = []
+
+    def make_agent(permission: str) -> Agent:
+        model = ScriptedModel(
+            [
+                tool_call_reply(
+                    (
+                        "book",
+                        {
+                            "to": {"street": "Main", "city": "X"},
+                            "on": "2026-01-02",
+                            "boxes": [1, "2"],
+                        },
+                    )
+                ),
+                final_reply("ok"),
+            ]
+        )
+        agent = Agent("a", "i", model)
+
+        @agent.tool(permission=permission)
+        async def book(to: Address, on: date, boxes: tuple[int, ...]) -> str:
+            got.append((permission, to, on, boxes))
+            return "booked"
+
+        return agent
+
+    expected = (Address(street="Main", city="X"), date(2026, 1, 2), (1, 2))
+    store = SQLStore.sqlite(tmp_path / "signoff.db")
+    await store.migrate()
+    try:
+        done = await Runtime(store, [make_agent("allow")]).start("a", "go", requester="U1")
+        assert done.status is RunStatus.DONE, done.error
+        parked = await Runtime(store, [make_agent("ask")]).start("a", "go", requester="U1")
+        assert parked.status is RunStatus.AWAITING, parked.error
+        (entry,) = parked.pending
+        assert entry.call.arguments == {
+            "to": {"street": "Main", "city": "X"},
+            "on": "2026-01-02",
+            "boxes": [1, 2],
+        }
+        later = Runtime(store, [make_agent("ask")])  # another process decides and resumes
+        finished = await later.approve(entry.ticket_id, resume=True)
+        assert finished.status is RunStatus.DONE, finished.error
+    finally:
+        await store.close()
+    assert got == [("allow", *expected), ("ask", *expected)]
