@@ -278,10 +278,10 @@ class Runtime(ExternalApprovals):
                 never a chat platform's thread (`runtime.domain.visibility`).
 
         Returns:
-            The run as it stands: ``awaiting`` with ``pending`` entries, ``done`` with
-            ``text``, ``failed``, or when not waiting ``queued`` (``running`` once
-            claimed for a `Worker` of this process with a free place; see
-            `hand_off_to`).
+            The run as it stands when it stops: ``awaiting`` with ``pending`` entries,
+            ``done`` with ``text``, ``failed``, or when not waiting ``queued``
+            (``running`` once claimed for a `Worker` of this process with a free place;
+            see `hand_off_to`). A decision made after it parked shows in `get`.
         """
         return await self._starter.start(
             self._agent(agent),

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from runtime.domain.notifications import RunFinished, TicketVoided
+from runtime.domain.notifications import TicketVoided
 from runtime.domain.states import CallState, RunStatus, TicketStatus
 from runtime.domain.tickets import Child
 from runtime.engine import delegation
 from runtime.engine.deps import Deps
-from runtime.engine.journal import notify, record
+from runtime.engine.journal import notify, notify_finished, record
 from runtime.engine.moves import move_run
 from runtime.store.base import Transaction
 from runtime.store.records import RunRecord
@@ -70,15 +70,4 @@ async def cancel_in(
         locked.fence += 1
         locked.updated_at = now
         await tx.update_run(locked)
-    await notify(
-        deps,
-        tx,
-        run,
-        RunFinished(
-            run_id=run.run_id,
-            agent=run.agent,
-            status="cancelled",
-            reason=reason,
-            thread_id=run.thread_id,
-        ),
-    )
+    await notify_finished(deps, tx, run)

@@ -21,12 +21,11 @@ from runtime.domain.model import ModelRequest, ModelResponse, StopReason
 from runtime.domain.notifications import (
     ApprovalRequested,
     InputRequested,
-    RunFinished,
     RunPaused,
     UncertainCall,
 )
 from runtime.domain.states import CallState, RunStatus, TicketStatus
-from runtime.domain.tickets import Actor, Child, Pause, RemoteInput, Uncertain
+from runtime.domain.tickets import Actor, Child, Pause, RemoteInput, ResumeTicket, Uncertain
 from runtime.domain.tools import (
     ArgumentError,
     InputRequest,
@@ -40,7 +39,7 @@ from runtime.engine.cancelling import cancel_in
 from runtime.engine.deps import Deps, ResultMiddlewareInput
 from runtime.engine.journal import (
     content_of,
-    notify,
+    notify_finished,
     open_ticket,
     permission_target,
     record,
@@ -93,6 +92,12 @@ class Driver:
         )
         self._model_marked = model_marked
         self._flags = RunFlags(run.pause_requested, run.cancel_requested)
+        self.parked_on: tuple[list[ResumeTicket], list[CallRecord]] | None = None
+        """When a model turn parked the run: the tickets it opened (then the run's only
+        open ones about a call: a turn comes once every earlier call is settled) and
+        the calls it proposed, as that turn's transaction committed them."""
+        self.delegated = False
+        """Whether this drive started (or joined) a sub-agent's run."""
 
     # -- helpers -------------------------------------------------------------------
     def _now(self) -> Any:
@@ -351,6 +356,7 @@ class Driver:
         sub = self.deps.agents.get(agent.delegates[call.tool])
         if sub is None:
             return await self._not_delegated(call, f"the sub-agent {call.tool!r} is not loaded")
+        self.delegated = True
         async with self.deps.store.transaction() as tx:
             started = await delegation.start_child(self.deps, tx, self.run, call, sub)
             await self._save(tx)
@@ -493,6 +499,8 @@ class Driver:
                 assert_never(stop)
         ends = unusable is not None or not response.tool_calls
         waits = runnable = False
+        opened: list[ResumeTicket] = []
+        proposed: list[CallRecord] = []
         async with self.deps.store.transaction() as tx:
             if ends:
                 await delegation.lock_parent(tx, run)
@@ -523,27 +531,15 @@ class Driver:
                 self._release(RunStatus.DONE)
                 await delegation.settle_parent(self.deps, tx, run)
                 await record(tx, run.run_id, now, "run_done", text=run.final_text)
-                await notify(
-                    self.deps,
-                    tx,
-                    run,
-                    RunFinished(
-                        run_id=run.run_id,
-                        agent=run.agent,
-                        status="done",
-                        text=run.final_text,
-                        thread_id=run.thread_id,
-                    ),
-                )
+                await notify_finished(self.deps, tx, run)
                 await self._save(tx)
             else:
                 run.batch += 1
-                proposed: list[CallRecord] = []
                 self._calls = (run.batch, proposed)
                 why = response.stated_reason
                 for seq, request in enumerate(response.tool_calls):
                     call = await self._propose(
-                        tx, agent, seq, request.id, request.name, request.arguments, why
+                        tx, agent, seq, request.id, request.name, request.arguments, why, opened
                     )
                     proposed.append(call)
                     settled = call.state.settled or call.state is CallState.APPROVED
@@ -561,7 +557,10 @@ class Driver:
         if ends:
             self._reach_child_finished()
             return False
-        return not (waits and not runnable)
+        if waits and not runnable:
+            self.parked_on = (opened, proposed)
+            return False
+        return True
 
     async def _propose(
         self,
@@ -572,7 +571,10 @@ class Driver:
         name: str,
         raw_arguments: str,
         stated_reason: str | None,
+        opened: list[ResumeTicket],
     ) -> CallRecord:
+        """Judge and store one tool call the model asked for; a ticket it opens is
+        added to `opened`."""
         now = self._now()
         call = CallRecord(
             call_id=self.deps.ids.new_id("call"),
@@ -677,7 +679,7 @@ class Driver:
             move(call, CallState.AWAITING_DECISION)
             assert tool is not None
             target, approvers, deadline = judged.for_ticket(permission_target(call, stated_reason))
-            await open_ticket(
+            ticket = await open_ticket(
                 self.deps,
                 tx,
                 self.run,
@@ -688,6 +690,7 @@ class Driver:
                 approvers=approvers,
                 deadline=deadline,
             )
+            opened.append(ticket)
         await tx.update_call(call)
         return call
 
@@ -757,18 +760,7 @@ class Driver:
         self._release(RunStatus.FAILED)
         await delegation.settle_parent(self.deps, tx, self.run)
         await record(tx, self.run.run_id, now, "run_failed", error=error)
-        await notify(
-            self.deps,
-            tx,
-            self.run,
-            RunFinished(
-                run_id=self.run.run_id,
-                agent=self.run.agent,
-                status="failed",
-                error=error,
-                thread_id=self.run.thread_id,
-            ),
-        )
+        await notify_finished(self.deps, tx, self.run)
 
     async def _stop_requested(self, agent: Agent) -> bool:
         """Honour a pause or cancel request at a step boundary.

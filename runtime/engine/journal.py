@@ -38,6 +38,7 @@ from runtime.domain.notifications import (
     TicketVoided,
     UncertainCall,
 )
+from runtime.domain.states import RunStatus
 from runtime.domain.tickets import (
     AwaitTarget,
     GrantScope,
@@ -142,6 +143,22 @@ async def notify(
                 ticket_id=ticket_of(item),
             )
         )
+
+
+async def notify_finished(deps: Deps, tx: Transaction, run: RunRecord) -> None:
+    """Queue `RunFinished` for `run`, which just ended: with its text when done, its
+    error when failed, the reason given when cancelled."""
+    status = run.status
+    ended = RunFinished(
+        run_id=run.run_id,
+        agent=run.agent,
+        status=status.value,
+        text=run.final_text if status is RunStatus.DONE else None,
+        error=run.error if status is RunStatus.FAILED else None,
+        reason=run.error if status is RunStatus.CANCELLED else None,
+        thread_id=run.thread_id,
+    )
+    await notify(deps, tx, run, ended)
 
 
 def ticket_of(note: Notification) -> str | None:

@@ -95,18 +95,28 @@ class Driving:
         *,
         calls: list[CallRecord] | None = None,
         model_marked: bool = False,
+        new: bool = False,
     ) -> RunResult:
         """Drive a run this worker has claimed; the run as it stands afterwards.
 
         A sub-agent's run that ends hands over: its parent, made ready by that end, is
         claimed and driven next (its ancestors likewise), so one call carries a decision
         on a child through to the top-level run's next stop.
+
+        `new`: the run was inserted just now, so whatever tickets and sub-agent runs it
+        has, this drive made; parked by a model turn without a sub-agent, it is returned
+        as that turn left it, without reading it back.
         """
-        driven = await self._drive_claimed(run, calls, model_marked=model_marked)
-        if driven is not None and driven.status.finished:
-            agent = self._deps.agents.get(driven.agent)
-            if agent is None or not agent.subagents:
-                return run_result(driven, ())
+        driver = await self._drive_claimed(run, calls, model_marked=model_marked)
+        if driver is not None:
+            driven = driver.run
+            if driven.status.finished:
+                agent = self._deps.agents.get(driven.agent)
+                if agent is None or not agent.subagents:
+                    return run_result(driven, ())
+            elif new and driver.parked_on is not None and not driver.delegated:
+                tickets, proposed = driver.parked_on
+                return run_result(driven, self._queries.known_pending(tickets, proposed))
         return await self._queries.get(run.run_id)
 
     async def proceed(
@@ -122,9 +132,9 @@ class Driving:
 
     async def _drive_claimed(
         self, run: RunRecord, calls: list[CallRecord] | None, *, model_marked: bool
-    ) -> RunRecord | None:
-        """Drive a claimed run (and a parent its end makes ready); the run as this
-        worker left it, or None if another worker took it over."""
+    ) -> Driver | None:
+        """Drive a claimed run (and a parent its end makes ready); its driver, holding
+        the run as this worker left it, or None if another worker took it over."""
         driver = Driver(self._deps, run, calls=calls, model_marked=model_marked)
         try:
             await driver.drive()
@@ -135,7 +145,7 @@ class Driving:
         self._deps.reach("run_driven", run_id=run.run_id, status=driver.run.status.value)
         if driver.run.status.finished and driver.run.parent_run_id is not None:
             await self._continue_parent(driver.run.parent_run_id)
-        return driver.run
+        return driver
 
     async def _continue_parent(self, parent_run_id: str) -> None:
         claim = await self._claim(parent_run_id)

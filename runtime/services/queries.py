@@ -110,6 +110,12 @@ def _seq(entry: PendingEntry, calls: dict[str, CallRecord]) -> int:
     return call.seq if call is not None else -1
 
 
+def _ordered(entries: list[PendingEntry], calls: dict[str, CallRecord]) -> tuple[PendingEntry, ...]:
+    """Pending entries in the order their tickets were opened, a batch's by proposal."""
+    entries.sort(key=lambda e: (e.ticket.created_at, e.call.call_id in calls, _seq(e, calls)))
+    return tuple(entries)
+
+
 class Queries:
     """Read-only views of the store; see `runtime.domain.visibility` for who sees what."""
 
@@ -202,8 +208,21 @@ class Queries:
             entry = self._entry(ticket, call)
             if entry is not None:
                 entries.append(entry)
-        entries.sort(key=lambda e: (e.ticket.created_at, e.call.call_id in calls, _seq(e, calls)))
-        return tuple(entries)
+        return _ordered(entries, calls)
+
+    def known_pending(
+        self, tickets: Sequence[ResumeTicket], calls: Sequence[CallRecord]
+    ) -> tuple[PendingEntry, ...]:
+        """`pending` without reading: from every open ticket of a run and its current
+        batch's calls, as the transaction that parked it left them (none of the tickets
+        waits on a sub-agent's run)."""
+        by_id = {c.call_id: c for c in calls}
+        entries: list[PendingEntry] = []
+        for ticket in tickets:
+            entry = self._entry(ticket, by_id.get(ticket.call_id or ""))
+            if entry is not None:
+                entries.append(entry)
+        return _ordered(entries, by_id)
 
     def _entry(self, ticket: ResumeTicket, call: CallRecord | None) -> PendingEntry | None:
         if call is None:

@@ -113,7 +113,7 @@ class Starter:
             if earlier_id is not None:
                 return dataclasses.replace(await self._queries.get(earlier_id), replayed=True)
             if wait:
-                return await self._driving.drive_claimed(run, model_marked=True)
+                return await self._driving.drive_claimed(run, model_marked=True, new=True)
             # The run as stored (a worker woken by the commit may already be driving it).
             started = run_result(run, ())
             if slot is not None:
