@@ -7,9 +7,10 @@ equal `Runtime.get` right after, on every store, down to how the arguments read 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import UTC, datetime
 from typing import Any
+
+from store_trace import TracingStore
 
 from runtime import (
     Agent,
@@ -22,36 +23,9 @@ from runtime import (
     final_reply,
     tool_call_reply,
 )
-from runtime.store.base import Store, Transaction
+from runtime.store.base import Store
 
 Call = tuple[str, dict[str, Any]]
-
-
-class CountingStore:
-    """A store that counts the transactions opened through it."""
-
-    def __init__(self, inner: Store) -> None:
-        self.inner = inner
-        self.opened = 0
-
-    async def migrate(self) -> None:
-        await self.inner.migrate()
-
-    def transaction(self) -> AbstractAsyncContextManager[Transaction]:
-        @asynccontextmanager
-        async def opened() -> AsyncIterator[Transaction]:
-            self.opened += 1
-            async with self.inner.transaction() as tx:
-                yield tx
-
-        return opened()
-
-    async def close(self) -> None:
-        await self.inner.close()
-
-    @property
-    def commits(self) -> int:
-        return self.inner.commits
 
 
 def asking(*calls: Call) -> ScriptedModel:
@@ -83,29 +57,30 @@ def shop(*calls: Call) -> Agent:
     return agent
 
 
-async def started(store: Store, agent: Agent, *more: Agent) -> tuple[RunResult, int]:
-    """Start `agent`; what start returned, checked against the store, and how many
-    transactions it opened."""
-    counting = CountingStore(store)
-    runtime = Runtime(counting, [agent, *more], worker_id="w1")  # type: ignore[arg-type]
+async def started(store: Store, agent: Agent, *more: Agent) -> tuple[RunResult, list[bool]]:
+    """Start `agent`; what start returned, checked against the store, and whether each
+    transaction it opened wrote."""
+    traced = TracingStore(store, datetime.now(UTC))
+    runtime = Runtime(traced, [agent, *more], worker_id="w1")
+    traced.phase("start")
     result = await runtime.start(agent.name, "go", requester="U1", origin={"platform": "api"})
-    opened = counting.opened
+    wrote = [block.wrote for block in traced.phases[-1].blocks]
     assert result.status is RunStatus.AWAITING, result.error
     assert result == await runtime.get(result.run_id)
-    return result, opened
+    return result, wrote
 
 
 async def test_a_run_parked_by_its_first_turn_is_returned_unread(store: Store) -> None:
-    result, opened = await started(store, shop(("refund", {"order": "A1", "amount": 5})))
+    result, wrote = await started(store, shop(("refund", {"order": "A1", "amount": 5})))
     (entry,) = result.pending
     assert entry.call.arguments == {"order": "A1", "amount": 5.0}
-    assert opened == 2  # the insert and the model turn, nothing read back
+    assert wrote == [True, True]  # the insert and the model turn, nothing read back
 
 
 async def test_arguments_read_as_stored_secrets_masked_and_a_batch_in_order(
     store: Store,
 ) -> None:
-    result, opened = await started(
+    result, wrote = await started(
         store,
         shop(
             ("ship", {"order": "A1", "boxes": [3, 4], "token": "s3cret"}),
@@ -117,18 +92,18 @@ async def test_arguments_read_as_stored_secrets_masked_and_a_batch_in_order(
     assert first.call.arguments["boxes"] == [3, 4]  # a list, as JSON gives it back
     assert "s3cret" not in repr(first.call.arguments)
     assert first.editable == ("boxes",)
-    assert opened == 2
+    assert wrote == [True, True]
 
 
 async def test_a_turn_that_also_ran_a_tool_parks_after_it_and_reads_the_run(
     store: Store,
 ) -> None:
-    result, opened = await started(
+    result, wrote = await started(
         store, shop(("lookup", {"order": "A1"}), ("refund", {"order": "A1", "amount": 5}))
     )
     (entry,) = result.pending
     assert entry.call.name == "refund"
-    assert opened > 2
+    assert wrote[-1] is False  # read back
 
 
 async def test_a_run_waiting_on_its_sub_agent_is_read_with_the_child(store: Store) -> None:
@@ -140,7 +115,8 @@ async def test_a_run_waiting_on_its_sub_agent_is_read_with_the_child(store: Stor
         asking((delegate_tool_name("billing"), {"task_key": "A1", "task": "refund A1"})),
         subagents=[billing],
     )
-    result, _opened = await started(store, ops)
+    result, wrote = await started(store, ops)
     (entry,) = result.pending
     assert entry.run_id != result.run_id
     assert len(result.children) == 1
+    assert wrote[-1] is False  # read back
