@@ -297,8 +297,7 @@ class Tool:
         """
         parsed, errors = self.check_arguments(raw)
         if parsed is None:
-            problems = "; ".join(f"{e['path'] or 'arguments'}: {e['message']}" for e in errors)
-            raise ArgumentError(f"invalid arguments for {self.name}: {problems}")
+            raise ArgumentError(f"invalid arguments for {self.name}: {_told(errors)}")
         return parsed
 
     def check_arguments(
@@ -366,11 +365,20 @@ class Tool:
     async def invoke(self, args: dict[str, Any]) -> Any:
         """Call the function (or a `from_schema` invoker) with validated arguments: a
         function gets the types its signature declares (a model, a ``date``, a tuple),
-        whether `args` were just checked or read back from the store."""
+        whether `args` were just checked or read back from the store.
+
+        Raises:
+            ArgumentError: Stored arguments no longer fit the function's signature (it
+                changed since they were checked); the message quotes no secret.
+        """
         if self._schema is not None:
             outcome = self.fn(dict(args))
         else:
-            typed = self._args_model.model_validate(args)
+            try:
+                typed = self._args_model.model_validate(args)
+            except ValidationError as exc:
+                errors = [_model_problem(e, self.secret) for e in exc.errors()]
+                raise ArgumentError(f"invalid arguments for {self.name}: {_told(errors)}") from None
             outcome = self.fn(**{name: getattr(typed, name) for name in type(typed).model_fields})
         if inspect.isawaitable(outcome):
             outcome = await outcome
@@ -624,6 +632,11 @@ def _deadline(name: str, deadline: timedelta | float | None) -> timedelta | None
     if limit is not None and limit <= timedelta(0):
         raise ConfigurationError(f"tool {name!r}: deadline must be positive")
     return limit
+
+
+def _told(errors: list[dict[str, Any]]) -> str:
+    """Argument problems as one line."""
+    return "; ".join(f"{e['path'] or 'arguments'}: {e['message']}" for e in errors)
 
 
 def _args_model(fn: Callable[..., Any], name: str) -> type[BaseModel]:

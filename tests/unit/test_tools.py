@@ -482,3 +482,18 @@ async def test_typed_arguments_reach_the_function_typed_before_and_after_a_resta
     finally:
         await store.close()
     assert got == [("allow", *expected), ("ask", *expected)]
+
+
+async def test_stored_arguments_that_no_longer_fit_are_refused_without_quoting_secrets() -> None:
+    ran: list[Any] = []
+
+    async def login(user: str, token: int) -> str:
+        ran.append((user, token))
+        return "in"
+
+    built = tool(login, secret=["token"])
+    with pytest.raises(ArgumentError) as info:
+        await built.invoke({"user": "ana", "token": "hunter2-not-a-number"})
+    assert "token" in str(info.value)
+    assert "hunter2" not in str(info.value)
+    assert ran == []
