@@ -46,7 +46,7 @@ def shop(*calls: Call) -> Agent:
     async def ship(order: str, boxes: tuple[int, ...], token: str) -> str:
         return f"shipped {order}"
 
-    @agent.tool(permission="ask")
+    @agent.tool(permission="ask", approvers=["U2", "U3"], four_eyes=True, deadline=90.5)
     async def refund(order: str, amount: float) -> str:
         return f"refunded {amount} on {order}"
 
@@ -74,6 +74,8 @@ async def test_a_run_parked_by_its_first_turn_is_returned_unread(store: Store) -
     result, wrote = await started(store, shop(("refund", {"order": "A1", "amount": 5})))
     (entry,) = result.pending
     assert entry.call.arguments == {"order": "A1", "amount": 5.0}
+    assert entry.ticket.approvers == ("U2", "U3") and entry.ticket.four_eyes
+    assert entry.ticket.deadline is not None
     assert wrote == [True, True]  # the insert and the model turn, nothing read back
 
 
