@@ -39,8 +39,8 @@ def asking(*calls: Call) -> ScriptedModel:
     return ScriptedModel(reply)
 
 
-def shop(*calls: Call) -> Agent:
-    agent = Agent("shop", "Help.", asking(*calls), version="1")
+def shop(*calls: Call, name: str = "shop") -> Agent:
+    agent = Agent(name, "Help.", asking(*calls), version="1")
 
     @agent.tool(permission="ask", secret=["token"], editable=["boxes"])
     async def ship(order: str, boxes: tuple[int, ...], token: str) -> str:
@@ -109,8 +109,7 @@ async def test_a_turn_that_also_ran_a_tool_parks_after_it_and_reads_the_run(
 
 
 async def test_a_run_waiting_on_its_sub_agent_is_read_with_the_child(store: Store) -> None:
-    billing = shop(("refund", {"order": "A1", "amount": 5}))
-    billing.name = "billing"
+    billing = shop(("refund", {"order": "A1", "amount": 5}), name="billing")
     ops = Agent(
         "ops",
         "Operate.",

@@ -47,15 +47,15 @@ class CallStatements(TransactionCore):
         """Write a tool call back; `ValueError` if it does not exist (on PostgreSQL, from a
         later statement of the transaction: see `_write`)."""
         values = CALLS.values(call)
-        inserted = self._inserted_calls.pop(call.call_id, None)
+        inserted = self._inserted_calls.get(call.call_id)
         if inserted is not None:
             # Inserted by this transaction: while the insert waits it writes the call as
             # it is now (what it was proposed with stays as inserted).
             whole = {**values, **{name: inserted[name] for name in CALL_CREATED_WITH}}
             if self._rewrite((_WAITING, call.call_id), _INSERT_CALL, whole):
-                self._inserted_calls[call.call_id] = inserted
                 self.wrote = True
                 return
+            del self._inserted_calls[call.call_id]  # the insert went: updated from now on
         values = without(values, "call_id", *CALL_CREATED_WITH)
         values["b_call_id"] = call.call_id
         missing = f"call {call.call_id} does not exist"
